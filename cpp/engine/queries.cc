@@ -1,0 +1,136 @@
+#include "queries.h"
+
+#include <algorithm>
+#include <queue>
+
+#include "errors.h"
+
+namespace ngram {
+
+void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field) {
+  const int64_t v = static_cast<int64_t>(t.vocab_size());
+  for (uint64_t i = 0; i < n; ++i) {
+    if (toks[i] < 0 || toks[i] >= v)
+      throw InvalidArgument(std::string(field) + "[" + std::to_string(i) + "] = " +
+                            std::to_string(toks[i]) + " is not a token id: must be in [0, " +
+                            std::to_string(v) + ")");
+  }
+}
+
+namespace {
+
+// Narrows int64 ids (already validated) to the engine's int32 for lookups.
+void narrow(const int64_t* in, uint32_t n, int32_t* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(in[i]);
+}
+
+}  // namespace
+
+uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
+  if (len < 1 || len > t.order())
+    throw InvalidArgument("ngram has " + std::to_string(len) + " tokens: must be 1.." +
+                          std::to_string(t.order()) + " (the trie's order)");
+  check_tokens(t, toks, len, "ngram");
+  int32_t buf[kMaxOrder];
+  narrow(toks, len, buf);
+  uint64_t idx;
+  if (!t.find(buf, len, &idx)) return 0;
+  return t.level(len).count(idx);
+}
+
+void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
+                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched) {
+  if (ctx_len < 1) throw InvalidArgument("contexts: need at least one context token per query");
+  check_tokens(t, contexts, batch * ctx_len, "contexts");
+  check_tokens(t, candidates, batch * k, "candidates");
+  const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(t.order() - 1, ctx_len));
+  int32_t ctx[kMaxOrder];
+  for (uint64_t q = 0; q < batch; ++q) {
+    const int64_t* c = contexts + q * ctx_len;
+    const int64_t* w = candidates + q * k;
+    float* p = probs + q * k;
+    int32_t* m = matched + q * k;
+    std::fill(p, p + k, 0.0f);
+    std::fill(m, m + k, 0);
+    uint64_t left = k;
+    narrow(c + ctx_len - max_len, max_len, ctx);
+    for (uint32_t len = max_len; len >= 1 && left > 0; --len) {
+      uint64_t node;
+      if (!t.find(ctx + (max_len - len), len, &node)) continue;
+      const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
+      uint64_t lo, hi;
+      t.children(len, node, &lo, &hi);
+      if (lo == hi) continue;
+      const Level& next = t.level(len + 1);
+      for (uint64_t j = 0; j < k; ++j) {
+        if (m[j] != 0) continue;
+        const uint64_t tok = static_cast<uint64_t>(w[j]);
+        const uint64_t pos = next.tokens.lower_bound(lo, hi, tok);
+        if (pos != hi && next.tokens[pos] == tok) {
+          p[j] = static_cast<float>(next.count(pos)) * inv;
+          m[j] = static_cast<int32_t>(len);
+          --left;
+        }
+      }
+    }
+  }
+}
+
+TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, uint64_t k) {
+  check_tokens(t, context, ctx_len, "context");
+  TopK out;
+  if (k == 0) return out;
+  const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(t.order() - 1, ctx_len));
+  int32_t ctx[kMaxOrder];
+  narrow(context + ctx_len - max_len, max_len, ctx);
+
+  // (count, token) pairs; the heap keeps the k best with the worst on top.
+  using Item = std::pair<uint64_t, int64_t>;
+  auto better = [](const Item& a, const Item& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  std::priority_queue<Item, std::vector<Item>, decltype(better)> heap(better);
+  auto offer = [&](uint64_t count, int64_t tok) {
+    if (count == 0) return;
+    Item it{count, tok};
+    if (heap.size() < k) {
+      heap.push(it);
+    } else if (better(it, heap.top())) {
+      heap.pop();
+      heap.push(it);
+    }
+  };
+
+  uint64_t denom = 0;
+  for (uint32_t len = max_len; len >= 1; --len) {
+    uint64_t node, lo, hi;
+    if (!t.find(ctx + (max_len - len), len, &node)) continue;
+    t.children(len, node, &lo, &hi);
+    if (lo == hi) continue;
+    const Level& next = t.level(len + 1);
+    for (uint64_t i = lo; i < hi; ++i) offer(next.count(i), static_cast<int64_t>(next.tokens[i]));
+    denom = t.level(len).count(node);
+    out.matched = static_cast<int32_t>(len);
+    break;
+  }
+  if (out.matched == 0) {
+    const Level& uni = t.level(1);
+    for (uint64_t i = 0; i < uni.size; ++i) offer(uni.count(i), static_cast<int64_t>(i));
+    denom = t.total_tokens();
+  }
+  std::vector<Item> items;
+  while (!heap.empty()) {
+    items.push_back(heap.top());
+    heap.pop();
+  }
+  std::reverse(items.begin(), items.end());
+  const float inv = denom ? 1.0f / static_cast<float>(denom) : 0.0f;
+  for (const Item& it : items) {
+    out.tokens.push_back(static_cast<int32_t>(it.second));
+    out.counts.push_back(it.first);
+    out.probs.push_back(static_cast<float>(it.first) * inv);
+  }
+  return out;
+}
+
+}  // namespace ngram

@@ -1,0 +1,40 @@
+// The queries answered from a TrieIndex: counts, DART-compatible conditional
+// probabilities, top-k continuations. Input validation for every query lives
+// here, in one place, for the Python module and the server alike.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trie_index.h"
+
+namespace ngram {
+
+// Throws InvalidArgument naming `field` when a token id is outside [0, vocab).
+void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field);
+
+// Occurrences of the n-gram toks[0..len); 0 when absent. 1 <= len <= order.
+uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len);
+
+// DART-compatible conditional probabilities for a batch of B queries:
+// contexts [B, C] (C >= 1), candidates [B, K], row-major. For each query and
+// len from min(order-1, C) down to 1: if the last `len` context tokens s occur,
+// every candidate w not yet matched with s+w occurring gets
+// p = float(count(s+w)) * (1.0f / float(count(s))) and matched = len.
+// Unmatched candidates get 0 and 0. Validates every id first.
+void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
+                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched);
+
+struct TopK {
+  std::vector<int32_t> tokens;  // most frequent first; ties by ascending token id
+  std::vector<float> probs;     // count(s+w) / count(s)
+  std::vector<uint64_t> counts; // count(s+w)
+  int32_t matched = 0;          // length of the context s used (0: unigrams)
+};
+
+// The k most frequent continuations of the longest suffix s of `context`
+// (at most order-1 tokens) that has any; with none, the k most frequent
+// tokens with p = count / total tokens.
+TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, uint64_t k);
+
+}  // namespace ngram

@@ -1,0 +1,52 @@
+// The trie file's fixed structures. docs/FORMAT.md is the byte-by-byte
+// specification; this header is its single definition in code.
+#pragma once
+#include <cstdint>
+
+namespace ngram {
+
+constexpr char kMagic[8] = {'N', 'G', 'T', 'R', 'I', 'E', '\r', '\n'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kMaxOrder = 16;
+constexpr uint64_t kSectionAlign = 64;
+
+// All integers little endian. 64 bytes at offset 0.
+struct FileHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t order;            // N: the longest n-gram stored
+  uint64_t vocab_size;       // token ids are in [0, vocab_size)
+  int64_t eos_id;            // -1 when the trie has no EOS token
+  uint32_t section_count;
+  uint32_t header_crc;       // CRC-32C of header (this field zero) + section table
+  uint64_t section_table_offset;
+  uint64_t file_length;
+  uint64_t reserved;
+};
+static_assert(sizeof(FileHeader) == 64, "header is 64 bytes");
+
+enum class SectionKind : uint32_t {
+  kMeta = 1,         // UTF-8 JSON: tokenizer, corpus manifest, build parameters
+  kCountValues = 2,  // u64[count]: the distinct count values of a level, ascending
+  kCountRanks = 3,   // packed: per entry, the rank of its count in kCountValues
+  kTokens = 4,       // packed: per entry (levels >= 2), its last token
+  kChildOffsets = 5, // packed, count = entries + 1: children of entry i are
+                     // entries [off[i], off[i+1]) of the next level
+};
+
+// 48 bytes per section, right after the header.
+struct SectionEntry {
+  uint32_t kind;
+  uint32_t level;     // 1..order (0 for kMeta)
+  uint64_t offset;    // from the start of the file, a multiple of kSectionAlign
+  uint64_t length;    // bytes
+  uint64_t count;     // elements
+  uint32_t width;     // bits per element (64 for kCountValues, 8 for kMeta)
+  uint32_t crc;       // CRC-32C of the section's `length` bytes
+  uint64_t reserved;
+};
+static_assert(sizeof(SectionEntry) == 48, "section entry is 48 bytes");
+
+inline uint64_t align_up(uint64_t v) { return (v + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
+
+}  // namespace ngram

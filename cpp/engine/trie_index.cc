@@ -1,0 +1,247 @@
+#include "trie_index.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "crc32c.h"
+#include "errors.h"
+
+namespace ngram {
+namespace {
+
+std::string kind_name(uint32_t kind) {
+  switch (static_cast<SectionKind>(kind)) {
+    case SectionKind::kMeta: return "meta";
+    case SectionKind::kCountValues: return "count_values";
+    case SectionKind::kCountRanks: return "count_ranks";
+    case SectionKind::kTokens: return "tokens";
+    case SectionKind::kChildOffsets: return "child_offsets";
+  }
+  return "kind " + std::to_string(kind);
+}
+
+std::string section_name(const SectionEntry& s) {
+  return kind_name(s.kind) + (s.level ? " (level " + std::to_string(s.level) + ")" : "");
+}
+
+}  // namespace
+
+TrieIndex::~TrieIndex() {
+  if (mapped_ && base_) munmap(const_cast<uint8_t*>(base_), size_);
+}
+
+std::shared_ptr<TrieIndex> TrieIndex::open(const std::string& path, Load load, bool verify) {
+  std::shared_ptr<TrieIndex> t(new TrieIndex());
+  t->path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw FormatError(path + ": cannot stat: " + std::strerror(e));
+  }
+  t->size_ = static_cast<uint64_t>(st.st_size);
+  if (t->size_ < sizeof(FileHeader)) {
+    ::close(fd);
+    throw FormatError(path + ": not a trie file: " + std::to_string(t->size_) +
+                      " bytes, shorter than the 64-byte header");
+  }
+  if (load == Load::kMap) {
+    void* p = mmap(nullptr, t->size_, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) throw FormatError(path + ": mmap failed: " + std::strerror(e));
+    t->base_ = static_cast<const uint8_t*>(p);
+    t->mapped_ = true;
+  } else {
+    t->owned_.reset(new uint64_t[(t->size_ + 7) / 8]);
+    auto* dst = reinterpret_cast<uint8_t*>(t->owned_.get());
+    uint64_t done = 0;
+    while (done < t->size_) {
+      ssize_t r = ::pread(fd, dst + done, t->size_ - done, static_cast<off_t>(done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        int e = errno;
+        ::close(fd);
+        throw FormatError(path + ": read failed at byte " + std::to_string(done) + ": " +
+                          (r == 0 ? "unexpected end of file" : std::strerror(e)));
+      }
+      done += static_cast<uint64_t>(r);
+    }
+    ::close(fd);
+    t->base_ = dst;
+  }
+  t->parse();
+  if (verify) t->verify_checksums();
+  return t;
+}
+
+std::shared_ptr<TrieIndex> TrieIndex::from_buffer(std::string bytes, const std::string& name,
+                                                  bool verify) {
+  std::shared_ptr<TrieIndex> t(new TrieIndex());
+  t->path_ = name;
+  t->size_ = bytes.size();
+  if (t->size_ < sizeof(FileHeader))
+    throw FormatError(name + ": not a trie file: " + std::to_string(t->size_) +
+                      " bytes, shorter than the 64-byte header");
+  t->owned_.reset(new uint64_t[(t->size_ + 7) / 8]);
+  std::memcpy(t->owned_.get(), bytes.data(), t->size_);
+  t->base_ = reinterpret_cast<const uint8_t*>(t->owned_.get());
+  t->parse();
+  if (verify) t->verify_checksums();
+  return t;
+}
+
+void TrieIndex::parse() {
+  const std::string& p = path_;
+  std::memcpy(&header_, base_, sizeof(FileHeader));
+  if (std::memcmp(header_.magic, kMagic, sizeof(kMagic)) != 0)
+    throw FormatError(p + ": not a trie file (bad magic; a zstd-compressed trie must be opened "
+                          "through NgramIndex.open, which decompresses it)");
+  if (header_.version != kFormatVersion)
+    throw FormatError(p + ": format version " + std::to_string(header_.version) +
+                      ", this engine reads version " + std::to_string(kFormatVersion));
+  if (header_.file_length != size_)
+    throw FormatError(p + ": truncated or padded: header says " + std::to_string(header_.file_length) +
+                      " bytes, file has " + std::to_string(size_));
+  if (header_.order < 1 || header_.order > kMaxOrder)
+    throw FormatError(p + ": order " + std::to_string(header_.order) + " out of range [1, " +
+                      std::to_string(kMaxOrder) + "]");
+  if (header_.vocab_size < 1 || header_.vocab_size > (uint64_t{1} << 31))
+    throw FormatError(p + ": vocab_size " + std::to_string(header_.vocab_size) + " out of range");
+  if (header_.section_table_offset != sizeof(FileHeader) || header_.section_count > 4096 ||
+      sizeof(FileHeader) + uint64_t{header_.section_count} * sizeof(SectionEntry) > size_)
+    throw FormatError(p + ": section table out of bounds");
+  sections_.resize(header_.section_count);
+  std::memcpy(sections_.data(), base_ + sizeof(FileHeader),
+              sections_.size() * sizeof(SectionEntry));
+  {
+    FileHeader h = header_;
+    h.header_crc = 0;
+    uint32_t crc = crc32c(&h, sizeof(h));
+    crc = crc32c_extend(crc, sections_.data(), sections_.size() * sizeof(SectionEntry));
+    if (crc != header_.header_crc) throw FormatError(p + ": header checksum mismatch (corrupted header)");
+  }
+
+  const uint32_t n = header_.order;
+  levels_.assign(n, Level{});
+  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n);
+  const SectionEntry* meta = nullptr;
+  for (const SectionEntry& s : sections_) {
+    const std::string what = p + ": section " + section_name(s);
+    if (s.offset % kSectionAlign != 0) throw FormatError(what + ": misaligned offset");
+    if (s.offset > size_ || s.length > size_ - s.offset) throw FormatError(what + ": extends past the end of the file");
+    const auto kind = static_cast<SectionKind>(s.kind);
+    if (kind == SectionKind::kMeta) {
+      if (meta) throw FormatError(what + ": duplicated");
+      meta = &s;
+      continue;
+    }
+    if (s.level < 1 || s.level > n) throw FormatError(what + ": level out of range");
+    const SectionEntry** slot = nullptr;
+    switch (kind) {
+      case SectionKind::kCountValues: slot = &values[s.level - 1]; break;
+      case SectionKind::kCountRanks: slot = &ranks[s.level - 1]; break;
+      case SectionKind::kTokens: slot = &tokens[s.level - 1]; break;
+      case SectionKind::kChildOffsets: slot = &childs[s.level - 1]; break;
+      default: throw FormatError(what + ": unknown section kind");
+    }
+    if (*slot) throw FormatError(what + ": duplicated");
+    *slot = &s;
+    if (kind == SectionKind::kCountValues) {
+      if (s.width != 64 || s.count > s.length / 8 || s.length != s.count * 8)
+        throw FormatError(what + ": length does not match its count");
+    } else {
+      if (s.width < 1 || s.width > 64 || s.count > (uint64_t{1} << 40) ||
+          s.length != packed_bytes(s.count, s.width))
+        throw FormatError(what + ": length does not match its count and width");
+    }
+  }
+  if (!meta) throw FormatError(p + ": no meta section");
+  meta_.assign(reinterpret_cast<const char*>(base_ + meta->offset), meta->length);
+
+  for (uint32_t k = 1; k <= n; ++k) {
+    const std::string what = p + ": level " + std::to_string(k);
+    const SectionEntry *v = values[k - 1], *r = ranks[k - 1], *t = tokens[k - 1], *c = childs[k - 1];
+    if (!v || !r) throw FormatError(what + ": count sections missing");
+    if ((k >= 2) != (t != nullptr)) throw FormatError(what + ": token section missing or unexpected");
+    if ((k < n) != (c != nullptr)) throw FormatError(what + ": child offsets missing or unexpected");
+    Level& L = levels_[k - 1];
+    L.size = r->count;
+    if (k == 1 && L.size != header_.vocab_size) throw FormatError(what + ": size differs from vocab_size");
+    if (t && t->count != L.size) throw FormatError(what + ": token and count sections differ in size");
+    if (c && c->count != L.size + 1) throw FormatError(what + ": child offsets differ in size");
+    if (t && t->width > 32) throw FormatError(what + ": token width over 32 bits");
+    if (v->count == 0 && L.size > 0) throw FormatError(what + ": empty count table");
+    L.count_values = reinterpret_cast<const uint64_t*>(base_ + v->offset);
+    L.count_value_count = v->count;
+    for (uint64_t i = 1; i < v->count; ++i)
+      if (L.count_values[i] <= L.count_values[i - 1]) throw FormatError(what + ": count table not ascending");
+    L.count_ranks = PackedView(base_ + r->offset, r->count, r->width);
+    if (t) L.tokens = PackedView(base_ + t->offset, t->count, t->width);
+    if (c) L.child_offsets = PackedView(base_ + c->offset, c->count, c->width);
+  }
+  for (uint32_t k = 1; k < n; ++k) {
+    const Level& L = levels_[k - 1];
+    if (L.child_offsets[0] != 0 || L.child_offsets[L.size] != levels_[k].size)
+      throw FormatError(p + ": level " + std::to_string(k) + ": child offsets do not span level " +
+                        std::to_string(k + 1));
+  }
+  total_tokens_ = 0;
+  const Level& uni = levels_[0];
+  for (uint64_t i = 0; i < uni.size; ++i) total_tokens_ += uni.count(i);
+}
+
+uint64_t TrieIndex::ngram_count(uint32_t k) const {
+  if (k != 1) return levels_[k - 1].size;
+  uint64_t m = 0;
+  const Level& uni = levels_[0];
+  for (uint64_t i = 0; i < uni.size; ++i) m += uni.count(i) != 0;
+  return m;
+}
+
+void TrieIndex::verify_checksums() const {
+  for (const SectionEntry& s : sections_) {
+    if (crc32c(base_ + s.offset, s.length) != s.crc)
+      throw FormatError(path_ + ": section " + section_name(s) + ": checksum mismatch (corrupted data)");
+  }
+}
+
+bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
+  if (len == 0 || len > header_.order) return false;
+  const uint64_t t0 = static_cast<uint32_t>(toks[0]);
+  if (t0 >= header_.vocab_size) return false;
+  uint64_t idx = t0;
+  if (levels_[0].count(idx) == 0) return false;
+  for (uint32_t k = 1; k < len; ++k) {
+    uint64_t lo, hi;
+    children(k, idx, &lo, &hi);
+    const PackedView& tok = levels_[k].tokens;
+    const uint64_t w = static_cast<uint32_t>(toks[k]);
+    const uint64_t pos = tok.lower_bound(lo, hi, w);
+    if (pos == hi || tok[pos] != w) return false;
+    idx = pos;
+  }
+  *index = idx;
+  return true;
+}
+
+void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
+  const Level& L = levels_[k - 1];
+  uint64_t a = L.child_offsets[index], b = L.child_offsets[index + 1];
+  // A corrupted (unverified) file must not send reads past the next level.
+  const uint64_t n = levels_[k].size;
+  if (b > n) b = n;
+  if (a > b) a = b;
+  *lo = a;
+  *hi = b;
+}
+
+}  // namespace ngram

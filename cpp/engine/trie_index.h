@@ -1,0 +1,84 @@
+// TrieIndex: a read-only view of a trie file (mapped or in RAM) and the
+// lookups every query is made of. Opening checks the header, the section
+// table and every section's bounds, so that no later read leaves the file.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "packed_array.h"
+#include "trie_format.h"
+
+namespace ngram {
+
+// One order's arrays. Level 1 is dense over the vocabulary (entry = token id,
+// no token array); level k >= 2 holds the k-grams sorted lexicographically, so
+// the children of one (k-1)-gram are a contiguous run sorted by token.
+struct Level {
+  uint64_t size = 0;
+  PackedView tokens;        // levels >= 2
+  PackedView count_ranks;
+  PackedView child_offsets; // levels < order: size + 1 entries
+  const uint64_t* count_values = nullptr;
+  uint64_t count_value_count = 0;
+
+  uint64_t count(uint64_t i) const {
+    const uint64_t r = count_ranks[i];
+    return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
+  }
+};
+
+class TrieIndex {
+ public:
+  enum class Load { kMap, kRam };
+
+  // Opens a plain trie file. kMap maps it; kRam reads it into memory.
+  // verify_checksums also checks every section's CRC (reads the whole file).
+  static std::shared_ptr<TrieIndex> open(const std::string& path, Load load, bool verify_checksums);
+  // Takes ownership of an in-memory image of a trie file (e.g. decompressed).
+  static std::shared_ptr<TrieIndex> from_buffer(std::string bytes, const std::string& name,
+                                                bool verify_checksums);
+  ~TrieIndex();
+  TrieIndex(const TrieIndex&) = delete;
+  TrieIndex& operator=(const TrieIndex&) = delete;
+
+  uint32_t order() const { return header_.order; }
+  uint64_t vocab_size() const { return header_.vocab_size; }
+  int64_t eos_id() const { return header_.eos_id; }
+  const std::string& meta_json() const { return meta_; }
+  const std::string& path() const { return path_; }
+  uint64_t file_size() const { return size_; }
+  bool mapped() const { return mapped_; }
+  const Level& level(uint32_t k) const { return levels_[k - 1]; }
+  uint64_t ngram_count(uint32_t k) const;  // distinct stored k-grams
+  const std::vector<SectionEntry>& sections() const { return sections_; }
+  // Sum of unigram counts: the number of tokens the trie was built from.
+  uint64_t total_tokens() const { return total_tokens_; }
+
+  // Recomputes every section's CRC; throws FormatError naming the first bad one.
+  void verify_checksums() const;
+
+  // Finds the entry of the n-gram toks[0..len) (1 <= len <= order) in level
+  // `len`. Returns false when it does not occur.
+  bool find(const int32_t* toks, uint32_t len, uint64_t* index) const;
+  // Children of entry `index` of level k (k < order): [*lo, *hi) in level k+1.
+  void children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const;
+
+ private:
+  TrieIndex() = default;
+  void parse();
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  bool mapped_ = false;
+  std::unique_ptr<uint64_t[]> owned_;  // the image when not mapped (8-byte aligned)
+  FileHeader header_{};
+  std::vector<SectionEntry> sections_;
+  std::vector<Level> levels_;
+  std::string meta_;
+  uint64_t total_tokens_ = 0;
+};
+
+}  // namespace ngram

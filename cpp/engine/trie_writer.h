@@ -1,0 +1,55 @@
+// TrieWriter: streams sorted per-level arrays into a trie file. Sizes and
+// count tables are known up front, so every section's offset is fixed at
+// construction and each level's arrays are written as they arrive; the file
+// appears under its final name only when complete (write, fsync, rename).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ngram {
+
+struct SectionStream;
+struct LevelStream;
+
+struct LevelSpec {
+  uint64_t size = 0;                   // entries (level 1: vocab_size)
+  std::vector<uint64_t> count_values;  // distinct counts, strictly ascending
+};
+
+class TrieWriter {
+ public:
+  TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id, std::string meta_json,
+             std::vector<LevelSpec> levels);
+  ~TrieWriter();  // removes the temporary file unless finish() succeeded
+  TrieWriter(const TrieWriter&) = delete;
+  TrieWriter& operator=(const TrieWriter&) = delete;
+
+  // Appends n entries of level k, in the level's order. tokens: last token of
+  // each entry (ignored for level 1, whose entries are the token ids 0..V-1);
+  // counts: each entry's count (must be in the level's count table);
+  // n_children: entries of level k+1 below each entry (ignored for k = order).
+  void append(uint32_t k, uint64_t n, const int32_t* tokens, const uint64_t* counts,
+              const uint64_t* n_children);
+
+  // Checks that every level is complete, writes the header, fsyncs and renames
+  // the temporary file to `path`.
+  void finish();
+
+  uint64_t file_size() const { return file_size_; }
+
+ private:
+  std::string path_, tmp_path_;
+  int fd_ = -1;
+  bool finished_ = false;
+  uint32_t order_;
+  uint64_t vocab_size_;
+  int64_t eos_id_;
+  uint64_t file_size_ = 0;
+  std::vector<LevelSpec> specs_;
+  std::vector<std::unique_ptr<LevelStream>> levels_;
+  std::vector<std::unique_ptr<SectionStream>> streams_;  // one per section, table order
+};
+
+}  // namespace ngram

@@ -1,0 +1,179 @@
+// pybind11 bindings of the engine: arrays in, arrays out, the GIL released
+// around every query. The Python-facing API (NgramIndex) wraps this module.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "crc32c.h"
+#include "dart_trie.h"
+#include "errors.h"
+#include "queries.h"
+#include "trie_index.h"
+#include "trie_writer.h"
+
+namespace py = pybind11;
+using namespace ngram;
+
+namespace {
+
+using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using U64Array = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+const char* kind_str(uint32_t kind) {
+  switch (static_cast<SectionKind>(kind)) {
+    case SectionKind::kMeta: return "meta";
+    case SectionKind::kCountValues: return "count_values";
+    case SectionKind::kCountRanks: return "count_ranks";
+    case SectionKind::kTokens: return "tokens";
+    case SectionKind::kChildOffsets: return "child_offsets";
+  }
+  return "unknown";
+}
+
+py::tuple conditional_probs_py(const TrieIndex& t, I64Array contexts, I64Array candidates) {
+  if (contexts.ndim() != 2) throw InvalidArgument("contexts must be 2-D [B, C]");
+  if (candidates.ndim() != 2) throw InvalidArgument("candidates must be 2-D [B, K]");
+  const uint64_t b = contexts.shape(0), c = contexts.shape(1), k = candidates.shape(1);
+  if (static_cast<uint64_t>(candidates.shape(0)) != b)
+    throw InvalidArgument("contexts has " + std::to_string(b) + " rows, candidates " +
+                          std::to_string(candidates.shape(0)) + ": batch sizes must match");
+  py::array_t<float> probs({b, k});
+  py::array_t<int32_t> matched({b, k});
+  const int64_t* cp = contexts.data();
+  const int64_t* wp = candidates.data();
+  float* pp = probs.mutable_data();
+  int32_t* mp = matched.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    conditional_probs(t, cp, b, c, wp, k, pp, mp);
+  }
+  return py::make_tuple(probs, matched);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_engine, m) {
+  m.doc() = "The n-gram trie engine (C++). Use ngram_service.NgramIndex.";
+  static py::exception<FormatError> format_error(m, "TrieFormatError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const FormatError& e) {
+      py::set_error(format_error, e.what());
+    } catch (const InvalidArgument& e) {
+      py::set_error(PyExc_ValueError, e.what());
+    }
+  });
+
+  m.def("read_dart_trie", [](const std::string& path) {
+    DartNodes d;
+    {
+      py::gil_scoped_release nogil;
+      d = read_dart_trie(path);
+    }
+    auto arr = [](auto& v) {
+      using T = typename std::decay_t<decltype(v)>::value_type;
+      return py::array_t<T>(v.size(), v.data());
+    };
+    return py::make_tuple(d.order, arr(d.token), arr(d.parent), arr(d.freq), arr(d.depth));
+  }, py::arg("path"), "Reads a DART TrieNgram::save file: (order, token, parent, freq, depth) per node.");
+
+  m.def("crc32c", [](py::bytes data) {
+    std::string_view s = data;
+    return crc32c(s.data(), s.size());
+  });
+
+  py::class_<TrieIndex, std::shared_ptr<TrieIndex>>(m, "Trie")
+      .def_static("open", [](const std::string& path, bool in_ram, bool verify) {
+            py::gil_scoped_release nogil;
+            return TrieIndex::open(path, in_ram ? TrieIndex::Load::kRam : TrieIndex::Load::kMap, verify);
+          }, py::arg("path"), py::arg("in_ram") = false, py::arg("verify") = false)
+      .def_static("from_bytes", [](py::bytes data, const std::string& name, bool verify) {
+            std::string s = data;
+            py::gil_scoped_release nogil;
+            return TrieIndex::from_buffer(std::move(s), name, verify);
+          }, py::arg("data"), py::arg("name"), py::arg("verify") = false)
+      .def_property_readonly("order", &TrieIndex::order)
+      .def_property_readonly("vocab_size", &TrieIndex::vocab_size)
+      .def_property_readonly("eos_id", &TrieIndex::eos_id)
+      .def_property_readonly("meta_json", [](const TrieIndex& t) { return py::bytes(t.meta_json()); })
+      .def_property_readonly("path", &TrieIndex::path)
+      .def_property_readonly("file_size", &TrieIndex::file_size)
+      .def_property_readonly("mapped", &TrieIndex::mapped)
+      .def_property_readonly("total_tokens", &TrieIndex::total_tokens)
+      .def("ngram_count", &TrieIndex::ngram_count, py::arg("k"))
+      .def("sections", [](const TrieIndex& t) {
+        py::list out;
+        for (const SectionEntry& s : t.sections()) {
+          py::dict d;
+          d["kind"] = kind_str(s.kind);
+          d["level"] = s.level;
+          d["offset"] = s.offset;
+          d["length"] = s.length;
+          d["count"] = s.count;
+          d["width"] = s.width;
+          d["crc32c"] = s.crc;
+          out.append(d);
+        }
+        return out;
+      })
+      .def("verify_checksums", [](const TrieIndex& t) {
+        py::gil_scoped_release nogil;
+        t.verify_checksums();
+      })
+      .def("conditional_probs", &conditional_probs_py, py::arg("contexts"), py::arg("candidates"))
+      .def("count", [](const TrieIndex& t, I64Array ngram) {
+        if (ngram.ndim() != 1) throw InvalidArgument("ngram must be 1-D");
+        return count_ngram(t, ngram.data(), static_cast<uint32_t>(std::min<py::ssize_t>(ngram.shape(0), 1 << 20)));
+      }, py::arg("ngram"))
+      .def("topk", [](const TrieIndex& t, I64Array context, uint64_t k) {
+        if (context.ndim() != 1) throw InvalidArgument("context must be 1-D");
+        TopK r;
+        {
+          py::gil_scoped_release nogil;
+          r = topk(t, context.data(), context.shape(0), k);
+        }
+        return py::make_tuple(py::array_t<int32_t>(r.tokens.size(), r.tokens.data()),
+                              py::array_t<float>(r.probs.size(), r.probs.data()),
+                              py::array_t<uint64_t>(r.counts.size(), r.counts.data()), r.matched);
+      }, py::arg("context"), py::arg("k"));
+
+  py::class_<TrieWriter>(m, "TrieWriter")
+      .def(py::init([](const std::string& path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
+                       py::bytes meta_json, const std::vector<uint64_t>& sizes,
+                       const std::vector<std::vector<uint64_t>>& count_values) {
+             if (sizes.size() != count_values.size()) throw InvalidArgument("sizes and count_values differ in length");
+             std::vector<LevelSpec> specs(sizes.size());
+             for (size_t i = 0; i < sizes.size(); ++i) specs[i] = LevelSpec{sizes[i], count_values[i]};
+             return std::make_unique<TrieWriter>(path, order, vocab_size, eos_id, std::string(meta_json),
+                                                 std::move(specs));
+           }),
+           py::arg("path"), py::arg("order"), py::arg("vocab_size"), py::arg("eos_id"), py::arg("meta_json"),
+           py::arg("sizes"), py::arg("count_values"))
+      .def("append", [](TrieWriter& w, uint32_t k, py::object tokens, U64Array counts, py::object n_children) {
+        const uint64_t n = counts.ndim() == 1 ? counts.shape(0) : 0;
+        if (counts.ndim() != 1) throw InvalidArgument("counts must be 1-D");
+        I32Array tok;
+        U64Array ch;
+        if (!tokens.is_none()) {
+          tok = tokens.cast<I32Array>();
+          if (tok.ndim() != 1 || static_cast<uint64_t>(tok.shape(0)) != n) throw InvalidArgument("tokens must be 1-D like counts");
+        }
+        if (!n_children.is_none()) {
+          ch = n_children.cast<U64Array>();
+          if (ch.ndim() != 1 || static_cast<uint64_t>(ch.shape(0)) != n) throw InvalidArgument("n_children must be 1-D like counts");
+        }
+        const int32_t* tp = tokens.is_none() ? nullptr : tok.data();
+        const uint64_t* cp = n_children.is_none() ? nullptr : ch.data();
+        if (k >= 2 && !tp) throw InvalidArgument("tokens are required for levels >= 2");
+        const uint64_t* vp = counts.data();
+        py::gil_scoped_release nogil;
+        w.append(k, n, tp, vp, cp);
+      }, py::arg("k"), py::arg("tokens"), py::arg("counts"), py::arg("n_children"))
+      .def("finish", [](TrieWriter& w) {
+        py::gil_scoped_release nogil;
+        w.finish();
+      })
+      .def_property_readonly("file_size", &TrieWriter::file_size);
+}

@@ -1,0 +1,120 @@
+"""`ngram-build`: the command line over indexer.pipeline and indexer.dart_convert."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+SAMPLE_DIR = Path(__file__).parent / "sample"
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30,
+          "T": 1 << 40, "TB": 1 << 40, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'2GB', '512MiB', '1.5G', '1000000' -> bytes (binary units)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise click.BadParameter(f"{text!r} is not a size such as 2GB, 512MB or 1073741824")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _eos(value: str | None) -> int | str | None:
+    if value is None:
+        return None
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("inputs", nargs=-1, metavar="[INPUT]...")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Trie file to write (written atomically).")
+@click.option("--tokenizer", "-t", default=None,
+              help="Hugging Face hub id, folder with tokenizer.json, a tokenizer.json file, or a "
+                   "tiktoken rank file. Default with no INPUT: the bundled sample tokenizer.")
+@click.option("--order", "-n", default=3, show_default=True, type=click.IntRange(1, 16),
+              help="N: count k-grams for k = 1..N.")
+@click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
+              help="Drop every n-gram seen fewer than C times (and so all its extensions).")
+@click.option("--workers", "-j", default=os.cpu_count() or 1, show_default="all cores", type=click.IntRange(1),
+              help="Parallel map/reduce tasks (processes).")
+@click.option("--memory-limit", default="2GB", show_default=True,
+              help="Memory for all workers together (DuckDB spills to --tmp-dir beyond it).")
+@click.option("--tmp-dir", type=click.Path(file_okay=False),
+              help="Work directory for count runs [default: OUT.build next to OUT].")
+@click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column with the text.")
+@click.option("--eos", default=None, help="EOS token id or string appended to every document "
+                                          "[default: the tokenizer's].")
+@click.option("--skip-bad", is_flag=True, help="Skip malformed documents (and report how many) "
+                                               "instead of failing on the first.")
+@click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping "
+                                               "(loaded into RAM when opened).")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="Reuse finished shards and partitions of an earlier run with the same arguments.")
+@click.option("--keep-tmp", is_flag=True, help="Keep the work directory after success.")
+@click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto",
+              show_default=True, help="auto: tiktoken when it is exact for this vocabulary, else HF.")
+@click.option("--name", default=None, help="Index name stored in the header [default: OUT's stem].")
+@click.option("--from-dart-trie", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Convert a trie saved by DART's TrieNgram::save instead of building from shards.")
+@click.option("--vocab-size", type=click.IntRange(1), default=None,
+              help="With --from-dart-trie: vocabulary size [default: the tokenizer's, else max id + 1].")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, workers: int,
+         memory_limit: str, tmp_dir: str | None, text_field: str, eos: str | None, skip_bad: bool,
+         compress: bool, resume: bool, keep_tmp: bool, tokenizer_backend: str, name: str | None,
+         from_dart_trie: str | None, vocab_size: int | None, quiet: bool) -> None:
+    """Build an n-gram trie from corpus shards.
+
+    INPUT: shard files, folders or glob patterns: .jsonl, .json.gz, .jsonl.gz,
+    .jsonl.zst, .json.zst (Dolma documents, one JSON object a line) and
+    .parquet. With no INPUT (and no --tokenizer), the bundled sample corpus and
+    tokenizer are used:
+
+        ngram-build --out sample.ngt
+
+    Every document is tokenized and followed by one EOS token; k-grams are
+    counted within documents. Progress goes to stderr.
+    """
+    from indexer.pipeline import BuildConfig, BuildError, build
+    from indexer.shards import ShardError
+
+    progress = (lambda _m: None) if quiet else (lambda m: click.echo(m, err=True))
+    try:
+        mem = parse_size(memory_limit)
+        if from_dart_trie:
+            from indexer.dart_convert import convert_dart_trie
+
+            if inputs:
+                raise click.UsageError("--from-dart-trie takes no INPUT")
+            convert_dart_trie(from_dart_trie, out, tokenizer=tokenizer, vocab_size=vocab_size,
+                              eos=_eos(eos), compress=compress, name=name, progress=progress)
+            return
+        if not inputs:
+            if tokenizer is not None:
+                raise click.UsageError("give INPUT shards (the bundled sample goes with the bundled tokenizer)")
+            inputs = (str(SAMPLE_DIR / "corpus"),)
+            tokenizer = str(SAMPLE_DIR / "tokenizer.json")
+            progress(f"no INPUT: building the bundled sample corpus {inputs[0]}")
+        elif tokenizer is None:
+            raise click.UsageError("--tokenizer is required with INPUT")
+        cfg = BuildConfig(inputs=list(inputs), out=out, tokenizer=tokenizer, order=order, min_count=min_count,
+                          workers=workers, memory_limit_bytes=mem, tmp_dir=tmp_dir, text_field=text_field,
+                          eos=_eos(eos), skip_bad=skip_bad, compress=compress, keep_tmp=keep_tmp,
+                          tokenizer_backend=tokenizer_backend, name=name)
+        if not resume:
+            from indexer.pipeline import work_dir
+
+            shutil.rmtree(work_dir(cfg), ignore_errors=True)
+        build(cfg, progress=progress)
+    except (BuildError, ShardError, ValueError, OSError) as e:
+        click.echo(f"ngram-build: error: {e}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

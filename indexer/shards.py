@@ -1,0 +1,497 @@
+"""Reading corpus shards: Dolma-style JSON lines (plain, gzip, zstd) and Parquet.
+
+A shard is read as a stream of *batches of document texts*, each batch bounded
+by its total number of characters, so memory stays flat whatever the shard
+size. Nothing else of a document (id, metadata) is kept.
+
+Supported files (by name, case-insensitive):
+
+==============================  ===============================================
+``.jsonl`` ``.json``            JSON lines, one object per line
+``.jsonl.gz`` ``.json.gz``      the same, gzip-compressed (multi-member is fine)
+``.jsonl.zst`` ``.json.zst``    the same, zstd-compressed (multi-frame is fine)
+``.parquet``                    a string column holding the text
+==============================  ===============================================
+
+Errors name the place: ``ShardError`` prints as ``path:line: message`` where
+``line`` is 1-based (for Parquet it is the 1-based row number).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import zstandard
+
+__all__ = [
+    "DEFAULT_BATCH_CHARS",
+    "SUPPORTED_SUFFIXES",
+    "ShardError",
+    "ShardReader",
+    "ShardStats",
+    "expand_inputs",
+    "iter_text_batches",
+    "shard_format",
+]
+
+#: Default bound on the characters in one batch (~4 M characters is a few
+#: tens of MB of Python strings plus the token ids made from them).
+DEFAULT_BATCH_CHARS = 4_000_000
+
+#: File name endings we read, mapped to the format name.
+SUPPORTED_SUFFIXES: dict[str, str] = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".jsonl.gz": "jsonl.gz",
+    ".json.gz": "jsonl.gz",
+    ".jsonl.zst": "jsonl.zst",
+    ".json.zst": "jsonl.zst",
+    ".parquet": "parquet",
+}
+
+# How many error messages ShardStats keeps when skip_bad is on; the count
+# itself is exact.
+_MAX_KEPT_ERRORS = 10
+
+# Compressed bytes read per step. Small enough that the decompressed output of
+# one step stays a few MB for text, large enough that per-call overhead is noise.
+_READ_SIZE = 1 << 18
+
+# JSON escapes of UTF-16 surrogates (\ud800..\udfff). json.loads turns a *lone*
+# one into a Python str that cannot be encoded as UTF-8, which would crash the
+# tokenizer later; we look for them only in lines that contain such an escape.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class ShardError(ValueError):
+    """A problem with a shard (or an input pattern), located as ``path:line``.
+
+    ``line`` is 1-based; for Parquet it is the 1-based row; ``None`` when the
+    problem is not tied to a line (missing column, unreadable file, bad input).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], line: int | None, message: str) -> None:
+        self.path = os.fspath(path)
+        self.line = line
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {message}")
+
+    # Exceptions are pickled by their args; ours has three, so say so, or a
+    # ShardError raised in a worker process could not be sent back.
+    def __reduce__(self) -> tuple[type[ShardError], tuple[str, int | None, str]]:
+        return (type(self), (self.path, self.line, self.message))
+
+
+@dataclass
+class ShardStats:
+    """What a reader saw in one pass over a shard."""
+
+    documents: int = 0  #: documents yielded
+    characters: int = 0  #: characters in the documents yielded
+    skipped: int = 0  #: bad documents skipped (only with skip_bad=True)
+    errors: list[str] = field(default_factory=list)  #: the first few skip reasons
+
+    def _record_skip(self, message: str) -> None:
+        self.skipped += 1
+        if len(self.errors) < _MAX_KEPT_ERRORS:
+            self.errors.append(message)
+
+
+def shard_format(path: str | os.PathLike[str]) -> str | None:
+    """Return ``"jsonl"``, ``"jsonl.gz"``, ``"jsonl.zst"``, ``"parquet"`` or None."""
+    name = os.path.basename(os.fspath(path)).lower()
+    # Longest suffix first so ".jsonl.gz" is not mistaken for something else.
+    for suffix in sorted(SUPPORTED_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return SUPPORTED_SUFFIXES[suffix]
+    return None
+
+
+def _supported_list() -> str:
+    return ", ".join(SUPPORTED_SUFFIXES)
+
+
+def _walk_dir(root: Path) -> list[Path]:
+    # Hidden files (".DS_Store", "._x.jsonl" from macOS tar) are never shards.
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if not name.startswith(".") and shard_format(name) is not None:
+                found.append(Path(dirpath) / name)
+    return found
+
+
+def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Turn files, directories and glob patterns into a sorted list of shard files.
+
+    - a file must have a supported ending, else ``ShardError``;
+    - a directory is searched recursively; files with other endings (README,
+      checksums) and hidden files are ignored;
+    - a glob (``*``, ``?``, ``[``; ``**`` recurses) keeps the supported files
+      it matches, and expands directories it matches as above;
+    - an input that yields no shard at all is an error, so a typo never
+      silently builds from less data than intended.
+
+    The result is sorted by path and free of duplicates (the same file reached
+    twice, even spelt differently, appears once).
+    """
+    by_real: dict[str, Path] = {}
+    for raw in inputs:
+        text = os.fspath(raw)
+        if "://" in text:
+            raise ShardError(text, None, "remote URLs are not read here; copy or mount the shards locally")
+        path = Path(text)
+        if path.is_file():
+            if shard_format(path) is None:
+                raise ShardError(text, None, f"unsupported file type (expected one of {_supported_list()})")
+            files = [path]
+        elif path.is_dir():
+            files = _walk_dir(path)
+            if not files:
+                raise ShardError(text, None, f"directory holds no shard files ({_supported_list()})")
+        elif any(ch in text for ch in "*?["):
+            import glob
+
+            files = []
+            for match in glob.glob(text, recursive=True):
+                m = Path(match)
+                if m.is_dir():
+                    files.extend(_walk_dir(m))
+                elif m.is_file() and shard_format(m) is not None:
+                    files.append(m)
+            if not files:
+                raise ShardError(text, None, f"pattern matches no shard files ({_supported_list()})")
+        else:
+            raise ShardError(text, None, "no such file or directory")
+        for f in files:
+            by_real.setdefault(os.path.realpath(f), f)
+    return sorted(by_real.values(), key=lambda p: str(p))
+
+
+# --------------------------------------------------------------------------
+# Byte streams
+
+
+class _StreamBroken(Exception):
+    """Raised by a chunk source when the compressed stream is cut or corrupt.
+
+    The line iterator turns it into a ShardError carrying the line number.
+    """
+
+
+def _plain_chunks(f: BinaryIO) -> Iterator[bytes]:
+    while chunk := f.read(_READ_SIZE):
+        yield chunk
+
+
+def _gzip_chunks(f: BinaryIO) -> Iterator[bytes]:
+    # GzipFile checks each member's CRC and length and raises EOFError when
+    # the file ends inside a member, which is what we want.
+    gz = gzip.GzipFile(fileobj=f, mode="rb")
+    try:
+        while chunk := gz.read(_READ_SIZE):
+            yield chunk
+    except EOFError as e:
+        raise _StreamBroken(f"truncated gzip stream ({e})") from e
+    except (OSError, zlib.error) as e:  # BadGzipFile is an OSError
+        raise _StreamBroken(f"corrupt gzip stream ({e})") from e
+
+
+def _zstd_chunks(f: BinaryIO) -> Iterator[bytes]:
+    # Not ZstdDecompressor.stream_reader: when the file ends inside a frame it
+    # just returns EOF, so a truncated shard would read as a shorter valid one.
+    # A decompressobj per frame exposes `eof`, so an unfinished frame at the
+    # end of the file is detected; `unused_data` carries us into the next
+    # frame (Dolma shards may be several frames concatenated).
+    # max_window_size admits files written with `zstd --long`.
+    dctx = zstandard.ZstdDecompressor(max_window_size=1 << 31)
+    dobj = None
+    try:
+        while data := f.read(_READ_SIZE):
+            while data:
+                if dobj is None:
+                    dobj = dctx.decompressobj()
+                out = dobj.decompress(data)
+                if out:
+                    yield out
+                if dobj.eof:
+                    data, dobj = dobj.unused_data, None
+                else:
+                    data = b""
+    except zstandard.ZstdError as e:
+        raise _StreamBroken(f"corrupt zstd stream ({e})") from e
+    if dobj is not None:
+        raise _StreamBroken("truncated zstd stream (the file ends inside a frame)")
+
+
+def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Split a byte stream on b"\\n" only.
+
+    Never str.splitlines(): texts hold U+2028/U+2029 (and \\x1c..\\x1e, \\x85),
+    which it treats as line ends. A line longer than a chunk is gathered in a
+    list and joined once, so huge documents cost linear, not quadratic, time.
+    """
+    pending: list[bytes] = []
+    for chunk in chunks:
+        parts = chunk.split(b"\n")
+        if len(parts) == 1:
+            pending.append(chunk)
+            continue
+        if pending:
+            pending.append(parts[0])
+            parts[0] = b"".join(pending)
+            pending = []
+        last = parts.pop()
+        if last:
+            pending.append(last)
+        yield from parts
+    if pending:
+        yield b"".join(pending)
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# --------------------------------------------------------------------------
+# Readers
+
+
+class ShardReader:
+    """Iterate over one shard as batches of document texts.
+
+    >>> reader = ShardReader("corpus/a.jsonl.zst")
+    >>> for texts in reader:          # list[str], about batch_chars characters
+    ...     ...
+    >>> reader.stats.documents, reader.stats.skipped
+
+    Each batch holds whole documents and at least one; a batch closes as soon
+    as its characters reach ``batch_chars`` (so one huge document is a batch
+    of its own). Empty lines and lines of whitespace are ignored; every other
+    line must be a JSON object whose ``text_field`` is a string.
+
+    Bad documents are a ``ShardError`` naming ``path:line``. They are: a line
+    that is not valid JSON, not an object, lacks the field, whose field is not
+    a string (``null`` included), whose bytes are not UTF-8, or whose text
+    holds a lone UTF-16 surrogate escape (``"\\ud800"``, not encodable as
+    UTF-8). For Parquet: a missing column or a non-string column (always
+    fatal), a null text (a bad document, located by row).
+
+    With ``skip_bad=True`` bad documents are skipped and counted in
+    ``stats.skipped``; ``stats.errors`` keeps the first few messages.
+
+    A truncated or corrupt *compressed stream* is fatal even with
+    ``skip_bad``: everything after the break is lost, and silently indexing
+    part of a shard is worse than failing. The error names the line where the
+    stream broke. Batches before the break have already been yielded, so a
+    caller must discard what it did with this shard when the error arrives.
+    (zstd frames are checked for completeness by us, because zstandard's
+    ``stream_reader`` reports a file cut mid-frame as a normal end of file.)
+
+    Iterating again re-reads the file and resets ``stats``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        text_field: str = "text",
+        *,
+        batch_chars: int = DEFAULT_BATCH_CHARS,
+        skip_bad: bool = False,
+    ) -> None:
+        if batch_chars < 1:
+            raise ValueError("batch_chars must be positive")
+        self.path = Path(path)
+        fmt = shard_format(self.path)
+        if fmt is None:
+            raise ShardError(self.path, None, f"unsupported file type (expected one of {_supported_list()})")
+        self.format = fmt
+        self.text_field = text_field
+        self.batch_chars = batch_chars
+        self.skip_bad = skip_bad
+        self.stats = ShardStats()
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return self.iter_batches()
+
+    def iter_batches(self) -> Iterator[list[str]]:
+        """Yield lists of texts, each of about ``batch_chars`` characters."""
+        self.stats = ShardStats()
+        stats = self.stats
+        texts = self._parquet_texts() if self.format == "parquet" else self._jsonl_texts()
+        batch: list[str] = []
+        chars = 0
+        for text in texts:
+            batch.append(text)
+            chars += len(text)
+            if chars >= self.batch_chars:
+                stats.documents += len(batch)
+                stats.characters += chars
+                yield batch
+                batch, chars = [], 0
+        if batch:
+            stats.documents += len(batch)
+            stats.characters += chars
+            yield batch
+
+    # -- JSON lines ---------------------------------------------------------
+
+    def _bad(self, line: int | None, message: str) -> None:
+        # One place decides between "raise" and "skip and count".
+        if not self.skip_bad:
+            raise ShardError(self.path, line, message)
+        self.stats._record_skip(str(ShardError(self.path, line, message)))
+
+    def _jsonl_texts(self) -> Iterator[str]:
+        chunk_source = {"jsonl": _plain_chunks, "jsonl.gz": _gzip_chunks, "jsonl.zst": _zstd_chunks}[self.format]
+        field_name = self.text_field
+        try:
+            f = open(self.path, "rb")
+        except OSError as e:
+            raise ShardError(self.path, None, f"cannot open ({e.strerror or e})") from e
+        lineno = 0
+        with f:
+            try:
+                for raw in _split_lines(chunk_source(f)):
+                    lineno += 1
+                    if not raw or raw.isspace():
+                        continue
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        self._bad(lineno, f"invalid UTF-8 at byte {e.start} of the line")
+                        continue
+                    if lineno == 1 and line.startswith("\ufeff"):
+                        line = line[1:]  # a UTF-8 byte order mark is not JSON
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        self._bad(lineno, f"invalid JSON ({e.msg} at column {e.colno})")
+                        continue
+                    except RecursionError:
+                        self._bad(lineno, "invalid JSON (nested too deeply)")
+                        continue
+                    if type(obj) is not dict:
+                        self._bad(lineno, f"line is {_describe(obj)}, not a JSON object")
+                        continue
+                    try:
+                        text = obj[field_name]
+                    except KeyError:
+                        self._bad(lineno, f"missing field {field_name!r}")
+                        continue
+                    if type(text) is not str:
+                        self._bad(lineno, f"field {field_name!r} is {_describe(text)}, not a string")
+                        continue
+                    if _SURROGATE_ESCAPE.search(raw) and _LONE_SURROGATE.search(text):
+                        self._bad(lineno, f"field {field_name!r} holds a lone UTF-16 surrogate escape")
+                        continue
+                    yield text
+            except _StreamBroken as e:
+                raise ShardError(self.path, lineno + 1, str(e)) from e
+            except OSError as e:  # read errors of the file itself
+                raise ShardError(self.path, lineno + 1, f"read error ({e})") from e
+
+    # -- Parquet ------------------------------------------------------------
+
+    def _parquet_texts(self) -> Iterator[str]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        field_name = self.text_field
+        try:
+            pf = pq.ParquetFile(self.path)
+        except (OSError, pa.ArrowException) as e:
+            raise ShardError(self.path, None, f"not a readable Parquet file ({e})") from e
+        schema = pf.schema_arrow
+        index = schema.get_field_index(field_name)
+        if index < 0:
+            names = ", ".join(schema.names)
+            raise ShardError(self.path, None, f"no column {field_name!r} (columns: {names})")
+        dtype = schema.field(index).type
+        if pa.types.is_dictionary(dtype):
+            dtype = dtype.value_type
+        is_string_view = getattr(pa.types, "is_string_view", lambda t: False)  # pyarrow >= 16
+        if not (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or is_string_view(dtype)):
+            raise ShardError(self.path, None, f"column {field_name!r} has type {dtype}, not string")
+
+        row = 0  # rows before the current record batch
+        try:
+            for record_batch in pf.iter_batches(batch_size=self._parquet_rows_per_batch(pf), columns=[field_name]):
+                column = record_batch.column(0)
+                if pa.types.is_dictionary(column.type):
+                    column = column.dictionary_decode()
+                present = column
+                if column.null_count:
+                    # Report null rows one by one (they are bad documents),
+                    # then drop them in one vectorised step.
+                    null_rows = pc.indices_nonzero(pc.is_null(column)).to_pylist()
+                    for i in null_rows:
+                        self._bad(row + i + 1, f"field {field_name!r} is null, not a string")
+                    present = column.drop_null()
+                try:
+                    texts = present.to_pylist()
+                except UnicodeDecodeError:
+                    # Parquet writers do not all validate UTF-8; find the row.
+                    texts = self._decode_rows(column, row)
+                yield from texts
+                row += record_batch.num_rows
+        except (OSError, pa.ArrowException) as e:
+            raise ShardError(self.path, row + 1, f"unreadable Parquet data ({e})") from e
+
+    def _decode_rows(self, column: object, row: int) -> list[str]:
+        # Slow path, only for a record batch known to hold invalid UTF-8.
+        # Nulls were reported already and are left out here.
+        texts = []
+        for i in range(len(column)):  # type: ignore[arg-type]
+            try:
+                text = column[i].as_py()  # type: ignore[index]
+            except UnicodeDecodeError as e:
+                self._bad(row + i + 1, f"invalid UTF-8 at byte {e.start} of the text")
+                continue
+            if text is not None:
+                texts.append(text)
+        return texts
+
+    def _parquet_rows_per_batch(self, pf: object) -> int:
+        # Choose the row count of a record batch from the column's average
+        # uncompressed size so one batch holds about batch_chars bytes,
+        # whether documents are tweets or books.
+        md = pf.metadata  # type: ignore[attr-defined]
+        total_bytes = total_rows = 0
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for c in range(rg.num_columns):
+                col = rg.column(c)
+                if col.path_in_schema == self.text_field:
+                    total_bytes += col.total_uncompressed_size
+                    total_rows += rg.num_rows
+        if not total_rows or not total_bytes:
+            return 1024
+        per_row = total_bytes / total_rows
+        return int(min(65536, max(1, self.batch_chars // max(per_row, 1))))
+
+
+def iter_text_batches(
+    path: str | os.PathLike[str],
+    text_field: str = "text",
+    batch_chars: int = DEFAULT_BATCH_CHARS,
+    skip_bad: bool = False,
+) -> Iterator[list[str]]:
+    """Shorthand for ``iter(ShardReader(path, text_field, ...))`` when stats are not needed."""
+    return ShardReader(path, text_field, batch_chars=batch_chars, skip_bad=skip_bad).iter_batches()
