@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ngram_service import _engine
 from ngram_service._engine import TrieFormatError
+
+if TYPE_CHECKING:
+    from ngram_service.tree import PrunedTree
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -111,6 +114,18 @@ class NgramIndex:
             raise ValueError(f"k must be >= 0, got {k}")
         tokens, probs, counts, matched = self._t.topk(_int_array(context, "context", 1), k)
         return TopK(tokens, probs, counts, matched)
+
+    def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> "PrunedTree":
+        """DART tree pruning of one draft lattice; see ngram_service.tree.prune."""
+        from ngram_service import tree
+
+        return tree.prune(self._t, prefix, topk_tokens, topk_probs, **params)
+
+    def prune_batch(self, requests: Any, **params: Any) -> list["PrunedTree"]:
+        """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch."""
+        from ngram_service import tree
+
+        return tree.prune_batch(self._t, requests, **params)
 
     def info(self) -> dict[str, Any]:
         """Header, metadata (tokenizer, corpus manifest, build parameters) and sizes."""

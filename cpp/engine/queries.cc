@@ -38,41 +38,47 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
   return t.level(len).count(idx);
 }
 
+void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,
+                           const int32_t* w, uint32_t k, float* p, int32_t* m) {
+  std::fill(p, p + k, 0.0f);
+  std::fill(m, m + k, 0);
+  const uint32_t max_len = std::min<uint32_t>(t.order() - 1, ctx_len);
+  const int32_t* ctx = context + ctx_len - max_len;
+  uint32_t left = k;
+  for (uint32_t len = max_len; len >= 1 && left > 0; --len) {
+    uint64_t node;
+    if (!t.find(ctx + (max_len - len), len, &node)) continue;
+    const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
+    uint64_t lo, hi;
+    t.children(len, node, &lo, &hi);
+    if (lo == hi) continue;
+    const Level& next = t.level(len + 1);
+    for (uint32_t j = 0; j < k; ++j) {
+      if (m[j] != 0) continue;
+      const uint64_t tok = static_cast<uint32_t>(w[j]);
+      const uint64_t pos = next.tokens.lower_bound(lo, hi, tok);
+      if (pos != hi && next.tokens[pos] == tok) {
+        p[j] = static_cast<float>(next.count(pos)) * inv;
+        m[j] = static_cast<int32_t>(len);
+        --left;
+      }
+    }
+  }
+}
+
 void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
                        const int64_t* candidates, uint64_t k, float* probs, int32_t* matched) {
   if (ctx_len < 1) throw InvalidArgument("contexts: need at least one context token per query");
+  if (k > (1u << 20)) throw InvalidArgument("candidates: " + std::to_string(k) + " per query, limit 1048576");
   check_tokens(t, contexts, batch * ctx_len, "contexts");
   check_tokens(t, candidates, batch * k, "candidates");
   const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(t.order() - 1, ctx_len));
   int32_t ctx[kMaxOrder];
+  std::vector<int32_t> cand(k);
   for (uint64_t q = 0; q < batch; ++q) {
-    const int64_t* c = contexts + q * ctx_len;
-    const int64_t* w = candidates + q * k;
-    float* p = probs + q * k;
-    int32_t* m = matched + q * k;
-    std::fill(p, p + k, 0.0f);
-    std::fill(m, m + k, 0);
-    uint64_t left = k;
-    narrow(c + ctx_len - max_len, max_len, ctx);
-    for (uint32_t len = max_len; len >= 1 && left > 0; --len) {
-      uint64_t node;
-      if (!t.find(ctx + (max_len - len), len, &node)) continue;
-      const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
-      uint64_t lo, hi;
-      t.children(len, node, &lo, &hi);
-      if (lo == hi) continue;
-      const Level& next = t.level(len + 1);
-      for (uint64_t j = 0; j < k; ++j) {
-        if (m[j] != 0) continue;
-        const uint64_t tok = static_cast<uint64_t>(w[j]);
-        const uint64_t pos = next.tokens.lower_bound(lo, hi, tok);
-        if (pos != hi && next.tokens[pos] == tok) {
-          p[j] = static_cast<float>(next.count(pos)) * inv;
-          m[j] = static_cast<int32_t>(len);
-          --left;
-        }
-      }
-    }
+    narrow(contexts + q * ctx_len + ctx_len - max_len, max_len, ctx);
+    narrow(candidates + q * k, static_cast<uint32_t>(k), cand.data());
+    conditional_probs_one(t, ctx, max_len, cand.data(), static_cast<uint32_t>(k), probs + q * k, matched + q * k);
   }
 }
 

@@ -25,6 +25,12 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len);
 void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
                        const int64_t* candidates, uint64_t k, float* probs, int32_t* matched);
 
+// One query of the above on already validated int32 ids: the context's last
+// min(order-1, ctx_len) tokens, k candidates. The single definition of the
+// DART-compatible semantics; tree pruning calls it too.
+void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,
+                           const int32_t* candidates, uint32_t k, float* probs, int32_t* matched);
+
 struct TopK {
   std::vector<int32_t> tokens;  // most frequent first; ties by ascending token id
   std::vector<float> probs;     // count(s+w) / count(s)

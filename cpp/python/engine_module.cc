@@ -53,6 +53,8 @@ py::tuple conditional_probs_py(const TrieIndex& t, I64Array contexts, I64Array c
 
 }  // namespace
 
+void bind_prune(py::module_& m);  // prune_bindings.cc
+
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "The n-gram trie engine (C++). Use ngram_service.NgramIndex.";
   static py::exception<FormatError> format_error(m, "TrieFormatError", PyExc_ValueError);
@@ -65,6 +67,8 @@ PYBIND11_MODULE(_engine, m) {
       py::set_error(PyExc_ValueError, e.what());
     }
   });
+
+  bind_prune(m);
 
   m.def("read_dart_trie", [](const std::string& path) {
     DartNodes d;
