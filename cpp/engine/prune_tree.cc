@@ -1,0 +1,1 @@
+// DART tree pruning: being written.
