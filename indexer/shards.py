@@ -381,10 +381,10 @@ class ShardReader:
                     try:
                         obj = json.loads(line)
                     except json.JSONDecodeError as e:
-                        self._bad(lineno, f"invalid JSON ({e.msg} at column {e.colno})")
+                        self._bad(lineno, f"invalid JSON: {e.msg} (column {e.colno})")
                         continue
                     except RecursionError:
-                        self._bad(lineno, "invalid JSON (nested too deeply)")
+                        self._bad(lineno, "invalid JSON: nested too deeply")
                         continue
                     if type(obj) is not dict:
                         self._bad(lineno, f"line is {_describe(obj)}, not a JSON object")

@@ -323,7 +323,15 @@ def _resolve_source(
         _fill_tiktoken_facts(src, ranks)
         return src, _Loaded(ranks=ranks)
 
-    # Not a local path: a hub id.
+    # Not a local path. Something that looks like one is a typo, not a hub id
+    # (hub ids are "name" or "org/name"); say so instead of going online.
+    if (
+        spec.startswith(("/", ".", "~"))
+        or spec.count("/") > 1
+        or spec.endswith((".json", ".tiktoken", ".model"))
+        or os.sep != "/" and os.sep in spec
+    ):
+        raise TokenizerError(f"{spec}: no such tokenizer file or folder")
     import tokenizers
 
     try:

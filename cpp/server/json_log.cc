@@ -1,0 +1,71 @@
+#include "json_log.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+
+namespace ngram::server {
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+LogLine::LogLine(const char* level, const char* event) {
+  const auto now = std::chrono::system_clock::now();
+  const double ts = std::chrono::duration<double>(now.time_since_epoch()).count();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6f", ts);
+  line_ = std::string("{\"ts\":") + buf + ",\"level\":" + json_quote(level) + ",\"event\":" + json_quote(event);
+}
+
+LogLine& LogLine::kv(const char* key, const std::string& value) {
+  line_ += "," + json_quote(key) + ":" + json_quote(value);
+  return *this;
+}
+LogLine& LogLine::kv(const char* key, int64_t value) {
+  line_ += "," + json_quote(key) + ":" + std::to_string(value);
+  return *this;
+}
+LogLine& LogLine::kv(const char* key, uint64_t value) {
+  line_ += "," + json_quote(key) + ":" + std::to_string(value);
+  return *this;
+}
+LogLine& LogLine::kv(const char* key, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", value);
+  line_ += "," + json_quote(key) + ":" + buf;
+  return *this;
+}
+LogLine& LogLine::kv(const char* key, bool value) {
+  line_ += "," + json_quote(key) + ":" + (value ? "true" : "false");
+  return *this;
+}
+
+void LogLine::emit() {
+  static std::mutex mu;
+  line_ += "}\n";
+  std::lock_guard<std::mutex> lock(mu);
+  std::fwrite(line_.data(), 1, line_.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace ngram::server

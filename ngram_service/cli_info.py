@@ -1,0 +1,58 @@
+"""`ngram-info`: what a trie file holds, and whether it is intact."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ngram_service.index import NgramIndex, TrieFormatError
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--verify", is_flag=True, help="Check every section's CRC-32C (reads the whole file).")
+@click.option("--sections", is_flag=True, help="Also list the section table.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
+    """Print a trie file's header and metadata: order, vocabulary, EOS,
+    tokenizer fingerprint, corpus manifest, build parameters, n-grams per
+    order and bytes per n-gram. Exit status 1 if the file is refused."""
+    try:
+        idx = NgramIndex.open(path, verify=verify)
+    except (TrieFormatError, OSError) as e:
+        click.echo(f"ngram-info: {e}", err=True)
+        sys.exit(1)
+    info = idx.info()
+    info["bytes_per_ngram"] = round(info["file_bytes"] / max(info["ngrams_total"], 1), 3)
+    if verify:
+        info["checksums"] = "ok"
+    if sections:
+        info["sections"] = idx.sections()
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    corpus = info.get("corpus") or {}
+    tok = info.get("tokenizer") or {}
+    lines = [
+        f"file        {info['path']} ({info['file_bytes']:,} bytes)",
+        f"name        {info.get('name')}",
+        f"order       {info['order']}",
+        f"vocabulary  {info['vocab_size']:,} (EOS {info['eos_id']})",
+        f"tokenizer   {tok.get('name')} sha256:{tok.get('fingerprint')}",
+        f"corpus      {corpus.get('documents', 0):,} documents, {info['tokens']:,} tokens, "
+        f"{len(corpus.get('shards', []))} shard(s)",
+        f"n-grams     {', '.join(f'{k + 1}: {n:,}' for k, n in enumerate(info['ngrams']))} "
+        f"(total {info['ngrams_total']:,}; {info['bytes_per_ngram']} bytes each)",
+        f"build       {json.dumps(info.get('build'), sort_keys=True)}",
+    ]
+    if verify:
+        lines.append("checksums   ok")
+    for s in info.get("sections", []):
+        lines.append(f"  {s['kind']:<14} level {s['level']}  offset {s['offset']:>12,}  {s['length']:>12,} bytes  "
+                     f"{s['count']:>12,} x {s['width']:>2} bits  crc {s['crc32c']:08x}")
+    click.echo("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
