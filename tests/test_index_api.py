@@ -1,0 +1,118 @@
+"""NgramIndex: counts, top-k, validation errors, DART trie conversion."""
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
+from ngram_service import NgramIndex, TrieFormatError
+
+from conftest import GOLDEN
+
+
+@pytest.fixture()
+def tiny(tmp_path: Path) -> NgramIndex:
+    """Documents [0 1 2 1 2 4] and [1 2 3 4] (4 = EOS), N = 3, vocab 6."""
+    docs = [[0, 1, 2, 1, 2, 4], [1, 2, 3, 4]]
+    from collections import Counter
+
+    levels = []
+    for k in (1, 2, 3):
+        c = Counter(tuple(d[i:i + k]) for d in docs for i in range(len(d) - k + 1))
+        grams = np.array(sorted(c), dtype=np.int64).reshape(-1, k)
+        levels.append((grams, np.array([c[tuple(g)] for g in grams.tolist()], dtype=np.uint64)))
+    path = tmp_path / "tiny.ngt"
+    write_trie(path, order=3, vocab_size=6, eos_id=4, meta={"name": "tiny"}, plans=plans_from_ngrams(levels),
+               chunks=levels_from_ngrams(levels))
+    return NgramIndex.open(path, verify=True)
+
+
+def test_counts_and_probs(tiny: NgramIndex) -> None:
+    assert tiny.count([1, 2]) == 3 and tiny.count([2]) == 3 and tiny.count([5]) == 0 and tiny.count([1, 2, 4]) == 1
+    p, m = tiny.conditional_probs([[1, 2], [0, 5], [9 % 6, 3]], [[1, 3, 4], [1, 2, 0], [4, 0, 1]])
+    # context [1 2]: count 3; [1 2 1] 1, [1 2 3] 1, [1 2 4] 1
+    assert m[0].tolist() == [2, 2, 2] and np.allclose(p[0], 1 / 3)
+    # context [0 5]: [0 5] absent, [5] absent -> nothing
+    assert m[1].tolist() == [0, 0, 0]
+    # context [3 3]: [3 3] absent, [3] -> 4 only
+    assert m[2].tolist() == [1, 0, 0] and p[2, 0] == 1.0
+    assert tiny.info()["ngrams"] == [5, 6, 6]
+
+
+def test_topk(tiny: NgramIndex) -> None:
+    t = tiny.topk([1, 2], 2)
+    assert t.matched == 2 and t.tokens.tolist() == [1, 3] and t.counts.tolist() == [1, 1]
+    t = tiny.topk([5, 2], 5)  # [5 2] absent: backs off to [2]
+    assert t.matched == 1 and t.tokens.tolist() == [1, 3, 4] and np.allclose(t.probs, 1 / 3)
+    t = tiny.topk([5], 2)  # no continuation at all: unigrams
+    assert t.matched == 0 and t.tokens.tolist() == [1, 2] and t.probs[0] == pytest.approx(3 / 10)
+    assert tiny.topk([1], 0).tokens.size == 0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda i: i.conditional_probs([[1, 6]], [[1]]), r"contexts\[1\] = 6 is not a token id"),
+    (lambda i: i.conditional_probs([[1, 2]], [[-1]]), r"candidates\[0\] = -1"),
+    (lambda i: i.conditional_probs([[1, 2]], [[1], [2]]), "batch sizes must match"),
+    (lambda i: i.conditional_probs([1, 2], [[1]]), "2-D"),
+    (lambda i: i.conditional_probs(np.zeros((1, 0), int), [[1]]), "at least one context token"),
+    (lambda i: i.conditional_probs([[1.5, 2]], [[1]]), "must be integers"),
+    (lambda i: i.count([1, 2, 3, 4]), "must be 1..3"),
+    (lambda i: i.count([]), "must be 1..3"),
+    (lambda i: i.count([2**40]), "not a token id"),
+    (lambda i: i.topk([1], -1), "k must be"),
+    (lambda i: i.topk([7], 1), "not a token id"),
+    (lambda i: NgramIndex.open(i.info()["path"], mode="disk"), "mode must be"),
+])
+def test_invalid_input_is_a_value_error(tiny: NgramIndex, call, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call(tiny)
+
+
+def test_dart_trie_conversion_matches_dart_answers(tmp_path: Path) -> None:
+    src = GOLDEN / "dart-sample.trie"
+    if not src.exists():
+        pytest.skip("../shared/golden is not present")
+    out = tmp_path / "dart.ngt"
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", "--from-dart-trie", str(src), "--out", str(out),
+                        "--vocab-size", "151669", "--eos", "151643"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    g = np.load(GOLDEN / "dart-sample-queries.npz")
+    idx = NgramIndex.open(out, verify=True)
+    probs, matched = idx.conditional_probs(g["contexts"], g["candidates"])
+    assert np.array_equal(matched, g["matched"])
+    assert np.array_equal(probs.view(np.uint32), g["probs"].view(np.uint32))
+    assert idx.info()["ngrams_total"] == 557_191
+
+
+def write_dart(path: Path, nodes: list[tuple[int, int, int, list[tuple[int, int]]]], order: int = 2) -> None:
+    out = struct.pack("<QQ", order, len(nodes))
+    for token, parent, freq, children in nodes:
+        out += struct.pack("<iQiQ", token, parent, freq, len(children))
+        for t, c in children:
+            out += struct.pack("<iQ", t, c)
+    path.write_bytes(out)
+
+
+def test_dart_trie_errors(tmp_path: Path) -> None:
+    from indexer.dart_convert import convert_dart_trie
+
+    good = [(-1, 0, 0, [(7, 1), (3, 2)]), (7, 0, 2, [(3, 3)]), (3, 0, 1, []), (3, 1, 1, [])]
+    src = tmp_path / "ok.trie"
+    write_dart(src, good)
+    convert_dart_trie(src, tmp_path / "ok.ngt")
+    idx = NgramIndex.open(tmp_path / "ok.ngt")
+    assert idx.count([7, 3]) == 1 and idx.count([7]) == 2 and idx.vocab_size == 8
+    data = src.read_bytes()
+    (tmp_path / "cut.trie").write_bytes(data[:-5])
+    with pytest.raises(TrieFormatError, match=r"truncated DART trie at byte \d+ \(reading child id of node 3|truncated"):
+        convert_dart_trie(tmp_path / "cut.trie", tmp_path / "x.ngt")
+    bad = [(-1, 0, 0, [(7, 1)]), (7, 5, 2, [])]
+    write_dart(tmp_path / "bad.trie", bad)
+    with pytest.raises(TrieFormatError, match="node 1 has parent 5"):
+        convert_dart_trie(tmp_path / "bad.trie", tmp_path / "x.ngt")
+    assert not (tmp_path / "x.ngt").exists()

@@ -1,0 +1,100 @@
+"""The trie file: refusal of truncated, corrupted and foreign files; never a crash."""
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ngram_service import NgramIndex, TrieFormatError
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def test_opens_in_both_modes_with_same_answers(sample_trie: Path) -> None:
+    a, b = NgramIndex.open(sample_trie), NgramIndex.open(sample_trie, mode="ram", verify=True)
+    ctx = np.array([[1, 2], [5, 6], [100, 7]])
+    cand = np.arange(30).reshape(3, 10)
+    assert np.array_equal(a.conditional_probs(ctx, cand)[0], b.conditional_probs(ctx, cand)[0])
+    assert a.info()["mapped"] and not b.info()["mapped"]
+
+
+@pytest.mark.parametrize("cut", [0, 10, 63, 64, 200, -1, -100])
+def test_truncated_file_is_refused(sample_trie: Path, tmp_path: Path, cut: int) -> None:
+    data = sample_trie.read_bytes()
+    bad = tmp_path / "cut.ngt"
+    bad.write_bytes(data[:cut] if cut >= 0 else data[:len(data) + cut])
+    with pytest.raises(TrieFormatError, match="cut.ngt"):
+        NgramIndex.open(bad)
+
+
+def test_corrupted_header_and_section_table_are_refused(sample_trie: Path, tmp_path: Path) -> None:
+    for offset in (0, 8, 12, 16, 40, 64, 64 + 48 + 8, 64 + 2 * 48 + 16):
+        bad = copy(sample_trie, tmp_path / f"h{offset}.ngt")
+        flip(bad, offset)
+        with pytest.raises(TrieFormatError):
+            NgramIndex.open(bad)
+
+
+def test_corrupted_section_is_caught_by_checksum(sample_trie: Path, tmp_path: Path) -> None:
+    idx = NgramIndex.open(sample_trie)
+    for s in idx.sections():
+        bad = copy(sample_trie, tmp_path / f"{s['kind']}{s['level']}.ngt")
+        flip(bad, s["offset"] + s["length"] // 2)
+        # Structural checks at open catch some corruptions; the checksum catches the rest.
+        with pytest.raises(TrieFormatError, match=f"{bad.name}: (level .*|section {s['kind']}.*checksum)"):
+            NgramIndex.open(bad, verify=True)
+        # Unverified, a corrupted file still never reads out of bounds: any query
+        # answers (perhaps wrongly) or raises, but the process survives.
+        try:
+            t = NgramIndex.open(bad)
+        except TrieFormatError:
+            continue
+        rng = np.random.default_rng(0)
+        t.conditional_probs(rng.integers(0, t.vocab_size, (500, 2)), rng.integers(0, t.vocab_size, (500, 8)))
+        t.topk([1, 2], 5)
+    r = subprocess.run([sys.executable, "-m", "ngram_service.cli_info", str(bad), "--verify"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "checksum" in r.stderr
+
+
+def test_foreign_and_missing_files(tmp_path: Path) -> None:
+    foreign = tmp_path / "x.ngt"
+    foreign.write_bytes(b"PK\x03\x04" + b"\0" * 200)
+    with pytest.raises(TrieFormatError, match="bad magic"):
+        NgramIndex.open(foreign)
+    with pytest.raises((TrieFormatError, OSError)):
+        NgramIndex.open(tmp_path / "missing.ngt")
+    zst = tmp_path / "broken.ngt.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x01" * 50)
+    with pytest.raises(TrieFormatError):
+        NgramIndex.open(zst)
+
+
+def test_header_fields(sample_trie: Path) -> None:
+    head = sample_trie.read_bytes()[:64]
+    magic, version, order, vocab, eos = struct.unpack_from("<8sIIQq", head)
+    assert magic == b"NGTRIE\r\n" and version == 1 and order == 3 and vocab == 4096 and eos == 0
+
+
+def test_ngram_info_cli(sample_trie: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "ngram_service.cli_info", str(sample_trie), "--verify", "--json",
+                        "--sections"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    info = json.loads(r.stdout)
+    assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == 1 + 3 * 2 + 2 + 2
