@@ -357,15 +357,17 @@ class ShardReader:
             raise ShardError(self.path, line, message)
         self.stats._record_skip(str(ShardError(self.path, line, message)))
 
+    def _open(self) -> BinaryIO:
+        try:
+            return open(self.path, "rb")
+        except OSError as e:
+            raise ShardError(self.path, None, f"cannot open ({e.strerror or e})") from e
+
     def _jsonl_texts(self) -> Iterator[str]:
         chunk_source = {"jsonl": _plain_chunks, "jsonl.gz": _gzip_chunks, "jsonl.zst": _zstd_chunks}[self.format]
         field_name = self.text_field
-        try:
-            f = open(self.path, "rb")
-        except OSError as e:
-            raise ShardError(self.path, None, f"cannot open ({e.strerror or e})") from e
         lineno = 0
-        with f:
+        with self._open() as f:
             try:
                 for raw in _split_lines(chunk_source(f)):
                     lineno += 1

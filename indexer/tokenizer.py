@@ -39,11 +39,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["Tokenizer", "TokenizerError", "load_tokenizer", "TRICKY_TEXTS"]
+__all__ = ["TRICKY_TEXTS", "Tokenizer", "TokenizerError", "load_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
 Backend = Literal["auto", "hf", "tiktoken"]
+NormalForm = Literal["NFC", "NFD", "NFKC", "NFKD"]
 
 # Looked up, in this order, when neither `eos` nor a tokenizer_config.json
 # names the end-of-document token.
@@ -59,7 +60,7 @@ _R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++
 _CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
-_O200K_PATTERN = "|".join(
+_O200K_PATTERN = "|".join(  # noqa: FLY002 (one alternative a line reads better)
     [
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
@@ -114,6 +115,7 @@ TRICKY_TEXTS: tuple[str, ...] = (
     '{"key": [1, 2.5, null, true], "nested": {"a": "b\\n"}}',
     "https://example.com/path?q=1&r=two#frag user@example.org",
     "中文字符测试，标点。日本語のテキスト、カタカナ。한국어 텍스트입니다.",
+    "façade naïve café résumé Ünïcödé Straße Ørsted Łódź İstanbul",
     "Привет, мир! Γειά σου Κόσμε! مرحبا بالعالم שלום עולם नमस्ते दुनिया สวัสดีชาวโลก",
     "emoji 😀👍🏽 👨‍👩‍👧‍👦 🇺🇸🇯🇵 ❤️ ✈︎ 🏳️‍🌈",
     "e\u0301 A\u030a \u2126 \u212b \ufb01 \u1100\u1161\u11a8 a\u0300\u0301 \u1e9b\u0323 ǅ ǈ",
@@ -354,7 +356,7 @@ def _hub_config_eos(repo_id: str) -> str | None:
         from huggingface_hub import hf_hub_download
 
         return _eos_from_config(Path(hf_hub_download(repo_id, "tokenizer_config.json")))
-    except Exception:  # no huggingface_hub, no network, no such file
+    except Exception:  # noqa: BLE001 (no huggingface_hub, no network, no such file: all mean "unknown")
         return None
 
 
@@ -419,7 +421,7 @@ class _TiktokenPlan:
     pattern: str
     ranks: dict[bytes, int]
     special_tokens: dict[str, int]  # for decoding only; never matched in text
-    normal_forms: tuple[str, ...] = ()  # unicodedata forms applied in order
+    normal_forms: tuple[NormalForm, ...] = ()  # unicodedata forms applied in order
     # Non-special added tokens HF still cuts out of the text: matched on the
     # raw text (normalized=false) or on the normalized text (normalized=true).
     raw_added: dict[str, int] = field(default_factory=dict)
@@ -448,6 +450,7 @@ class _TiktokenBackend:
         self.added = {**plan.raw_added, **plan.normalized_added}
         self.threads = threads
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self._nothing: frozenset[str] = frozenset()
 
     def _normalize(self, text: str) -> str:
@@ -495,8 +498,10 @@ class _TiktokenBackend:
         if self.threads == 1 or len(texts) < 2:
             return [self.encode_one(t) for t in texts]
         # tiktoken releases the GIL while encoding, so threads scale.
-        if self._pool is None:
+        if self._pool is None or self._pool_pid != os.getpid():
+            # (A forked child inherits the pool object but not its threads.)
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="tiktoken")
+            self._pool_pid = os.getpid()
         return list(self._pool.map(self.encode_one, texts, chunksize=16))
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -547,7 +552,7 @@ def _hf_tiktoken_plan(cfg: dict[str, Any]) -> tuple[_TiktokenPlan | None, str]:
     # Normalizer -> unicodedata forms.
     norm = cfg.get("normalizer")
     norms = [] if norm is None else norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]
-    forms = []
+    forms: list[NormalForm] = []
     for n in norms:
         if n.get("type") not in ("NFC", "NFD", "NFKC", "NFKD"):
             return None, f"normalizer {n.get('type')!r} is not a Unicode normal form"
@@ -657,7 +662,7 @@ class Tokenizer:
 
     def _backend(self) -> _HFBackend | _TiktokenBackend:
         if self._impl is None:
-            self._impl = _build_backend(self._source, self.backend, self.threads)
+            self._impl = _cached_backend(self._source, self.backend, self.threads)
         return self._impl
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -700,6 +705,32 @@ class Tokenizer:
         return _mismatches(hf, tt, texts)
 
 
+# Backends built in this process. A pool worker receives the tokenizer
+# pickled inside every task; this makes it build the backend once per
+# process, not once per shard. Keyed by the file digest, so an entry always
+# matches what the driver loaded.
+_BACKENDS: dict[tuple[Any, ...], _HFBackend | _TiktokenBackend] = {}
+_MAX_CACHED_BACKENDS = 4
+
+
+def _cache_key(source: _Source, backend: str, threads: int) -> tuple[Any, ...]:
+    return (source.digest, source.kind, backend, threads, source.pattern, tuple(sorted(source.special_tokens.items())))
+
+
+def _remember(source: _Source, backend: str, threads: int, impl: _HFBackend | _TiktokenBackend) -> None:
+    if len(_BACKENDS) >= _MAX_CACHED_BACKENDS:
+        _BACKENDS.pop(next(iter(_BACKENDS)))
+    _BACKENDS[_cache_key(source, backend, threads)] = impl
+
+
+def _cached_backend(source: _Source, backend: str, threads: int) -> _HFBackend | _TiktokenBackend:
+    impl = _BACKENDS.get(_cache_key(source, backend, threads))
+    if impl is None:
+        impl = _build_backend(source, backend, threads)
+        _remember(source, backend, threads, impl)
+    return impl
+
+
 def _build_backend(
     source: _Source, backend: str, threads: int, loaded: _Loaded | None = None
 ) -> _HFBackend | _TiktokenBackend:
@@ -739,7 +770,11 @@ def _resolve_eos(source: _Source, loaded: _Loaded, eos: int | str | None) -> int
 
     if source.kind == "hf":
         assert loaded.cfg is not None
-        lookup = _hf_token_ids(loaded.cfg).get
+        hf_ids = _hf_token_ids(loaded.cfg)
+
+        def lookup(tok: str) -> int | None:
+            return hf_ids.get(tok)
+
     else:
         assert loaded.ranks is not None
         ranks = loaded.ranks
@@ -795,54 +830,52 @@ def load_tokenizer(
         raise ValueError("threads must be >= 1")
     source, loaded = _resolve_source(os.fspath(spec), pattern, special_tokens)
     eos_id = _resolve_eos(source, loaded, eos)
+    chosen, impl = _choose_backend(source, loaded, backend, threads, sample_texts or ())
+    tok = Tokenizer(source, chosen, eos_id, threads)
+    tok._impl = impl
+    _remember(source, chosen, threads, impl)
+    return tok
 
+
+def _choose_backend(
+    source: _Source, loaded: _Loaded, backend: Backend, threads: int, sample_texts: Sequence[str]
+) -> tuple[str, _HFBackend | _TiktokenBackend]:
     if source.kind == "tiktoken":
         if backend == "hf":
             raise TokenizerError(f"{source.name}: a tiktoken rank file cannot use the 'hf' backend")
-        tok = Tokenizer(source, "tiktoken", eos_id, threads)
-        tok._impl = _build_backend(source, "tiktoken", threads, loaded)
-        return tok
+        return "tiktoken", _build_backend(source, "tiktoken", threads, loaded)
 
     text, cfg = loaded.json_text, loaded.cfg
     assert text is not None and cfg is not None
     if backend == "hf":
-        tok = Tokenizer(source, "hf", eos_id, threads)
-        tok._impl = _HFBackend(text, threads)
-        return tok
+        return "hf", _HFBackend(text, threads)
     plan, reason = _hf_tiktoken_plan(cfg)
     if plan is None:
         if backend == "tiktoken":
             raise TokenizerError(f"{source.name}: cannot use the tiktoken backend: {reason}")
         logger.info("%s: using the hf backend: %s", source.name, reason)
-        tok = Tokenizer(source, "hf", eos_id, threads)
-        tok._impl = _HFBackend(text, threads)
-        return tok
+        return "hf", _HFBackend(text, threads)
     try:
         tt = _TiktokenBackend(plan, threads, source.name)
-    except Exception as e:  # e.g. the split regex does not compile in fancy-regex
+    except Exception as e:
         if backend == "tiktoken":
             raise TokenizerError(f"{source.name}: cannot build the tiktoken backend: {e}") from e
         logger.warning("%s: using the hf backend: tiktoken rejected the conversion (%s)", source.name, e)
-        tok = Tokenizer(source, "hf", eos_id, threads)
-        tok._impl = _HFBackend(text, threads)
-        return tok
-    if backend == "auto":
-        hf = _HFBackend(text, threads)
-        texts = list(TRICKY_TEXTS) + list(sample_texts or ())
-        bad = _mismatches(hf, tt, texts)
-        if bad:
-            sample = texts[bad[0]]
-            logger.warning(
-                "%s: using the hf backend: tiktoken ids differ from HF on %d of %d check texts (first: %r)",
-                source.name,
-                len(bad),
-                len(texts),
-                sample[:80],
-            )
-            tok = Tokenizer(source, "hf", eos_id, threads)
-            tok._impl = hf
-            return tok
-        logger.info("%s: tiktoken backend matches HF on %d check texts", source.name, len(texts))
-    tok = Tokenizer(source, "tiktoken", eos_id, threads)
-    tok._impl = tt
-    return tok
+        return "hf", _HFBackend(text, threads)
+    if backend == "tiktoken":
+        return "tiktoken", tt
+
+    hf = _HFBackend(text, threads)
+    texts = [*TRICKY_TEXTS, *sample_texts]
+    bad = _mismatches(hf, tt, texts)
+    if bad:
+        logger.warning(
+            "%s: using the hf backend: tiktoken ids differ from HF on %d of %d check texts (first: %r)",
+            source.name,
+            len(bad),
+            len(texts),
+            texts[bad[0]][:80],
+        )
+        return "hf", hf
+    logger.info("%s: tiktoken backend matches HF on %d check texts", source.name, len(texts))
+    return "tiktoken", tt

@@ -55,7 +55,10 @@ class NgramIndex:
 
     def __init__(self, engine: "_engine.Trie") -> None:
         self._t = engine
-        self._meta: dict[str, Any] = json.loads(engine.meta_json.decode("utf-8"))
+        try:
+            self._meta: dict[str, Any] = json.loads(engine.meta_json.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TrieFormatError(f"{engine.path}: section meta: not valid UTF-8 JSON ({e})") from e
 
     @classmethod
     def open(cls, path: str | Path, mode: str = "mmap", verify: bool = False) -> "NgramIndex":

@@ -43,21 +43,22 @@ void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t 
   std::fill(p, p + k, 0.0f);
   std::fill(m, m + k, 0);
   const uint32_t max_len = std::min<uint32_t>(t.order() - 1, ctx_len);
+  if (max_len == 0 || k == 0) return;
   const int32_t* ctx = context + ctx_len - max_len;
   uint32_t left = k;
   for (uint32_t len = max_len; len >= 1 && left > 0; --len) {
     uint64_t node;
     if (!t.find(ctx + (max_len - len), len, &node)) continue;
-    const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
     uint64_t lo, hi;
     t.children(len, node, &lo, &hi);
     if (lo == hi) continue;
+    const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
     const Level& next = t.level(len + 1);
     for (uint32_t j = 0; j < k; ++j) {
       if (m[j] != 0) continue;
       const uint64_t tok = static_cast<uint32_t>(w[j]);
-      const uint64_t pos = next.tokens.lower_bound(lo, hi, tok);
-      if (pos != hi && next.tokens[pos] == tok) {
+      const uint64_t pos = next.lower_bound(lo, hi, tok);
+      if (pos < hi && next.tokens[pos] == tok) {
         p[j] = static_cast<float>(next.count(pos)) * inv;
         m[j] = static_cast<int32_t>(len);
         --left;

@@ -32,7 +32,11 @@ enum class SectionKind : uint32_t {
   kTokens = 4,       // packed: per entry (levels >= 2), its last token
   kChildOffsets = 5, // packed, count = entries + 1: children of entry i are
                      // entries [off[i], off[i+1]) of the next level
+  kTokenSamples = 6, // u32 (packed, width 32): tokens[i * kSampleEvery], so a
+                     // search in a long run of children touches few cache lines
 };
+
+constexpr uint64_t kSampleEvery = 16;
 
 // 48 bytes per section, right after the header.
 struct SectionEntry {

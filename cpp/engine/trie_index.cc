@@ -22,6 +22,7 @@ std::string kind_name(uint32_t kind) {
     case SectionKind::kCountRanks: return "count_ranks";
     case SectionKind::kTokens: return "tokens";
     case SectionKind::kChildOffsets: return "child_offsets";
+    case SectionKind::kTokenSamples: return "token_samples";
   }
   return "kind " + std::to_string(kind);
 }
@@ -132,7 +133,7 @@ void TrieIndex::parse() {
 
   const uint32_t n = header_.order;
   levels_.assign(n, Level{});
-  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n);
+  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n), samples(n);
   const SectionEntry* meta = nullptr;
   for (const SectionEntry& s : sections_) {
     const std::string what = p + ": section " + section_name(s);
@@ -151,6 +152,7 @@ void TrieIndex::parse() {
       case SectionKind::kCountRanks: slot = &ranks[s.level - 1]; break;
       case SectionKind::kTokens: slot = &tokens[s.level - 1]; break;
       case SectionKind::kChildOffsets: slot = &childs[s.level - 1]; break;
+      case SectionKind::kTokenSamples: slot = &samples[s.level - 1]; break;
       default: throw FormatError(what + ": unknown section kind");
     }
     if (*slot) throw FormatError(what + ": duplicated");
@@ -169,7 +171,8 @@ void TrieIndex::parse() {
 
   for (uint32_t k = 1; k <= n; ++k) {
     const std::string what = p + ": level " + std::to_string(k);
-    const SectionEntry *v = values[k - 1], *r = ranks[k - 1], *t = tokens[k - 1], *c = childs[k - 1];
+    const SectionEntry *v = values[k - 1], *r = ranks[k - 1], *t = tokens[k - 1], *c = childs[k - 1],
+                       *sm = samples[k - 1];
     if (!v || !r) throw FormatError(what + ": count sections missing");
     if ((k >= 2) != (t != nullptr)) throw FormatError(what + ": token section missing or unexpected");
     if ((k < n) != (c != nullptr)) throw FormatError(what + ": child offsets missing or unexpected");
@@ -179,6 +182,9 @@ void TrieIndex::parse() {
     if (t && t->count != L.size) throw FormatError(what + ": token and count sections differ in size");
     if (c && c->count != L.size + 1) throw FormatError(what + ": child offsets differ in size");
     if (t && t->width > 32) throw FormatError(what + ": token width over 32 bits");
+    if ((t != nullptr) != (sm != nullptr)) throw FormatError(what + ": token samples missing or unexpected");
+    if (sm && (sm->width != 32 || sm->count != (L.size + kSampleEvery - 1) / kSampleEvery))
+      throw FormatError(what + ": token samples differ in size");
     if (v->count == 0 && L.size > 0) throw FormatError(what + ": empty count table");
     L.count_values = reinterpret_cast<const uint64_t*>(base_ + v->offset);
     L.count_value_count = v->count;
@@ -186,6 +192,10 @@ void TrieIndex::parse() {
       if (L.count_values[i] <= L.count_values[i - 1]) throw FormatError(what + ": count table not ascending");
     L.count_ranks = PackedView(base_ + r->offset, r->count, r->width);
     if (t) L.tokens = PackedView(base_ + t->offset, t->count, t->width);
+    if (sm) {
+      L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);
+      L.sample_count = sm->count;
+    }
     if (c) L.child_offsets = PackedView(base_ + c->offset, c->count, c->width);
   }
   for (uint32_t k = 1; k < n; ++k) {
@@ -223,10 +233,10 @@ bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
   for (uint32_t k = 1; k < len; ++k) {
     uint64_t lo, hi;
     children(k, idx, &lo, &hi);
-    const PackedView& tok = levels_[k].tokens;
+    const Level& next = levels_[k];
     const uint64_t w = static_cast<uint32_t>(toks[k]);
-    const uint64_t pos = tok.lower_bound(lo, hi, w);
-    if (pos == hi || tok[pos] != w) return false;
+    const uint64_t pos = next.lower_bound(lo, hi, w);
+    if (pos == hi || next.tokens[pos] != w) return false;
     idx = pos;
   }
   *index = idx;

@@ -2,6 +2,7 @@
 // lookups every query is made of. Opening checks the header, the section
 // table and every section's bounds, so that no later read leaves the file.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,10 +23,38 @@ struct Level {
   PackedView child_offsets; // levels < order: size + 1 entries
   const uint64_t* count_values = nullptr;
   uint64_t count_value_count = 0;
+  const uint32_t* token_samples = nullptr;  // levels >= 2: tokens[i * kSampleEvery]
+  uint64_t sample_count = 0;
 
   uint64_t count(uint64_t i) const {
     const uint64_t r = count_ranks[i];
     return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
+  }
+
+  // First index in [lo, hi) whose token is >= v; the range must be one run
+  // of children (sorted). Long runs first narrow the search to one block of
+  // kSampleEvery entries through the samples.
+  uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v) const {
+    if (hi - lo > 2 * kSampleEvery) {
+      uint64_t s_lo = (lo + kSampleEvery - 1) / kSampleEvery;  // samples inside the run
+      uint64_t s_hi = (hi - 1) / kSampleEvery + 1;
+      if (s_hi > sample_count) s_hi = sample_count;  // only in a corrupted file
+      // Last sample < v bounds the block from below; the next one from above.
+      uint64_t a = s_lo, n = s_hi > s_lo ? s_hi - s_lo : 0;
+      while (n > 0) {
+        const uint64_t half = n / 2;
+        if (token_samples[a + half] < v) {
+          a += half + 1;
+          n -= half + 1;
+        } else {
+          n = half;
+        }
+      }
+      // Samples [s_lo, a) are < v, [a, s_hi) are >= v.
+      if (a > s_lo) lo = (a - 1) * kSampleEvery + 1;
+      if (a < s_hi) hi = std::min(hi, a * kSampleEvery + 1);
+    }
+    return tokens.lower_bound(lo, hi, v);
   }
 };
 

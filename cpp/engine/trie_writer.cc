@@ -56,7 +56,7 @@ struct LevelStream {
   SectionStream* tokens = nullptr;
   SectionStream* ranks = nullptr;
   SectionStream* childs = nullptr;
-  std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, child_w;
+  std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, child_w, sample_w;
 };
 
 TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
@@ -78,7 +78,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
 
   // Lay out every section now: meta, then per level values, ranks, tokens, child offsets.
   uint32_t nsec = 1;
-  for (uint32_t k = 1; k <= order_; ++k) nsec += 2 + (k >= 2) + (k < order_);
+  for (uint32_t k = 1; k <= order_; ++k) nsec += 2 + 2 * (k >= 2) + (k < order_);
   uint64_t off = align_up(sizeof(FileHeader) + uint64_t{nsec} * sizeof(SectionEntry));
   auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width, uint64_t length) {
     auto s = std::make_unique<SectionStream>();
@@ -106,6 +106,9 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     if (k >= 2) {
       st->tokens = add(SectionKind::kTokens, k, spec.size, tok_width, packed_bytes(spec.size, tok_width));
       st->tok_w = std::make_unique<PackedWriter<WordSink>>(tok_width, WordSink{st->tokens});
+      const uint64_t n_samples = (spec.size + kSampleEvery - 1) / kSampleEvery;
+      SectionStream* samples = add(SectionKind::kTokenSamples, k, n_samples, 32, packed_bytes(n_samples, 32));
+      st->sample_w = std::make_unique<PackedWriter<WordSink>>(32, WordSink{samples});
     }
     if (k < order_) {
       const uint32_t w = bits_for(specs_[k].size);
@@ -116,6 +119,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     levels_.push_back(std::move(st));
   }
   file_size_ = off;
+  if (streams_.size() != nsec) throw InvalidArgument("internal error: section count");
 
   tmp_path_ = path_ + ".tmp-" + std::to_string(::getpid());
   fd_ = ::open(tmp_path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
@@ -149,6 +153,7 @@ void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uin
     if (L.tok_w) {
       if (tokens[i] < 0 || static_cast<uint64_t>(tokens[i]) >= vocab_size_)
         throw InvalidArgument(what + ": token " + std::to_string(tokens[i]) + " out of range");
+      if ((L.appended + i) % kSampleEvery == 0) L.sample_w->push(static_cast<uint64_t>(tokens[i]));
       L.tok_w->push(static_cast<uint64_t>(tokens[i]));
     }
     if (L.child_w) {
@@ -174,6 +179,7 @@ void TrieWriter::finish() {
                             std::to_string(k + 1) + " has " + std::to_string(specs_[k].size));
     L.rank_w->finish();
     if (L.tok_w) L.tok_w->finish();
+    if (L.sample_w) L.sample_w->finish();
     if (L.child_w) L.child_w->finish();
   }
   std::vector<SectionEntry> table;

@@ -27,6 +27,7 @@ const char* kind_str(uint32_t kind) {
     case SectionKind::kCountRanks: return "count_ranks";
     case SectionKind::kTokens: return "tokens";
     case SectionKind::kChildOffsets: return "child_offsets";
+    case SectionKind::kTokenSamples: return "token_samples";
   }
   return "unknown";
 }
