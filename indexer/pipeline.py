@@ -92,17 +92,30 @@ def work_dir(cfg: BuildConfig) -> Path:
     return Path(cfg.tmp_dir) if cfg.tmp_dir else out.with_name(out.name + ".build")
 
 
-def build(cfg: BuildConfig, executor: Executor | None = None, progress: Progress = _stderr) -> BuildReport:
+def _load_tokenizer_task(cfg: BuildConfig) -> Any:
     from indexer.tokenizer import load_tokenizer
 
+    return load_tokenizer(cfg.tokenizer, backend=cfg.tokenizer_backend, eos=cfg.eos)
+
+
+def build(cfg: BuildConfig, executor: Executor | None = None, progress: Progress = _stderr) -> BuildReport:
+    """Runs the whole build; with no executor, a LocalExecutor of cfg.workers processes."""
+    if executor is not None:
+        return _build(cfg, executor, progress)
+    with LocalExecutor(cfg.workers) as local:
+        return _build(cfg, local, progress)
+
+
+def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildReport:
     t_start = time.perf_counter()
     if cfg.order < 1 or cfg.order > 16:
         raise BuildError(f"--order must be in 1..16, got {cfg.order}")
     if cfg.min_count < 1:
         raise BuildError(f"--min-count must be >= 1, got {cfg.min_count}")
-    executor = executor or LocalExecutor(cfg.workers)
     shards = expand_inputs(cfg.inputs)
-    tok = load_tokenizer(cfg.tokenizer, backend=cfg.tokenizer_backend, eos=cfg.eos)
+    # Loaded (and checked for the fastest exact backend) in a worker: the
+    # driver keeps only the picklable facts, not the vocabulary.
+    tok = next(iter(executor.map_unordered(_load_tokenizer_task, [cfg])))
     progress(
         f"ngram-build: {len(shards)} shard(s), order {cfg.order}, tokenizer {tok.name} "
         f"({tok.backend}, vocab {tok.vocab_size}, eos {tok.eos_id}), {executor.workers} worker(s)"
@@ -193,10 +206,8 @@ def build(cfg: BuildConfig, executor: Executor | None = None, progress: Progress
         plain.unlink()
     if not cfg.keep_tmp:
         shutil.rmtree(work, ignore_errors=True)
-        try:
-            work.parent.rmdir()
-        except OSError:
-            pass
+        if not cfg.tmp_dir:  # OUT.build is ours; a --tmp-dir is the user's
+            shutil.rmtree(work.parent, ignore_errors=True)
     seconds = time.perf_counter() - t_start
     report = BuildReport(
         out=str(out),

@@ -1,0 +1,188 @@
+"""Core benchmark (issue: trie file, engine, ngram-build): one run, a table, JSON.
+
+    python bench/bench_core.py [--corpus DIR] [--tokenizer FILE] [--kernel DIR]
+
+Measures on the shared corpus (N = 3): build throughput end to end and of the
+tokenizer alone, peak RSS of the whole build (all processes), bytes per
+stored n-gram in the file and in RAM, open-to-first-answer time, and
+conditional_probs with 25 candidates (median us per query in a batch of
+20,000, one thread). With --kernel DIR (shards from make-kernel-corpus) it
+also builds that corpus with --memory-limit 2GB.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def run_build(args: list[str]) -> dict:
+    """Runs ngram-build in a subprocess, sampling the RSS of its whole process tree."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "indexer.cli", *args, "-q"], stderr=subprocess.PIPE, text=True)
+    proc = psutil.Process(p.pid)
+    peak = 0
+    while p.poll() is None:
+        try:
+            procs = [proc] + proc.children(recursive=True)
+            peak = max(peak, sum(q.memory_info().rss for q in procs if q.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    seconds = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"build failed: {p.stderr.read()}")
+    return {"seconds": seconds, "peak_rss_bytes": peak}
+
+
+def tokenizer_alone(corpus: Path, tokenizer: str) -> dict:
+    from indexer.shards import ShardReader, expand_inputs
+    from indexer.tokenizer import load_tokenizer
+
+    texts = [t for s in expand_inputs([str(corpus)]) for batch in ShardReader(s) for t in batch]
+    out = {}
+    for backend in ("tiktoken", "hf"):
+        for threads in (1, 2):
+            tok = load_tokenizer(tokenizer, backend=backend, threads=threads)
+            tok.encode_to_arrays(texts[:10])
+            t0 = time.perf_counter()
+            flat, _ = tok.encode_to_arrays(texts)
+            out[f"{backend}_{threads}t_tokens_per_s"] = flat.size / (time.perf_counter() - t0)
+    return out
+
+
+OPEN_SNIPPET = """
+import sys, time
+t0 = time.perf_counter()
+from ngram_service import NgramIndex
+t1 = time.perf_counter()
+idx = NgramIndex.open(sys.argv[1], mode=sys.argv[2])
+p, m = idx.conditional_probs([[100, 200]], [[300, 400]])
+t2 = time.perf_counter()
+import psutil
+print(t2 - t1, psutil.Process().memory_info().rss)
+"""
+
+BASE_SNIPPET = """
+import time, psutil
+from ngram_service import NgramIndex
+print(0.0, psutil.Process().memory_info().rss)
+"""
+
+
+def open_time(path: Path, mode: str = "mmap", reps: int = 5) -> tuple[float, int]:
+    times, rss = [], []
+    for _ in range(reps):
+        r = subprocess.run([sys.executable, "-c", OPEN_SNIPPET, str(path), mode], capture_output=True, text=True,
+                           check=True)
+        t, m = r.stdout.split()
+        times.append(float(t))
+        rss.append(int(m))
+    base = int(subprocess.run([sys.executable, "-c", BASE_SNIPPET], capture_output=True, text=True,
+                              check=True).stdout.split()[1])
+    return statistics.median(times), statistics.median(rss) - base
+
+
+def query_speed(path: Path, golden: Path | None, batch: int = 20_000, reps: int = 9) -> dict:
+    from ngram_service import NgramIndex
+
+    idx = NgramIndex.open(path)
+    if golden and golden.exists():
+        g = np.load(golden)
+        reps_needed = -(-batch // len(g["contexts"]))
+        ctx = np.tile(g["contexts"], (reps_needed, 1))[:batch]
+        cand = np.tile(g["candidates"], (reps_needed, 1))[:batch]
+    else:
+        rng = np.random.default_rng(0)
+        ctx = rng.integers(0, idx.vocab_size, (batch, 2))
+        cand = rng.integers(0, idx.vocab_size, (batch, 25))
+    ctx, cand = np.ascontiguousarray(ctx, np.int64), np.ascontiguousarray(cand, np.int64)
+    idx.conditional_probs(ctx, cand)
+    per_query = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        idx.conditional_probs(ctx, cand)
+        per_query.append((time.perf_counter() - t0) / batch * 1e6)
+    return {"batch": batch, "candidates": int(cand.shape[1]), "median_us_per_query": statistics.median(per_query),
+            "min_us_per_query": min(per_query)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=SHARED / "data" / "corpus")
+    ap.add_argument("--tokenizer", default=str(SHARED / "data" / "qwen3-tokenizer.json"))
+    ap.add_argument("--kernel", type=Path, default=None, help="kernel corpus shards (make-kernel-corpus)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "core.json")
+    a = ap.parse_args()
+    if not a.corpus.is_dir():
+        sys.exit(f"{a.corpus}: corpus not found (pass --corpus)")
+    from ngram_service import NgramIndex
+
+    results: dict = {"machine": {"cpus": psutil.cpu_count(), "memory_bytes": psutil.virtual_memory().total}}
+    with tempfile.TemporaryDirectory() as tmp:
+        trie = Path(tmp) / "corpus3.ngt"
+        b = run_build([str(a.corpus), "--tokenizer", a.tokenizer, "-n", "3", "-j", "2", "--out", str(trie)])
+        info = NgramIndex.open(trie).info()
+        n = info["ngrams_total"]
+        tokens = info["corpus"]["tokens"]
+        results["build"] = {**b, "tokens": tokens, "tokens_per_s": tokens / b["seconds"], "ngrams": n,
+                            "ngrams_per_order": info["ngrams"], "file_bytes": info["file_bytes"]}
+        results["tokenizer_alone"] = tokenizer_alone(a.corpus, a.tokenizer)
+        t_map, rss_map = open_time(trie, "mmap")
+        t_ram, rss_ram = open_time(trie, "ram")
+        results["size"] = {"file_bytes_per_ngram": info["file_bytes"] / n, "ram_bytes_per_ngram": rss_ram / n,
+                           "ram_rss_delta_bytes": rss_ram}
+        results["open_to_first_answer_s"] = {"mmap": t_map, "ram": t_ram}
+        results["conditional_probs"] = query_speed(trie, SHARED / "golden" / "prob_sample.npz")
+        if a.kernel:
+            kt = Path(tmp) / "kernel3.ngt"
+            kb = run_build([str(a.kernel), "--tokenizer", a.tokenizer, "-n", "3", "-j", "2", "--memory-limit", "2GB",
+                            "--out", str(kt)])
+            ki = NgramIndex.open(kt).info()
+            results["kernel"] = {**kb, "tokens": ki["corpus"]["tokens"],
+                                 "tokens_per_s": ki["corpus"]["tokens"] / kb["seconds"],
+                                 "ngrams": ki["ngrams_total"], "file_bytes": ki["file_bytes"],
+                                 "bytes_per_ngram": ki["file_bytes"] / ki["ngrams_total"],
+                                 "open_to_first_answer_s": open_time(kt, "mmap")[0]}
+
+    rows = [
+        ("build: tokens", f"{results['build']['tokens']:,}"),
+        ("build: seconds (end to end, -j 2)", f"{results['build']['seconds']:.2f}"),
+        ("build: M tokens/s end to end", f"{results['build']['tokens_per_s'] / 1e6:.2f}"),
+        ("build: peak RSS, all processes (MB)", f"{results['build']['peak_rss_bytes'] / 1e6:.0f}"),
+        *[(f"tokenizer alone: {k.replace('_tokens_per_s', '')} (M tokens/s)", f"{v / 1e6:.2f}")
+          for k, v in results["tokenizer_alone"].items()],
+        ("n-grams (1..3)", f"{n:,}"),
+        ("file bytes per n-gram", f"{results['size']['file_bytes_per_ngram']:.2f}"),
+        ("RAM bytes per n-gram (mode=ram, RSS delta)", f"{results['size']['ram_bytes_per_ngram']:.2f}"),
+        ("open to first answer, mmap (ms)", f"{results['open_to_first_answer_s']['mmap'] * 1e3:.1f}"),
+        ("open to first answer, ram (ms)", f"{results['open_to_first_answer_s']['ram'] * 1e3:.1f}"),
+        ("conditional_probs K=25, batch 20k: median us/query", f"{results['conditional_probs']['median_us_per_query']:.3f}"),
+    ]
+    if "kernel" in results:
+        k = results["kernel"]
+        rows += [("kernel: tokens", f"{k['tokens']:,}"), ("kernel: M tokens/s", f"{k['tokens_per_s'] / 1e6:.2f}"),
+                 ("kernel: peak RSS (MB)", f"{k['peak_rss_bytes'] / 1e6:.0f}"), ("kernel: n-grams", f"{k['ngrams']:,}"),
+                 ("kernel: bytes per n-gram", f"{k['bytes_per_ngram']:.2f}"),
+                 ("kernel: open to first answer (ms)", f"{k['open_to_first_answer_s'] * 1e3:.1f}")]
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value:>14}")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
