@@ -43,19 +43,18 @@ class PackedView {
   }
 
   // First index in [lo, hi) whose value is >= v (hi if none). Values in the
-  // range must be sorted ascending.
+  // range must be sorted ascending. Branch-free halving: the comparisons of
+  // a binary search are unpredictable, and a mispredicted branch costs more
+  // than the whole probe.
   uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v) const {
-    uint64_t n = hi - lo;
-    while (n > 0) {
+    if (lo >= hi) return lo;
+    uint64_t base = lo, n = hi - lo;
+    while (n > 1) {
       const uint64_t half = n / 2;
-      if ((*this)[lo + half] < v) {
-        lo += half + 1;
-        n -= half + 1;
-      } else {
-        n = half;
-      }
+      base = (*this)[base + half] < v ? base + half : base;
+      n -= half;
     }
-    return lo;
+    return base + ((*this)[base] < v);
   }
 
  private:

@@ -39,16 +39,16 @@ struct Level {
       uint64_t s_lo = (lo + kSampleEvery - 1) / kSampleEvery;  // samples inside the run
       uint64_t s_hi = (hi - 1) / kSampleEvery + 1;
       if (s_hi > sample_count) s_hi = sample_count;  // only in a corrupted file
-      // Last sample < v bounds the block from below; the next one from above.
-      uint64_t a = s_lo, n = s_hi > s_lo ? s_hi - s_lo : 0;
-      while (n > 0) {
-        const uint64_t half = n / 2;
-        if (token_samples[a + half] < v) {
-          a += half + 1;
-          n -= half + 1;
-        } else {
-          n = half;
+      // a = number of samples in [s_lo, s_hi) that are < v (branch-free).
+      uint64_t a = s_lo;
+      if (s_hi > s_lo) {
+        uint64_t n = s_hi - s_lo;
+        while (n > 1) {
+          const uint64_t half = n / 2;
+          a = token_samples[a + half] < v ? a + half : a;
+          n -= half;
         }
+        a += token_samples[a] < v;
       }
       // Samples [s_lo, a) are < v, [a, s_hi) are >= v.
       if (a > s_lo) lo = (a - 1) * kSampleEvery + 1;
