@@ -1,5 +1,6 @@
 #include "server_config.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

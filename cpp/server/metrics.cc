@@ -1,0 +1,157 @@
+#include "metrics.h"
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <unistd.h>
+
+#include "index_registry.h"
+
+#ifdef NGRAM_WITH_PROMETHEUS
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#endif
+
+namespace ngram::server {
+
+namespace {
+
+class NoMetrics final : public Metrics {
+ public:
+  void observe(const std::string&, int, double) override {}
+  void in_flight(int) override {}
+  void rejected(const std::string&) override {}
+  void reloaded(const std::string&, bool) override {}
+  std::string endpoint() const override { return ""; }
+};
+
+#ifdef NGRAM_WITH_PROMETHEUS
+using namespace prometheus;
+
+const char* code_name(int code) {
+  static const char* names[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? names[code] : "UNKNOWN";
+}
+
+double resident_bytes() {
+  long pages_total = 0, pages_rss = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  if (std::fscanf(f, "%ld %ld", &pages_total, &pages_rss) != 2) pages_rss = 0;
+  std::fclose(f);
+  return static_cast<double>(pages_rss) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+// Index size and age and the process RSS, computed at scrape time.
+class ScrapeTimeGauges final : public Collectable {
+ public:
+  explicit ScrapeTimeGauges(const IndexRegistry& r) : registry_(r) {}
+  std::vector<MetricFamily> Collect() const override {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    MetricFamily bytes{"ngram_index_file_bytes", "Size of the index's trie file", MetricType::Gauge, {}};
+    MetricFamily age{"ngram_index_age_seconds", "Seconds since the index was (re)loaded", MetricType::Gauge, {}};
+    MetricFamily ngrams{"ngram_index_ngrams", "Distinct n-grams stored in the index", MetricType::Gauge, {}};
+    for (const std::string& name : registry_.names()) {
+      auto idx = registry_.get(name);
+      if (!idx) continue;
+      uint64_t total = 0;
+      for (uint32_t k = 1; k <= idx->trie->order(); ++k) total += idx->trie->ngram_count(k);
+      auto gauge = [&](MetricFamily& fam, double v) {
+        ClientMetric m;
+        m.label.push_back({"index", name});
+        m.gauge.value = v;
+        fam.metric.push_back(m);
+      };
+      gauge(bytes, static_cast<double>(idx->trie->file_size()));
+      gauge(age, now - idx->loaded_unix_seconds);
+      gauge(ngrams, static_cast<double>(total));
+    }
+    MetricFamily rss{"ngram_process_resident_bytes", "Resident set size of the server", MetricType::Gauge, {}};
+    ClientMetric m;
+    m.gauge.value = resident_bytes();
+    rss.metric.push_back(m);
+    return {bytes, age, ngrams, rss};
+  }
+
+ private:
+  const IndexRegistry& registry_;
+};
+
+class PrometheusMetrics final : public Metrics {
+ public:
+  PrometheusMetrics(const std::string& host, int port, const IndexRegistry& r)
+      : exposer_(host + ":" + std::to_string(port)),
+        registry_(std::make_shared<Registry>()),
+        gauges_(std::make_shared<ScrapeTimeGauges>(r)),
+        requests_(BuildCounter().Name("ngram_requests_total").Help("Calls finished, by method and status code")
+                      .Register(*registry_)),
+        rejected_(BuildCounter().Name("ngram_rejected_total")
+                      .Help("Calls refused at admission (RESOURCE_EXHAUSTED), by method").Register(*registry_)),
+        reloads_(BuildCounter().Name("ngram_reloads_total").Help("Index reloads, by index and result")
+                     .Register(*registry_)),
+        latency_(BuildHistogram().Name("ngram_request_seconds").Help("Call latency in the server, by method")
+                     .Register(*registry_)),
+        in_flight_(BuildGauge().Name("ngram_in_flight").Help("Calls being served").Register(*registry_)
+                       .Add({})) {
+    exposer_.RegisterCollectable(registry_);
+    exposer_.RegisterCollectable(gauges_);
+    const auto ports = exposer_.GetListeningPorts();
+    endpoint_ = host + ":" + std::to_string(ports.empty() ? port : ports.front());
+  }
+
+  void observe(const std::string& method, int code, double seconds) override {
+    requests_.Add({{"method", method}, {"code", code_name(code)}}).Increment();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = histograms_.find(method);
+    if (it == histograms_.end()) {
+      static const Histogram::BucketBoundaries b = {0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005,
+                                                    0.01,    0.02,   0.05,   0.1,    0.5,   1,     5};
+      it = histograms_.emplace(method, &latency_.Add({{"method", method}}, b)).first;
+    }
+    it->second->Observe(seconds);
+  }
+  void in_flight(int delta) override { in_flight_.Increment(delta); }
+  void rejected(const std::string& method) override { rejected_.Add({{"method", method}}).Increment(); }
+  void reloaded(const std::string& index, bool ok) override {
+    reloads_.Add({{"index", index}, {"result", ok ? "ok" : "error"}}).Increment();
+  }
+  std::string endpoint() const override { return endpoint_; }
+
+ private:
+  Exposer exposer_;
+  std::shared_ptr<Registry> registry_;
+  std::shared_ptr<ScrapeTimeGauges> gauges_;
+  Family<Counter>& requests_;
+  Family<Counter>& rejected_;
+  Family<Counter>& reloads_;
+  Family<Histogram>& latency_;
+  Gauge& in_flight_;
+  std::mutex mu_;
+  std::map<std::string, Histogram*> histograms_;
+  std::string endpoint_;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<Metrics> Metrics::create(const std::string& host, int port, const IndexRegistry& registry) {
+  if (port == 0) return std::make_unique<NoMetrics>();
+#ifdef NGRAM_WITH_PROMETHEUS
+  return std::make_unique<PrometheusMetrics>(host, port, registry);
+#else
+  (void)host;
+  (void)registry;
+  throw std::runtime_error("--metrics-port: this build has no prometheus-cpp");
+#endif
+}
+
+}  // namespace ngram::server

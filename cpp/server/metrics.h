@@ -1,0 +1,29 @@
+// Prometheus metrics: per method calls, errors by status code, latency
+// histograms; calls in flight; per index file size and age; process RSS.
+// Without prometheus-cpp at build time every method is a no-op.
+#pragma once
+#include <memory>
+#include <string>
+
+namespace ngram::server {
+
+class IndexRegistry;
+
+class Metrics {
+ public:
+  virtual ~Metrics() = default;
+  // One finished call of `method` with gRPC status code `code`.
+  virtual void observe(const std::string& method, int code, double seconds) = 0;
+  virtual void in_flight(int delta) = 0;
+  virtual void rejected(const std::string& method) = 0;  // RESOURCE_EXHAUSTED at admission
+  virtual void reloaded(const std::string& index, bool ok) = 0;
+  // The address it listens on ("" when metrics are off).
+  virtual std::string endpoint() const = 0;
+
+  // Serves /metrics on host:port; port 0 returns the no-op recorder.
+  // Throws std::runtime_error when the port cannot be bound or metrics
+  // were not compiled in.
+  static std::unique_ptr<Metrics> create(const std::string& host, int port, const IndexRegistry& registry);
+};
+
+}  // namespace ngram::server

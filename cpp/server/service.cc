@@ -1,0 +1,385 @@
+#include "service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <new>
+
+#include "errors.h"
+#include "json_log.h"
+#include "prune_tree.h"
+#include "queries.h"
+
+namespace ngram::server {
+
+using grpc::Status;
+using grpc::StatusCode;
+
+// ---- admission ---------------------------------------------------------------
+
+bool Admission::enter() {
+  if (in_flight_.fetch_add(1) >= max_inflight_) {
+    in_flight_.fetch_sub(1);
+    return false;
+  }
+  return true;
+}
+
+void Admission::leave() { in_flight_.fetch_sub(1); }
+
+Status Admission::acquire_worker(grpc::ServerContext* ctx) {
+  const auto deadline = ctx->deadline();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (free_workers_ == 0) {
+    // Short waits so that cancellation is noticed and a far-off (or absent)
+    // deadline never overflows the clock arithmetic.
+    cv_.wait_for(lock, std::chrono::milliseconds(20));
+    if (free_workers_ > 0) break;
+    if (ctx->IsCancelled()) return Status(StatusCode::CANCELLED, "call cancelled while queued");
+    if (std::chrono::system_clock::now() >= deadline)
+      return Status(StatusCode::DEADLINE_EXCEEDED, "deadline passed while waiting for a worker");
+  }
+  --free_workers_;
+  return Status::OK;
+}
+
+void Admission::release_worker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++free_workers_;
+  }
+  cv_.notify_one();
+}
+
+// ---- helpers -------------------------------------------------------------------
+
+namespace {
+
+Status invalid(const std::string& msg) { return Status(StatusCode::INVALID_ARGUMENT, msg); }
+
+Status over_limit(const char* field, uint64_t value, const char* what, const char* flag, uint64_t limit) {
+  return invalid(std::string(field) + ": " + std::to_string(value) + " " + what + ", the server's limit is " +
+                 std::to_string(limit) + " (" + flag + ")");
+}
+
+bool past_deadline(grpc::ServerContext* ctx) {
+  return std::chrono::system_clock::now() >= ctx->deadline();
+}
+
+}  // namespace
+
+template <class Body>
+Status NgramServiceImpl::serve(const char* method, grpc::ServerContext* ctx, Body&& body) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st;
+  if (!admission_.enter()) {
+    metrics_.rejected(method);
+    st = Status(StatusCode::RESOURCE_EXHAUSTED,
+                "server busy: " + std::to_string(admission_.in_flight()) + " calls in flight (--max-inflight)");
+  } else {
+    metrics_.in_flight(+1);
+    st = admission_.acquire_worker(ctx);
+    if (st.ok()) {
+      if (past_deadline(ctx)) {
+        st = Status(StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call started");
+      } else {
+        try {
+          st = body();
+        } catch (const InvalidArgument& e) {
+          st = invalid(e.what());
+        } catch (const FormatError& e) {
+          st = Status(StatusCode::INTERNAL, e.what());
+        } catch (const std::bad_alloc&) {
+          st = Status(StatusCode::RESOURCE_EXHAUSTED, "out of memory");
+        } catch (const std::exception& e) {
+          st = Status(StatusCode::INTERNAL, e.what());
+        }
+      }
+      admission_.release_worker();
+    }
+    metrics_.in_flight(-1);
+    admission_.leave();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_.observe(method, st.error_code(), secs);
+  if (config_.log_requests || st.error_code() == StatusCode::INTERNAL) {
+    LogLine(st.error_code() == StatusCode::INTERNAL ? "error" : "info", "call")
+        .kv("method", method)
+        .kv("peer", ctx->peer())
+        .kv("code", static_cast<int>(st.error_code()))
+        .kv("message", st.error_message())
+        .kv("seconds", secs)
+        .emit();
+  }
+  return st;
+}
+
+Status NgramServiceImpl::resolve(const std::string& name, const std::string& fingerprint,
+                                 std::shared_ptr<const LoadedIndex>* out) const {
+  *out = registry_.get(name);
+  if (!*out) {
+    std::string served;
+    for (const auto& n : registry_.names()) served += (served.empty() ? "" : ", ") + n;
+    return Status(StatusCode::NOT_FOUND, "index: '" + name + "' is not served here (served: " + served + ")");
+  }
+  if (!fingerprint.empty()) {
+    const std::string& have = (*out)->meta.tokenizer_fingerprint;
+    if (have.empty())
+      return Status(StatusCode::FAILED_PRECONDITION,
+                    "tokenizer_fingerprint: index '" + (*out)->name + "' records no tokenizer fingerprint");
+    if (have != fingerprint)
+      return Status(StatusCode::FAILED_PRECONDITION, "tokenizer_fingerprint: the client's " + fingerprint +
+                                                         " differs from index '" + (*out)->name + "''s " + have);
+  }
+  return Status::OK;
+}
+
+// ---- queries -------------------------------------------------------------------
+
+Status NgramServiceImpl::GetInfo(grpc::ServerContext* ctx, const v1::GetInfoRequest* req, v1::GetInfoResponse* resp) {
+  return serve("GetInfo", ctx, [&] {
+    std::shared_ptr<const LoadedIndex> idx;
+    if (Status st = resolve(req->index(), "", &idx); !st.ok()) return st;
+    const TrieIndex& t = *idx->trie;
+    resp->set_index(idx->name);
+    resp->set_order(t.order());
+    resp->set_vocab_size(t.vocab_size());
+    resp->set_eos_id(t.eos_id());
+    resp->set_tokenizer_name(idx->meta.tokenizer_name);
+    resp->set_tokenizer_fingerprint(idx->meta.tokenizer_fingerprint);
+    resp->set_corpus_json(idx->meta.corpus_json);
+    for (uint32_t k = 1; k <= t.order(); ++k) resp->add_ngram_counts(t.ngram_count(k));
+    resp->set_build_json(idx->meta.build_json);
+    resp->set_meta_json(t.meta_json());
+    resp->set_total_tokens(t.total_tokens());
+    resp->set_file_bytes(t.file_size());
+    resp->set_mapped(t.mapped());
+    resp->set_path(idx->path);
+    resp->set_loaded_unix_seconds(idx->loaded_unix_seconds);
+    for (const auto& n : registry_.names()) resp->add_indexes(n);
+    return Status::OK;
+  });
+}
+
+Status NgramServiceImpl::ConditionalProbs(grpc::ServerContext* ctx, const v1::ConditionalProbsRequest* req,
+                                          v1::ConditionalProbsResponse* resp) {
+  return serve("ConditionalProbs", ctx, [&] {
+    const Limits& lim = config_.limits;
+    const uint64_t c = req->context_len(), k = req->num_candidates();
+    if (c == 0) return invalid("context_len: must be >= 1");
+    if (c > lim.max_context) return over_limit("context_len", c, "tokens", "--max-context", lim.max_context);
+    if (k > lim.max_candidates)
+      return over_limit("num_candidates", k, "candidates", "--max-candidates", lim.max_candidates);
+    const uint64_t nctx = static_cast<uint64_t>(req->contexts_size());
+    if (nctx % c != 0)
+      return invalid("contexts: " + std::to_string(nctx) + " values is not a multiple of context_len " +
+                     std::to_string(c));
+    const uint64_t b = nctx / c;
+    if (b > lim.max_batch) return over_limit("contexts", b, "queries", "--max-batch", lim.max_batch);
+    if (static_cast<uint64_t>(req->candidates_size()) != b * k)
+      return invalid("candidates: " + std::to_string(req->candidates_size()) + " values, expected batch " +
+                     std::to_string(b) + " x num_candidates " + std::to_string(k));
+    std::shared_ptr<const LoadedIndex> idx;
+    if (Status st = resolve(req->index(), req->tokenizer_fingerprint(), &idx); !st.ok()) return st;
+    resp->set_batch(static_cast<uint32_t>(b));
+    resp->set_num_candidates(static_cast<uint32_t>(k));
+    resp->mutable_probs()->Resize(static_cast<int>(b * k), 0.0f);
+    resp->mutable_matched()->Resize(static_cast<int>(b * k), 0);
+    if (b == 0) return Status::OK;
+    conditional_probs(*idx->trie, req->contexts().data(), b, c, req->candidates().data(), k,
+                      resp->mutable_probs()->mutable_data(), resp->mutable_matched()->mutable_data());
+    return Status::OK;
+  });
+}
+
+Status NgramServiceImpl::TopK(grpc::ServerContext* ctx, const v1::TopKRequest* req, v1::TopKResponse* resp) {
+  return serve("TopK", ctx, [&] {
+    const Limits& lim = config_.limits;
+    const uint64_t n = static_cast<uint64_t>(req->context_size());
+    if (n > lim.max_context) return over_limit("context", n, "tokens", "--max-context", lim.max_context);
+    if (req->k() > lim.max_topk) return over_limit("k", req->k(), "continuations", "--max-topk", lim.max_topk);
+    std::shared_ptr<const LoadedIndex> idx;
+    if (Status st = resolve(req->index(), req->tokenizer_fingerprint(), &idx); !st.ok()) return st;
+    const ngram::TopK r = topk(*idx->trie, req->context().data(), n, req->k());
+    resp->mutable_tokens()->Add(r.tokens.begin(), r.tokens.end());
+    resp->mutable_probs()->Add(r.probs.begin(), r.probs.end());
+    resp->mutable_counts()->Add(r.counts.begin(), r.counts.end());
+    resp->set_matched(r.matched);
+    return Status::OK;
+  });
+}
+
+// ---- tree pruning ----------------------------------------------------------------
+
+Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTreeResponse* resp) const {
+  const Limits& lim = config_.limits;
+  const uint64_t n = static_cast<uint64_t>(req.inputs_size());
+  if (n > lim.max_batch) return over_limit("inputs", n, "trees", "--max-batch", lim.max_batch);
+  std::shared_ptr<const LoadedIndex> idx;
+  if (Status st = resolve(req.index(), req.tokenizer_fingerprint(), &idx); !st.ok()) return st;
+  const TrieIndex& t = *idx->trie;
+
+  const v1::PruneParams& p = req.params();
+  PruneParams params;
+  if (p.has_beam_width()) params.beam_width = p.beam_width();
+  if (p.has_max_nodes()) params.max_nodes = p.max_nodes();
+  if (p.has_ngram_weight()) params.ngram_weight = p.ngram_weight();
+  params.eos_token_id = p.has_eos_token_id() ? p.eos_token_id() : t.eos_id();
+  params.ngram_on_first_level = p.ngram_on_first_level();
+  params.level_weights.assign(p.level_weights().begin(), p.level_weights().end());
+  params.logit_weights.assign(p.logit_weights().begin(), p.logit_weights().end());
+  if (params.beam_width > lim.max_beam)
+    return over_limit("params.beam_width", params.beam_width, "entries", "--max-beam", lim.max_beam);
+  if (params.max_nodes > lim.max_nodes)
+    return over_limit("params.max_nodes", params.max_nodes, "nodes", "--max-nodes", lim.max_nodes);
+
+  thread_local PruneWorkspace ws;
+  thread_local PrunedTree tree;
+  thread_local std::vector<uint64_t> offsets;
+  resp->mutable_trees()->Reserve(static_cast<int>(n));
+  for (uint64_t i = 0; i < n; ++i) {
+    const v1::PruneInput& in = req.inputs(static_cast<int>(i));
+    const std::string field = "inputs[" + std::to_string(i) + "]";
+    const uint64_t depth = static_cast<uint64_t>(in.level_sizes_size());
+    if (depth > lim.max_levels)
+      return over_limit((field + ".level_sizes").c_str(), depth, "levels", "--max-levels", lim.max_levels);
+    if (static_cast<uint64_t>(in.prefix_size()) > lim.max_context)
+      return over_limit((field + ".prefix").c_str(), in.prefix_size(), "tokens", "--max-context", lim.max_context);
+    offsets.assign(1, 0);
+    for (uint64_t l = 0; l < depth; ++l) {
+      const uint64_t k = in.level_sizes(static_cast<int>(l));
+      if (k > lim.max_candidates)
+        return over_limit((field + ".level_sizes[" + std::to_string(l) + "]").c_str(), k, "candidates",
+                          "--max-candidates", lim.max_candidates);
+      offsets.push_back(offsets.back() + k);
+    }
+    if (static_cast<uint64_t>(in.tokens_size()) != offsets.back())
+      return invalid(field + ".tokens: " + std::to_string(in.tokens_size()) + " values, expected sum(level_sizes) = " +
+                     std::to_string(offsets.back()));
+    if (static_cast<uint64_t>(in.probs_size()) != offsets.back())
+      return invalid(field + ".probs: " + std::to_string(in.probs_size()) + " values, expected sum(level_sizes) = " +
+                     std::to_string(offsets.back()));
+    PruneInput pin;
+    pin.prefix = in.prefix().data();
+    pin.prefix_len = static_cast<uint64_t>(in.prefix_size());
+    pin.tokens = in.tokens().data();
+    pin.probs = in.probs().data();
+    pin.level_offsets = offsets.data();
+    pin.depth = static_cast<uint32_t>(depth);
+    try {
+      ngram::prune_tree(t, pin, params, ws, tree);
+    } catch (const InvalidArgument& e) {
+      return invalid(field + ": " + e.what());
+    }
+    v1::PrunedTreeNodes* out = resp->add_trees();
+    out->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
+    out->mutable_parents()->Add(tree.parents.begin(), tree.parents.end());
+    if (req.with_scores()) out->mutable_scores()->Add(tree.scores.begin(), tree.scores.end());
+  }
+  return Status::OK;
+}
+
+Status NgramServiceImpl::PruneTree(grpc::ServerContext* ctx, const v1::PruneTreeRequest* req,
+                                   v1::PruneTreeResponse* resp) {
+  return serve("PruneTree", ctx, [&] { return prune_tree(*req, resp); });
+}
+
+Status NgramServiceImpl::PruneTreeStream(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::PruneTreeResponse, v1::PruneTreeRequest>* stream) {
+  // The stream holds one in-flight place for its life; each message waits for
+  // a compute slot like a unary call. The first error ends the stream.
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st;
+  if (!admission_.enter()) {
+    metrics_.rejected("PruneTreeStream");
+    st = Status(StatusCode::RESOURCE_EXHAUSTED, "server busy (--max-inflight)");
+  } else {
+    metrics_.in_flight(+1);
+    {
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      streams_[ctx] = false;
+    }
+    auto set_busy = [&](bool busy) {
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      streams_[ctx] = busy;
+      return !draining_.load();
+    };
+    v1::PruneTreeRequest req;
+    while (st.ok() && !draining_.load() && stream->Read(&req)) {
+      set_busy(true);
+      const auto m0 = std::chrono::steady_clock::now();
+      st = admission_.acquire_worker(ctx);
+      if (!st.ok()) break;
+      v1::PruneTreeResponse resp;
+      try {
+        st = prune_tree(req, &resp);
+      } catch (const InvalidArgument& e) {
+        st = invalid(e.what());
+      } catch (const std::exception& e) {
+        st = Status(StatusCode::INTERNAL, e.what());
+      }
+      admission_.release_worker();
+      metrics_.observe("PruneTreeStream.message", st.error_code(),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count());
+      if (st.ok() && !stream->Write(resp)) break;
+      if (!set_busy(false)) break;  // draining: end the stream after this message
+    }
+    {
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      streams_.erase(ctx);
+    }
+    metrics_.in_flight(-1);
+    admission_.leave();
+  }
+  metrics_.observe("PruneTreeStream", st.error_code(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return st;
+}
+
+void NgramServiceImpl::begin_drain() {
+  draining_.store(true);
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  for (auto& [ctx, busy] : streams_)
+    if (!busy) ctx->TryCancel();  // blocked in Read: nothing in progress to lose
+}
+
+// ---- admin ----------------------------------------------------------------------
+
+std::shared_ptr<const LoadedIndex> reload_index(IndexRegistry& registry, Metrics& metrics, const std::string& name,
+                                                const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string label = name.empty() ? registry.default_name() : name;
+  try {
+    auto idx = registry.reload(name, path);
+    metrics.reloaded(label, true);
+    LogLine("info", "reload")
+        .kv("index", idx->name)
+        .kv("path", idx->path)
+        .kv("file_bytes", idx->trie->file_size())
+        .kv("seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())
+        .emit();
+    return idx;
+  } catch (const std::exception& e) {
+    metrics.reloaded(label, false);
+    LogLine("error", "reload_failed").kv("index", label).kv("path", path).kv("error", e.what()).emit();
+    throw;
+  }
+}
+
+Status NgramAdminImpl::Reload(grpc::ServerContext*, const v1::ReloadRequest* req, v1::ReloadResponse* resp) {
+  try {
+    auto idx = reload_index(registry_, metrics_, req->index(), req->path());
+    resp->set_index(idx->name);
+    resp->set_path(idx->path);
+    resp->set_file_bytes(idx->trie->file_size());
+    resp->set_loaded_unix_seconds(idx->loaded_unix_seconds);
+    return Status::OK;
+  } catch (const std::out_of_range& e) {
+    return Status(StatusCode::NOT_FOUND, std::string("index: ") + e.what());
+  } catch (const FormatError& e) {
+    return Status(StatusCode::FAILED_PRECONDITION, std::string("path: ") + e.what());
+  } catch (const std::exception& e) {
+    return Status(StatusCode::INTERNAL, e.what());
+  }
+}
+
+}  // namespace ngram::server

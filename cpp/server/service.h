@@ -1,0 +1,90 @@
+// The gRPC services over the engine: NgramService (queries, tree pruning)
+// and NgramAdmin (reload). Every call goes through admission: a bounded
+// number in flight (beyond it RESOURCE_EXHAUSTED at once, never a queue that
+// grows) and a pool of compute slots sized to the cores, waited for no
+// longer than the call's deadline.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "index_registry.h"
+#include "metrics.h"
+#include "ngram/v1/ngram.grpc.pb.h"
+#include "server_config.h"
+
+namespace ngram::server {
+
+// Admission control: in-flight calls and compute slots.
+class Admission {
+ public:
+  Admission(uint64_t max_inflight, unsigned workers) : max_inflight_(max_inflight), free_workers_(workers) {}
+  bool enter();   // false: at the in-flight limit
+  void leave();
+  // Waits for a compute slot until the call's deadline or cancellation.
+  grpc::Status acquire_worker(grpc::ServerContext* ctx);
+  void release_worker();
+  uint64_t in_flight() const { return in_flight_.load(); }
+
+ private:
+  const uint64_t max_inflight_;
+  std::atomic<uint64_t> in_flight_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  unsigned free_workers_;
+};
+
+class NgramServiceImpl final : public v1::NgramService::Service {
+ public:
+  NgramServiceImpl(const ServerConfig& config, IndexRegistry& registry, Metrics& metrics, Admission& admission)
+      : config_(config), registry_(registry), metrics_(metrics), admission_(admission) {}
+
+  grpc::Status GetInfo(grpc::ServerContext* ctx, const v1::GetInfoRequest* req, v1::GetInfoResponse* resp) override;
+  grpc::Status ConditionalProbs(grpc::ServerContext* ctx, const v1::ConditionalProbsRequest* req,
+                                v1::ConditionalProbsResponse* resp) override;
+  grpc::Status TopK(grpc::ServerContext* ctx, const v1::TopKRequest* req, v1::TopKResponse* resp) override;
+  grpc::Status PruneTree(grpc::ServerContext* ctx, const v1::PruneTreeRequest* req,
+                         v1::PruneTreeResponse* resp) override;
+  grpc::Status PruneTreeStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::PruneTreeResponse, v1::PruneTreeRequest>* stream) override;
+
+  // Before Server::Shutdown: open streams end (idle ones are cancelled at
+  // once, busy ones after their current message) so that a drain waits only
+  // for work in progress, not for clients to hang up.
+  void begin_drain();
+
+ private:
+  // Admission, error mapping, metrics and the optional request log around `body`.
+  template <class Body>
+  grpc::Status serve(const char* method, grpc::ServerContext* ctx, Body&& body);
+  // The index a request names, checked against its tokenizer fingerprint.
+  grpc::Status resolve(const std::string& name, const std::string& fingerprint,
+                       std::shared_ptr<const LoadedIndex>* out) const;
+  grpc::Status prune_tree(const v1::PruneTreeRequest& req, v1::PruneTreeResponse* resp) const;
+
+  const ServerConfig& config_;
+  IndexRegistry& registry_;
+  Metrics& metrics_;
+  Admission& admission_;
+  std::atomic<bool> draining_{false};
+  std::mutex streams_mu_;
+  std::map<grpc::ServerContext*, bool> streams_;  // open streams -> busy
+};
+
+class NgramAdminImpl final : public v1::NgramAdmin::Service {
+ public:
+  NgramAdminImpl(IndexRegistry& registry, Metrics& metrics) : registry_(registry), metrics_(metrics) {}
+  grpc::Status Reload(grpc::ServerContext* ctx, const v1::ReloadRequest* req, v1::ReloadResponse* resp) override;
+
+ private:
+  IndexRegistry& registry_;
+  Metrics& metrics_;
+};
+
+// Reloads one index and logs the outcome; throws what the registry throws.
+std::shared_ptr<const LoadedIndex> reload_index(IndexRegistry& registry, Metrics& metrics,
+                                                const std::string& name, const std::string& path);
+
+}  // namespace ngram::server

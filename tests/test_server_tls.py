@@ -1,0 +1,88 @@
+"""TLS and mutual TLS of the trie host: certificates made here (cryptography)."""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+grpc = pytest.importorskip("grpc")
+x509 = pytest.importorskip("cryptography.x509")
+
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+from ngram_service.client import NgramClient  # noqa: E402
+from test_server import BINARY, ServerProcess  # noqa: E402
+
+pytestmark = pytest.mark.skipif(BINARY is None, reason="ngram-serve-native was not built")
+
+
+def _cert(name: str, issuer: tuple | None, *, ca: bool = False, server: bool = False):
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (x509.CertificateBuilder().subject_name(subject)
+         .issuer_name(issuer[0].subject if issuer else subject)
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if server:
+        b = b.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    cert = b.sign(issuer[1] if issuer else key, hashes.SHA256())
+    return cert, key
+
+
+def _write(d: Path, name: str, cert, key) -> tuple[Path, Path]:
+    c, k = d / f"{name}.crt", d / f"{name}.key"
+    c.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    k.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()))
+    return c, k
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("pki")
+    ca = _cert("test-ca", None, ca=True)
+    other_ca = _cert("other-ca", None, ca=True)
+    out: dict[str, Path] = {}
+    out["ca"], _ = _write(d, "ca", *ca)
+    out["server_crt"], out["server_key"] = _write(d, "server", *_cert("localhost", ca, server=True))
+    out["client_crt"], out["client_key"] = _write(d, "client", *_cert("worker-1", ca))
+    out["rogue_crt"], out["rogue_key"] = _write(d, "rogue", *_cert("rogue", other_ca))
+    return out
+
+
+def _refused(c: NgramClient) -> None:
+    with pytest.raises(grpc.RpcError) as e:
+        c.topk([1], 1, timeout=3)
+    assert e.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def test_tls(sample_trie: Path, pki: dict[str, Path]) -> None:
+    with ServerProcess([sample_trie], "--tls-cert", str(pki["server_crt"]), "--tls-key", str(pki["server_key"])) as s:
+        assert s.listening["tls"] and not s.listening["mtls"]
+        with NgramClient(s.target, root_certificates=pki["ca"]) as c:
+            assert c.topk([1], 2).matched >= 0
+        with NgramClient(s.target, retry_attempts=2) as c:  # plaintext against TLS
+            _refused(c)
+        with NgramClient(s.target, root_certificates=pki["rogue_crt"], retry_attempts=2) as c:  # untrusted server
+            _refused(c)
+
+
+def test_mutual_tls(sample_trie: Path, pki: dict[str, Path]) -> None:
+    with ServerProcess([sample_trie], "--tls-cert", str(pki["server_crt"]), "--tls-key", str(pki["server_key"]),
+                       "--tls-client-ca", str(pki["ca"])) as s:
+        assert s.listening["mtls"]
+        with NgramClient(s.target, root_certificates=pki["ca"], certificate_chain=pki["client_crt"],
+                         private_key=pki["client_key"], server_name="localhost") as c:
+            assert c.info()["order"] == 3
+        with NgramClient(s.target, root_certificates=pki["ca"], retry_attempts=2) as c:  # no client certificate
+            _refused(c)
+        with NgramClient(s.target, root_certificates=pki["ca"], certificate_chain=pki["rogue_crt"],
+                         private_key=pki["rogue_key"], retry_attempts=2) as c:  # certificate of another CA
+            _refused(c)
