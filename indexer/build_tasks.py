@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from indexer.kgrams import column_list, kgram_table
+from indexer.kgrams import column_list, kgram_table, tokens_left
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -34,8 +34,8 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _connect(memory_limit_bytes: int, tmp_dir: Path, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(database)
+def _connect(memory_limit_bytes: int, tmp_dir: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(":memory:")
     con.execute(f"SET memory_limit = '{max(memory_limit_bytes // (1 << 20), 64)}MB'")
     con.execute(f"SET temp_directory = '{tmp_dir}'")
     con.execute("SET threads = 1")  # one task per core; the executor provides parallelism
@@ -92,9 +92,9 @@ def run_map(task: MapTask) -> MapResult:
         if not pending:
             return
         flat = np.concatenate([p[0] for p in pending])
-        lengths = np.concatenate([p[1] for p in pending])
+        left = tokens_left(np.concatenate([p[1] for p in pending]))
         for k in range(1, task.order + 1):
-            con.register("grams", kgram_table(flat, lengths, k))
+            con.register("grams", kgram_table(flat, left, k))
             cols = column_list(k)
             con.execute(
                 f"COPY (SELECT {cols}, count(*)::UBIGINT AS c FROM grams GROUP BY ALL ORDER BY {cols}) "
@@ -161,8 +161,9 @@ def run_reduce(task: ReduceTask) -> ReduceResult:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     t_start = time.perf_counter()
-    db = out / "work.duckdb"
-    con = _connect(task.memory_limit_bytes, out, str(db))
+    # In-memory tables spill to temp_directory beyond memory_limit, and are
+    # faster than a database file for these write-once intermediates.
+    con = _connect(task.memory_limit_bytes, out / "spill")
     n = task.order
     for k in range(1, n + 1):
         files = [str(Path(d) / f"order{k}-*.parquet") for d in task.run_dirs]
@@ -190,7 +191,7 @@ def run_reduce(task: ReduceTask) -> ReduceResult:
         sizes.append(con.execute(f"SELECT count(*) FROM lvl{k}").fetchone()[0])
         values.append(sorted(v for (v,) in con.execute(f"SELECT DISTINCT c FROM lvl{k}").fetchall()))
     con.close()
-    db.unlink(missing_ok=True)
+    shutil.rmtree(out / "spill", ignore_errors=True)
     result = ReduceResult(task.index, sizes, values, seconds=time.perf_counter() - t_start)
     _write_json_atomic(done, asdict(result))
     return result

@@ -11,13 +11,18 @@ import numpy as np
 import pyarrow as pa
 
 
-def kgram_table(flat: np.ndarray, doc_lengths: np.ndarray, k: int) -> pa.Table:
-    """All k-grams of the documents as columns w0..w{k-1} (int32), one row per occurrence."""
-    if flat.size == 0:
-        return pa.table({f"w{j}": pa.array([], pa.int32()) for j in range(k)})
+def tokens_left(doc_lengths: np.ndarray) -> np.ndarray:
+    """For each token position, how many tokens its document has from there on."""
     ends = np.cumsum(doc_lengths, dtype=np.int64)
-    remaining = np.repeat(ends, doc_lengths) - np.arange(flat.size, dtype=np.int64)
-    start = np.flatnonzero(remaining >= k)
+    return np.repeat(ends, doc_lengths) - np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64)
+
+
+def kgram_table(flat: np.ndarray, left: np.ndarray, k: int) -> pa.Table:
+    """All k-grams of the documents as columns w0..w{k-1} (int32), one row per
+    occurrence; ``left`` is ``tokens_left(doc_lengths)``."""
+    if k == 1:
+        return pa.table({"w0": pa.array(flat, pa.int32())})
+    start = np.flatnonzero(left >= k)
     return pa.table({f"w{j}": pa.array(flat[start + j], pa.int32()) for j in range(k)})
 
 
