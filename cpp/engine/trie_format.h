@@ -30,10 +30,14 @@ enum class SectionKind : uint32_t {
   kCountValues = 2,  // u64[count]: the distinct count values of a level, ascending
   kCountRanks = 3,   // packed: per entry, the rank of its count in kCountValues
   kTokens = 4,       // packed: per entry (levels >= 2), its last token
-  kChildOffsets = 5, // packed, count = entries + 1: children of entry i are
-                     // entries [off[i], off[i+1]) of the next level
+  kChildLow = 5,     // child offsets off[0..entries], Elias-Fano coded (see
+                     // elias_fano.h): the low bits, packed, width = l (may be 0).
+                     // Children of entry i are entries [off[i], off[i+1]) of
+                     // the next level.
   kTokenSamples = 6, // u32 (packed, width 32): tokens[i * kSampleEvery], so a
                      // search in a long run of children touches few cache lines
+  kChildHigh = 7,    // child offsets: the high-part bit vector (packed, width 1)
+  kChildSelect = 8,  // child offsets: position of every kSelectEvery-th set bit
 };
 
 constexpr uint64_t kSampleEvery = 16;

@@ -21,8 +21,10 @@ std::string kind_name(uint32_t kind) {
     case SectionKind::kCountValues: return "count_values";
     case SectionKind::kCountRanks: return "count_ranks";
     case SectionKind::kTokens: return "tokens";
-    case SectionKind::kChildOffsets: return "child_offsets";
+    case SectionKind::kChildLow: return "child_low";
     case SectionKind::kTokenSamples: return "token_samples";
+    case SectionKind::kChildHigh: return "child_high";
+    case SectionKind::kChildSelect: return "child_select";
   }
   return "kind " + std::to_string(kind);
 }
@@ -133,7 +135,7 @@ void TrieIndex::parse() {
 
   const uint32_t n = header_.order;
   levels_.assign(n, Level{});
-  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n), samples(n);
+  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n), samples(n), highs(n), selects(n);
   const SectionEntry* meta = nullptr;
   for (const SectionEntry& s : sections_) {
     const std::string what = p + ": section " + section_name(s);
@@ -151,8 +153,10 @@ void TrieIndex::parse() {
       case SectionKind::kCountValues: slot = &values[s.level - 1]; break;
       case SectionKind::kCountRanks: slot = &ranks[s.level - 1]; break;
       case SectionKind::kTokens: slot = &tokens[s.level - 1]; break;
-      case SectionKind::kChildOffsets: slot = &childs[s.level - 1]; break;
+      case SectionKind::kChildLow: slot = &childs[s.level - 1]; break;
       case SectionKind::kTokenSamples: slot = &samples[s.level - 1]; break;
+      case SectionKind::kChildHigh: slot = &highs[s.level - 1]; break;
+      case SectionKind::kChildSelect: slot = &selects[s.level - 1]; break;
       default: throw FormatError(what + ": unknown section kind");
     }
     if (*slot) throw FormatError(what + ": duplicated");
@@ -161,7 +165,8 @@ void TrieIndex::parse() {
       if (s.width != 64 || s.count > s.length / 8 || s.length != s.count * 8)
         throw FormatError(what + ": length does not match its count");
     } else {
-      if (s.width < 1 || s.width > 64 || s.count > (uint64_t{1} << 40) ||
+      const uint32_t min_width = kind == SectionKind::kChildLow ? 0 : 1;  // EF low bits may be 0
+      if (s.width < min_width || s.width > 64 || s.count > (uint64_t{1} << 40) ||
           s.length != packed_bytes(s.count, s.width))
         throw FormatError(what + ": length does not match its count and width");
     }
@@ -172,7 +177,7 @@ void TrieIndex::parse() {
   for (uint32_t k = 1; k <= n; ++k) {
     const std::string what = p + ": level " + std::to_string(k);
     const SectionEntry *v = values[k - 1], *r = ranks[k - 1], *t = tokens[k - 1], *c = childs[k - 1],
-                       *sm = samples[k - 1];
+                       *sm = samples[k - 1], *ch = highs[k - 1], *cs = selects[k - 1];
     if (!v || !r) throw FormatError(what + ": count sections missing");
     if ((k >= 2) != (t != nullptr)) throw FormatError(what + ": token section missing or unexpected");
     if ((k < n) != (c != nullptr)) throw FormatError(what + ": child offsets missing or unexpected");
@@ -180,7 +185,15 @@ void TrieIndex::parse() {
     L.size = r->count;
     if (k == 1 && L.size != header_.vocab_size) throw FormatError(what + ": size differs from vocab_size");
     if (t && t->count != L.size) throw FormatError(what + ": token and count sections differ in size");
-    if (c && c->count != L.size + 1) throw FormatError(what + ": child offsets differ in size");
+    if ((c != nullptr) != (ch != nullptr) || (c != nullptr) != (cs != nullptr))
+      throw FormatError(what + ": child offset sections incomplete");
+    if (c) {
+      const uint64_t next_size = k < n ? (ranks[k] ? ranks[k]->count : 0) : 0;
+      if (c->count != L.size + 1 || c->width != ef_low_bits(L.size + 1, next_size) ||
+          ch->count != ef_high_bits(L.size + 1, next_size, c->width) ||
+          cs->count != (L.size + 1 + kSelectEvery - 1) / kSelectEvery || cs->width != bits_for(ch->count))
+        throw FormatError(what + ": child offsets differ in size");
+    }
     if (t && t->width > 32) throw FormatError(what + ": token width over 32 bits");
     if ((t != nullptr) != (sm != nullptr)) throw FormatError(what + ": token samples missing or unexpected");
     if (sm && (sm->width != 32 || sm->count != (L.size + kSampleEvery - 1) / kSampleEvery))
@@ -196,7 +209,9 @@ void TrieIndex::parse() {
       L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);
       L.sample_count = sm->count;
     }
-    if (c) L.child_offsets = PackedView(base_ + c->offset, c->count, c->width);
+    if (c)
+      L.child_offsets = EliasFanoView(PackedView(base_ + c->offset, c->count, c->width), base_ + ch->offset,
+                                      ch->count, PackedView(base_ + cs->offset, cs->count, cs->width), c->width);
   }
   for (uint32_t k = 1; k < n; ++k) {
     const Level& L = levels_[k - 1];
@@ -245,7 +260,8 @@ bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
 
 void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
   const Level& L = levels_[k - 1];
-  uint64_t a = L.child_offsets[index], b = L.child_offsets[index + 1];
+  uint64_t a, b;
+  L.child_offsets.pair(index, &a, &b);
   // A corrupted (unverified) file must not send reads past the next level.
   const uint64_t n = levels_[k].size;
   if (b > n) b = n;

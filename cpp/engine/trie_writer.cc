@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "crc32c.h"
+#include "elias_fano.h"
 #include "errors.h"
 #include "packed_array.h"
 #include "trie_format.h"
@@ -56,7 +57,9 @@ struct LevelStream {
   SectionStream* tokens = nullptr;
   SectionStream* ranks = nullptr;
   SectionStream* childs = nullptr;
-  std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, child_w, sample_w;
+  std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, sample_w;
+  std::unique_ptr<EliasFanoWriter<WordSink>> child_w;
+  uint64_t child_high_bits = 0;
 };
 
 TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
@@ -78,7 +81,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
 
   // Lay out every section now: meta, then per level values, ranks, tokens, child offsets.
   uint32_t nsec = 1;
-  for (uint32_t k = 1; k <= order_; ++k) nsec += 2 + 2 * (k >= 2) + (k < order_);
+  for (uint32_t k = 1; k <= order_; ++k) nsec += 2 + 2 * (k >= 2) + 3 * (k < order_);
   uint64_t off = align_up(sizeof(FileHeader) + uint64_t{nsec} * sizeof(SectionEntry));
   auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width, uint64_t length) {
     auto s = std::make_unique<SectionStream>();
@@ -111,9 +114,15 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
       st->sample_w = std::make_unique<PackedWriter<WordSink>>(32, WordSink{samples});
     }
     if (k < order_) {
-      const uint32_t w = bits_for(specs_[k].size);
-      st->childs = add(SectionKind::kChildOffsets, k, spec.size + 1, w, packed_bytes(spec.size + 1, w));
-      st->child_w = std::make_unique<PackedWriter<WordSink>>(w, WordSink{st->childs});
+      const uint64_t n = spec.size + 1, u = specs_[k].size;
+      const uint32_t l = ef_low_bits(n, u);
+      st->child_high_bits = ef_high_bits(n, u, l);
+      const uint64_t n_select = (n + kSelectEvery - 1) / kSelectEvery;
+      const uint32_t sw = bits_for(st->child_high_bits);
+      SectionStream* low = add(SectionKind::kChildLow, k, n, l, packed_bytes(n, l));
+      SectionStream* high = add(SectionKind::kChildHigh, k, st->child_high_bits, 1, packed_bytes(st->child_high_bits, 1));
+      SectionStream* sel = add(SectionKind::kChildSelect, k, n_select, sw, packed_bytes(n_select, sw));
+      st->child_w = std::make_unique<EliasFanoWriter<WordSink>>(n, u, WordSink{low}, WordSink{high}, WordSink{sel});
       st->child_w->push(0);
     }
     levels_.push_back(std::move(st));
@@ -180,7 +189,7 @@ void TrieWriter::finish() {
     L.rank_w->finish();
     if (L.tok_w) L.tok_w->finish();
     if (L.sample_w) L.sample_w->finish();
-    if (L.child_w) L.child_w->finish();
+    if (L.child_w) L.child_w->finish(L.child_high_bits);
   }
   std::vector<SectionEntry> table;
   for (auto& s : streams_) {

@@ -26,8 +26,10 @@ const char* kind_str(uint32_t kind) {
     case SectionKind::kCountValues: return "count_values";
     case SectionKind::kCountRanks: return "count_ranks";
     case SectionKind::kTokens: return "tokens";
-    case SectionKind::kChildOffsets: return "child_offsets";
+    case SectionKind::kChildLow: return "child_low";
     case SectionKind::kTokenSamples: return "token_samples";
+    case SectionKind::kChildHigh: return "child_high";
+    case SectionKind::kChildSelect: return "child_select";
   }
   return "unknown";
 }
