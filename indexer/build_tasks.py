@@ -140,7 +140,7 @@ class ReduceTask:
 class ReduceResult:
     index: int
     sizes: list[int]  # entries per level
-    count_values: list[list[int]]  # distinct counts per level
+    count_values: list[list[list[int]]]  # per level: [count value, entries with it] pairs
     seconds: float = 0.0
     resumed: bool = False
 
@@ -189,7 +189,7 @@ def run_reduce(task: ReduceTask) -> ReduceResult:
             f"ORDER BY {column_list(k, 'a.')}) TO '{level_file(out, k)}' (FORMAT parquet, COMPRESSION zstd)"
         )
         sizes.append(con.execute(f"SELECT count(*) FROM lvl{k}").fetchone()[0])
-        values.append(sorted(v for (v,) in con.execute(f"SELECT DISTINCT c FROM lvl{k}").fetchall()))
+        values.append(sorted([v, f] for v, f in con.execute(f"SELECT c, count(*) FROM lvl{k} GROUP BY c").fetchall()))
     con.close()
     shutil.rmtree(out / "spill", ignore_errors=True)
     result = ReduceResult(task.index, sizes, values, seconds=time.perf_counter() - t_start)

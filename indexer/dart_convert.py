@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, write_trie
+from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, count_histogram, write_trie
 from ngram_service import _engine
 
 
@@ -53,7 +53,7 @@ def convert_dart_trie(
         raise ValueError(f"{src}: a node has frequency < 1")
 
     levels = _levels(order, token, parent, freq, depth, src)
-    plans = [LevelPlan(len(c), set(np.unique(c).tolist())) for _, c, _ in levels]
+    plans = [LevelPlan(len(c), count_histogram(c)) for _, c, _ in levels]
     meta = {
         "format_version": FORMAT_VERSION,
         "name": name or Path(out).name.split(".")[0],

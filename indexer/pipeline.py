@@ -167,7 +167,7 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     for r in reduce_results:
         for k in range(cfg.order):
             plans[k].size += r.sizes[k]
-            plans[k].count_values.update(r.count_values[k])
+            plans[k].count_values.update(dict(r.count_values[k]))
     meta = {
         "format_version": FORMAT_VERSION,
         "name": cfg.name or out.name.split(".")[0],

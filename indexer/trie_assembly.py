@@ -8,6 +8,7 @@ we need its last token, its count and how many (k+1)-grams extend it.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -36,7 +37,7 @@ class LevelPlan:
     """What must be known about a level before its entries stream in."""
 
     size: int = 0
-    count_values: set[int] = field(default_factory=set)
+    count_values: Counter = field(default_factory=Counter)  # count value -> entries with it
 
 
 def meta_json(meta: dict[str, Any]) -> bytes:
@@ -56,19 +57,21 @@ def write_trie(
 ) -> int:
     """Writes a trie file atomically from (level, chunk) pairs; returns its size.
 
-    ``plans[k-1]`` gives level k's size and the set of its count values
-    (level 1's size is ignored: it is dense over the vocabulary). Chunks of
-    one level must arrive in order; levels may interleave.
+    ``plans[k-1]`` gives level k's size and how many entries have each count
+    (level 1 counts only the tokens that occur: the file is dense over the
+    vocabulary, the others get count 0). Chunks of one level must arrive in
+    order; levels may interleave.
     """
     if len(plans) != order:
         raise ValueError(f"need {order} level plans, got {len(plans)}")
     sizes = [vocab_size] + [p.size for p in plans[1:]]
-    values = [sorted(p.count_values) for p in plans]
-    uni_present = plans[0].size
-    if uni_present < vocab_size:
-        values[0] = sorted(set(values[0]) | {0})
+    histograms = [Counter(p.count_values) for p in plans]
+    if plans[0].size < vocab_size:
+        histograms[0][0] += vocab_size - plans[0].size
+    values = [sorted(h) for h in histograms]
+    freqs = [[h[v] for v in vals] for h, vals in zip(histograms, values)]
     writer = _engine.TrieWriter(
-        str(path), order, vocab_size, -1 if eos_id is None else eos_id, meta_json(meta), sizes, values
+        str(path), order, vocab_size, -1 if eos_id is None else eos_id, meta_json(meta), sizes, values, freqs
     )
     next_token = 0  # level 1 is written densely: fill the ids no chunk names
     for k, chunk in chunks:
@@ -127,5 +130,11 @@ def levels_from_ngrams(ngrams: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[
         yield k, LevelChunk(grams[:, k - 1].astype(np.int32), counts.astype(np.uint64), n_children)
 
 
+def count_histogram(counts: np.ndarray) -> Counter:
+    """count value -> number of entries with it."""
+    values, freq = np.unique(counts, return_counts=True)
+    return Counter(dict(zip(values.tolist(), freq.tolist())))
+
+
 def plans_from_ngrams(ngrams: list[tuple[np.ndarray, np.ndarray]]) -> list[LevelPlan]:
-    return [LevelPlan(len(c), set(np.unique(c).tolist())) for _, c in ngrams]
+    return [LevelPlan(len(c), count_histogram(c)) for _, c in ngrams]

@@ -29,6 +29,7 @@ class PackedView {
 
   uint64_t size() const { return count_; }
   uint32_t width() const { return width_; }
+  const uint8_t* data() const { return data_; }
 
   uint64_t operator[](uint64_t i) const {
     const uint64_t bit = i * width_;

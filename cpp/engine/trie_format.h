@@ -28,7 +28,9 @@ static_assert(sizeof(FileHeader) == 64, "header is 64 bytes");
 enum class SectionKind : uint32_t {
   kMeta = 1,         // UTF-8 JSON: tokenizer, corpus manifest, build parameters
   kCountValues = 2,  // u64[count]: the distinct count values of a level, ascending
-  kCountRanks = 3,   // packed: per entry, the rank of its count in kCountValues
+  kCountRanks = 3,   // packed, width b in {1,2,4,8,16,32}: per entry, the rank of
+                     // its count in kCountValues, or the escape code 2^b - 1
+                     // (see count_ranks.h)
   kTokens = 4,       // packed: per entry (levels >= 2), its last token
   kChildLow = 5,     // child offsets off[0..entries], Elias-Fano coded (see
                      // elias_fano.h): the low bits, packed, width = l (may be 0).
@@ -38,6 +40,8 @@ enum class SectionKind : uint32_t {
                      // search in a long run of children touches few cache lines
   kChildHigh = 7,    // child offsets: the high-part bit vector (packed, width 1)
   kChildSelect = 8,  // child offsets: position of every kSelectEvery-th set bit
+  kCountEscapes = 9, // packed: the full ranks of the escaped entries, in order
+  kCountEscapeIndex = 10,  // packed: escapes before each block of kEscapeBlock entries
 };
 
 constexpr uint64_t kSampleEvery = 16;

@@ -25,6 +25,8 @@ std::string kind_name(uint32_t kind) {
     case SectionKind::kTokenSamples: return "token_samples";
     case SectionKind::kChildHigh: return "child_high";
     case SectionKind::kChildSelect: return "child_select";
+    case SectionKind::kCountEscapes: return "count_escapes";
+    case SectionKind::kCountEscapeIndex: return "count_escape_index";
   }
   return "kind " + std::to_string(kind);
 }
@@ -135,7 +137,8 @@ void TrieIndex::parse() {
 
   const uint32_t n = header_.order;
   levels_.assign(n, Level{});
-  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n), samples(n), highs(n), selects(n);
+  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n), samples(n), highs(n), selects(n),
+      escapes(n), escape_index(n);
   const SectionEntry* meta = nullptr;
   for (const SectionEntry& s : sections_) {
     const std::string what = p + ": section " + section_name(s);
@@ -157,6 +160,8 @@ void TrieIndex::parse() {
       case SectionKind::kTokenSamples: slot = &samples[s.level - 1]; break;
       case SectionKind::kChildHigh: slot = &highs[s.level - 1]; break;
       case SectionKind::kChildSelect: slot = &selects[s.level - 1]; break;
+      case SectionKind::kCountEscapes: slot = &escapes[s.level - 1]; break;
+      case SectionKind::kCountEscapeIndex: slot = &escape_index[s.level - 1]; break;
       default: throw FormatError(what + ": unknown section kind");
     }
     if (*slot) throw FormatError(what + ": duplicated");
@@ -178,7 +183,11 @@ void TrieIndex::parse() {
     const std::string what = p + ": level " + std::to_string(k);
     const SectionEntry *v = values[k - 1], *r = ranks[k - 1], *t = tokens[k - 1], *c = childs[k - 1],
                        *sm = samples[k - 1], *ch = highs[k - 1], *cs = selects[k - 1];
-    if (!v || !r) throw FormatError(what + ": count sections missing");
+    const SectionEntry *re = escapes[k - 1], *ri = escape_index[k - 1];
+    if (!v || !r || !re || !ri) throw FormatError(what + ": count sections missing");
+    if ((r->width & (r->width - 1)) != 0 || r->width > 32 || re->width != bits_for(v->count ? v->count - 1 : 0) ||
+        ri->count != (r->count + kEscapeBlock - 1) / kEscapeBlock || ri->width != bits_for(re->count))
+      throw FormatError(what + ": count rank sections differ in size");
     if ((k >= 2) != (t != nullptr)) throw FormatError(what + ": token section missing or unexpected");
     if ((k < n) != (c != nullptr)) throw FormatError(what + ": child offsets missing or unexpected");
     Level& L = levels_[k - 1];
@@ -203,7 +212,9 @@ void TrieIndex::parse() {
     L.count_value_count = v->count;
     for (uint64_t i = 1; i < v->count; ++i)
       if (L.count_values[i] <= L.count_values[i - 1]) throw FormatError(what + ": count table not ascending");
-    L.count_ranks = PackedView(base_ + r->offset, r->count, r->width);
+    L.count_ranks = RankView(PackedView(base_ + r->offset, r->count, r->width),
+                             PackedView(base_ + re->offset, re->count, re->width),
+                             PackedView(base_ + ri->offset, ri->count, ri->width));
     if (t) L.tokens = PackedView(base_ + t->offset, t->count, t->width);
     if (sm) {
       L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);

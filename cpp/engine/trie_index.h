@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "count_ranks.h"
 #include "elias_fano.h"
 #include "packed_array.h"
 #include "trie_format.h"
@@ -20,7 +21,7 @@ namespace ngram {
 struct Level {
   uint64_t size = 0;
   PackedView tokens;        // levels >= 2
-  PackedView count_ranks;
+  RankView count_ranks;
   EliasFanoView child_offsets;  // levels < order: size + 1 entries
   const uint64_t* count_values = nullptr;
   uint64_t count_value_count = 0;

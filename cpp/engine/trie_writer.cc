@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "count_ranks.h"
 #include "crc32c.h"
 #include "elias_fano.h"
 #include "errors.h"
@@ -57,7 +58,8 @@ struct LevelStream {
   SectionStream* tokens = nullptr;
   SectionStream* ranks = nullptr;
   SectionStream* childs = nullptr;
-  std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, sample_w;
+  std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, sample_w, escape_w, escape_index_w;
+  uint64_t escape_code = 0, escapes = 0;
   std::unique_ptr<EliasFanoWriter<WordSink>> child_w;
   uint64_t child_high_bits = 0;
 };
@@ -77,11 +79,16 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     for (size_t i = 1; i < v.size(); ++i)
       if (v[i] <= v[i - 1])
         throw InvalidArgument("level " + std::to_string(k + 1) + ": count table not strictly ascending");
+    const auto& f = specs_[k].count_frequencies;
+    uint64_t total = 0;
+    for (uint64_t x : f) total += x;
+    if (f.size() != v.size() || total != specs_[k].size)
+      throw InvalidArgument("level " + std::to_string(k + 1) + ": count frequencies must sum to the level's size");
   }
 
   // Lay out every section now: meta, then per level values, ranks, tokens, child offsets.
   uint32_t nsec = 1;
-  for (uint32_t k = 1; k <= order_; ++k) nsec += 2 + 2 * (k >= 2) + 3 * (k < order_);
+  for (uint32_t k = 1; k <= order_; ++k) nsec += 4 + 2 * (k >= 2) + 3 * (k < order_);
   uint64_t off = align_up(sizeof(FileHeader) + uint64_t{nsec} * sizeof(SectionEntry));
   auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width, uint64_t length) {
     auto s = std::make_unique<SectionStream>();
@@ -103,9 +110,17 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     auto st = std::make_unique<LevelStream>();
     SectionStream* values = add(SectionKind::kCountValues, k, spec.count_values.size(), 64, spec.count_values.size() * 8);
     for (uint64_t v : spec.count_values) values->word(v);
-    const uint32_t rank_width = bits_for(spec.count_values.empty() ? 0 : spec.count_values.size() - 1);
-    st->ranks = add(SectionKind::kCountRanks, k, spec.size, rank_width, packed_bytes(spec.size, rank_width));
-    st->rank_w = std::make_unique<PackedWriter<WordSink>>(rank_width, WordSink{st->ranks});
+    const RankLayout rl = choose_rank_layout(spec.size, spec.count_frequencies);
+    st->ranks = add(SectionKind::kCountRanks, k, spec.size, rl.primary_width, packed_bytes(spec.size, rl.primary_width));
+    st->rank_w = std::make_unique<PackedWriter<WordSink>>(rl.primary_width, WordSink{st->ranks});
+    st->escape_code = (uint64_t{1} << rl.primary_width) - 1;
+    st->escapes = rl.escapes;
+    SectionStream* esc = add(SectionKind::kCountEscapes, k, rl.escapes, rl.full_width, packed_bytes(rl.escapes, rl.full_width));
+    st->escape_w = std::make_unique<PackedWriter<WordSink>>(rl.full_width, WordSink{esc});
+    const uint64_t blocks = (spec.size + kEscapeBlock - 1) / kEscapeBlock;
+    const uint32_t iw = bits_for(rl.escapes);
+    SectionStream* idx = add(SectionKind::kCountEscapeIndex, k, blocks, iw, packed_bytes(blocks, iw));
+    st->escape_index_w = std::make_unique<PackedWriter<WordSink>>(iw, WordSink{idx});
     if (k >= 2) {
       st->tokens = add(SectionKind::kTokens, k, spec.size, tok_width, packed_bytes(spec.size, tok_width));
       st->tok_w = std::make_unique<PackedWriter<WordSink>>(tok_width, WordSink{st->tokens});
@@ -158,7 +173,16 @@ void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uin
     auto it = std::lower_bound(values.begin(), values.end(), counts[i]);
     if (it == values.end() || *it != counts[i])
       throw InvalidArgument(what + ": count " + std::to_string(counts[i]) + " not in its count table");
-    L.rank_w->push(static_cast<uint64_t>(it - values.begin()));
+    const uint64_t rank = static_cast<uint64_t>(it - values.begin());
+    if ((L.appended + i) % kEscapeBlock == 0) L.escape_index_w->push(L.escape_w->count());
+    if (rank >= L.escape_code) {
+      if (L.escape_w->count() >= L.escapes)
+        throw InvalidArgument(what + ": count frequencies understate the count " + std::to_string(counts[i]));
+      L.rank_w->push(L.escape_code);
+      L.escape_w->push(rank);
+    } else {
+      L.rank_w->push(rank);
+    }
     if (L.tok_w) {
       if (tokens[i] < 0 || static_cast<uint64_t>(tokens[i]) >= vocab_size_)
         throw InvalidArgument(what + ": token " + std::to_string(tokens[i]) + " out of range");
@@ -186,7 +210,11 @@ void TrieWriter::finish() {
     if (L.child_w && L.child_total != specs_[k].size)
       throw InvalidArgument(what + ": children sum to " + std::to_string(L.child_total) + ", level " +
                             std::to_string(k + 1) + " has " + std::to_string(specs_[k].size));
+    if (L.escape_w->count() != L.escapes)
+      throw InvalidArgument(what + ": count frequencies do not match the counts appended");
     L.rank_w->finish();
+    L.escape_w->finish();
+    L.escape_index_w->finish();
     if (L.tok_w) L.tok_w->finish();
     if (L.sample_w) L.sample_w->finish();
     if (L.child_w) L.child_w->finish(L.child_high_bits);

@@ -16,6 +16,7 @@ struct LevelStream;
 struct LevelSpec {
   uint64_t size = 0;                   // entries (level 1: vocab_size)
   std::vector<uint64_t> count_values;  // distinct counts, strictly ascending
+  std::vector<uint64_t> count_frequencies;  // entries with each count (chooses the rank layout)
 };
 
 class TrieWriter {

@@ -30,6 +30,8 @@ const char* kind_str(uint32_t kind) {
     case SectionKind::kTokenSamples: return "token_samples";
     case SectionKind::kChildHigh: return "child_high";
     case SectionKind::kChildSelect: return "child_select";
+    case SectionKind::kCountEscapes: return "count_escapes";
+    case SectionKind::kCountEscapeIndex: return "count_escape_index";
   }
   return "unknown";
 }
@@ -149,15 +151,17 @@ PYBIND11_MODULE(_engine, m) {
   py::class_<TrieWriter>(m, "TrieWriter")
       .def(py::init([](const std::string& path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
                        py::bytes meta_json, const std::vector<uint64_t>& sizes,
-                       const std::vector<std::vector<uint64_t>>& count_values) {
-             if (sizes.size() != count_values.size()) throw InvalidArgument("sizes and count_values differ in length");
+                       const std::vector<std::vector<uint64_t>>& count_values,
+                       const std::vector<std::vector<uint64_t>>& count_frequencies) {
+             if (sizes.size() != count_values.size() || sizes.size() != count_frequencies.size())
+               throw InvalidArgument("sizes, count_values and count_frequencies differ in length");
              std::vector<LevelSpec> specs(sizes.size());
-             for (size_t i = 0; i < sizes.size(); ++i) specs[i] = LevelSpec{sizes[i], count_values[i]};
+             for (size_t i = 0; i < sizes.size(); ++i) specs[i] = LevelSpec{sizes[i], count_values[i], count_frequencies[i]};
              return std::make_unique<TrieWriter>(path, order, vocab_size, eos_id, std::string(meta_json),
                                                  std::move(specs));
            }),
            py::arg("path"), py::arg("order"), py::arg("vocab_size"), py::arg("eos_id"), py::arg("meta_json"),
-           py::arg("sizes"), py::arg("count_values"))
+           py::arg("sizes"), py::arg("count_values"), py::arg("count_frequencies"))
       .def("append", [](TrieWriter& w, uint32_t k, py::object tokens, U64Array counts, py::object n_children) {
         const uint64_t n = counts.ndim() == 1 ? counts.shape(0) : 0;
         if (counts.ndim() != 1) throw InvalidArgument("counts must be 1-D");

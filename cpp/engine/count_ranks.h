@@ -1,0 +1,91 @@
+// Count ranks with escapes. Each entry's count is stored as its rank in the
+// level's table of distinct counts. Most n-grams have one of a few small
+// counts, so the ranks are stored in a narrow primary array of b bits
+// (b in 1, 2, 4, 8, 16, 32); a rank that does not fit below the escape code
+// 2^b - 1 is written as the escape code and stored in full, in order, in an
+// escape array. A directory gives, per block of 64 entries, the escapes
+// before the block; counting escape codes inside the block is a few word
+// operations because b divides 64.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "packed_array.h"
+
+namespace ngram {
+
+constexpr uint64_t kEscapeBlock = 64;
+
+struct RankLayout {
+  uint32_t primary_width = 1;
+  uint32_t full_width = 1;
+  uint64_t escapes = 0;
+};
+
+// The cheapest layout for `n` entries whose rank r occurs frequencies[r] times.
+inline RankLayout choose_rank_layout(uint64_t n, const std::vector<uint64_t>& frequencies) {
+  RankLayout best;
+  best.full_width = bits_for(frequencies.empty() ? 0 : frequencies.size() - 1);
+  uint64_t best_bits = UINT64_MAX;
+  for (uint32_t b : {1u, 2u, 4u, 8u, 16u, 32u}) {
+    const uint64_t code = (uint64_t{1} << b) - 1;
+    uint64_t esc = 0;
+    for (uint64_t r = code; r < frequencies.size(); ++r) esc += frequencies[r];
+    const uint64_t dir = ((n + kEscapeBlock - 1) / kEscapeBlock) * bits_for(esc);
+    const uint64_t bits = n * b + esc * best.full_width + dir;
+    if (bits < best_bits) {
+      best_bits = bits;
+      best.primary_width = b;
+      best.escapes = esc;
+    }
+    if (code >= frequencies.size()) break;  // wider codes only cost more
+  }
+  return best;
+}
+
+class RankView {
+ public:
+  RankView() = default;
+  RankView(PackedView primary, PackedView escapes, PackedView directory)
+      : primary_(primary), escapes_(escapes), directory_(directory),
+        code_((uint64_t{1} << primary.width()) - 1) {}
+
+  uint64_t size() const { return primary_.size(); }
+
+  uint64_t operator[](uint64_t i) const {
+    const uint64_t r = primary_[i];
+    if (r != code_) return r;
+    const uint64_t block = i / kEscapeBlock;
+    const uint64_t e = directory_[block] + codes_before(block * kEscapeBlock, i);
+    return e < escapes_.size() ? escapes_[e] : UINT64_MAX;  // UINT64_MAX only in a corrupted file
+  }
+
+ private:
+  // Escape codes among entries [from, to), from a multiple of 64 (so the
+  // range starts on a word boundary, and b | 64 keeps fields inside words).
+  uint64_t codes_before(uint64_t from, uint64_t to) const {
+    const uint32_t b = primary_.width();
+    const uint8_t* data = primary_.data();
+    uint64_t low = 0;  // the lowest bit of every b-bit field
+    for (uint32_t s = 0; s < 64; s += b) low |= uint64_t{1} << s;
+    uint64_t count = 0;
+    uint64_t bit = from * b;
+    const uint64_t end = to * b;
+    while (bit < end) {
+      uint64_t x;
+      std::memcpy(&x, data + (bit / 64) * 8, 8);
+      const uint64_t take = end - bit < 64 ? end - bit : 64;
+      if (take < 64) x &= (uint64_t{1} << take) - 1;
+      uint64_t y = x;
+      for (uint32_t s = 1; s < b; s <<= 1) y &= y >> s;  // field's low bit = AND of its bits
+      count += static_cast<uint64_t>(__builtin_popcountll(y & low));
+      bit += take;
+    }
+    return count;
+  }
+
+  PackedView primary_, escapes_, directory_;
+  uint64_t code_ = 1;
+};
+
+}  // namespace ngram
