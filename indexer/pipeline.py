@@ -73,6 +73,7 @@ class BuildReport:
     seconds: float
     tokenize_seconds: float
     shards_resumed: int
+    phase_seconds: dict[str, float]
 
 
 Progress = Callable[[str], None]
@@ -147,7 +148,9 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
         )
         for i, s in enumerate(shards)
     ]
+    t_map = time.perf_counter()
     map_results = _run_maps(executor, map_tasks, progress)
+    t_reduce = time.perf_counter()
     documents = sum(r.documents for r in map_results)
     tokens = sum(r.tokens for r in map_results)
     skipped = sum(r.skipped for r in map_results)
@@ -162,6 +165,7 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
         for i, (lo, hi) in enumerate(ranges)
     ]
     reduce_results = _run_reduces(executor, reduce_tasks, progress)
+    t_write = time.perf_counter()
 
     plans = [LevelPlan() for _ in range(cfg.order)]
     for r in reduce_results:
@@ -208,7 +212,9 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
         shutil.rmtree(work, ignore_errors=True)
         if not cfg.tmp_dir:  # OUT.build is ours; a --tmp-dir is the user's
             shutil.rmtree(work.parent, ignore_errors=True)
-    seconds = time.perf_counter() - t_start
+    t_end = time.perf_counter()
+    seconds = t_end - t_start
+    phases = {"start": t_map - t_start, "map": t_reduce - t_map, "reduce": t_write - t_reduce, "write": t_end - t_write}
     report = BuildReport(
         out=str(out),
         file_bytes=size,
@@ -219,10 +225,12 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
         seconds=seconds,
         tokenize_seconds=sum(r.tokenize_seconds for r in map_results),
         shards_resumed=sum(r.resumed for r in map_results),
+        phase_seconds=phases,
     )
     progress(
         f"done: {out} ({size:,} bytes), {documents:,} documents, {tokens:,} tokens, "
-        f"n-grams per order {report.ngrams}, {seconds:.1f} s ({tokens / max(seconds, 1e-9) / 1e6:.2f} M tokens/s)"
+        f"n-grams per order {report.ngrams}, {seconds:.1f} s ({tokens / max(seconds, 1e-9) / 1e6:.2f} M tokens/s; "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + ")"
         + (f", {skipped:,} bad documents skipped" if skipped else "")
     )
     return report
