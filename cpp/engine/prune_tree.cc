@@ -1,1 +1,444 @@
-// DART tree pruning: being written.
+#include "prune_tree.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "errors.h"
+#include "queries.h"
+
+// The score of an extension must be the float32 value DART computes, so the
+// compiler may not fuse its multiply and add into one FMA (that rounds once
+// instead of twice). Only score_entry() does that arithmetic.
+#if defined(__clang__)
+#define NGRAM_NO_FP_CONTRACT
+#define NGRAM_FP_CONTRACT_OFF_PRAGMA _Pragma("clang fp contract(off)")
+#elif defined(__GNUC__)
+#define NGRAM_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#define NGRAM_FP_CONTRACT_OFF_PRAGMA
+#else
+#define NGRAM_NO_FP_CONTRACT
+#define NGRAM_FP_CONTRACT_OFF_PRAGMA
+#endif
+
+namespace ngram {
+
+// float32 of Python's (l+1)**-0.7 and 0.9**l (both C's pow in double).
+float default_level_weight(uint32_t l) { return static_cast<float>(std::pow(static_cast<double>(l) + 1.0, -0.7)); }
+float default_logit_weight(uint32_t l) { return static_cast<float>(std::pow(0.9, static_cast<double>(l))); }
+
+namespace {
+
+using Ext = PruneWorkspace::Ext;
+using BeamNode = PruneWorkspace::BeamNode;
+using Kept = PruneWorkspace::Kept;
+constexpr uint32_t kRoot = PruneWorkspace::kRoot;
+constexpr uint32_t kEosBit = 0x80000000u;
+constexpr float kEps = 1e-10f;  // DART's guard inside logf(p + 1e-10f)
+
+std::string at(const char* field, uint32_t l) { return std::string(field) + "[" + std::to_string(l) + "]"; }
+
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// Weights lie in [0, kMaxWeight] (NaN fails both tests). `index` < 0: a scalar.
+void check_weight(float w, const char* field, int index = -1) {
+  if (w >= 0.0f && w <= PruneLimits::kMaxWeight) return;
+  const std::string name = index < 0 ? std::string(field) : at(field, static_cast<uint32_t>(index));
+  throw InvalidArgument(name + " = " + num(w) + ": must be a finite weight in [0, " + num(PruneLimits::kMaxWeight) +
+                        "]");
+}
+
+void check_weights(const std::vector<float>& w, uint32_t depth, const char* field) {
+  if (w.empty()) return;
+  if (w.size() != depth)
+    throw InvalidArgument(std::string(field) + " has " + std::to_string(w.size()) + " entries: need one per level (D = " +
+                          std::to_string(depth) + ")");
+  for (uint32_t l = 0; l < depth; ++l) check_weight(w[l], field, static_cast<int>(l));
+}
+
+// Beam order: extensions not ending in EOS first, then by score descending,
+// then in generation order.
+inline bool beam_before(const Ext& a, const Ext& b) {
+  const uint32_t ea = a.key & kEosBit, eb = b.key & kEosBit;
+  if (ea != eb) return ea < eb;
+  if (a.score != b.score) return a.score > b.score;
+  return a.key < b.key;
+}
+
+// Tree order: by rank descending; on equal ranks the shallower first (a parent
+// before its children), then in generation order.
+inline bool kept_before(const Kept& a, const Kept& b) {
+  if (a.rank != b.rank) return a.rank > b.rank;
+  if (a.depth != b.depth) return a.depth < b.depth;
+  return a.gen < b.gen;
+}
+
+// Output order: by depth, then as kept_before.
+inline bool output_before(const Kept& a, const Kept& b) {
+  if (a.depth != b.depth) return a.depth < b.depth;
+  if (a.rank != b.rank) return a.rank > b.rank;
+  return a.gen < b.gen;
+}
+
+// Scores the K extensions of one beam entry with score s:
+//   s + lw * (logit[j] + ngram[j])   or, without n-gram term,   s + lw * logit[j]
+// exactly as DART's float32 expression (logit[j] = logf(p + 1e-10f) * gw and
+// ngram[j] = logf(q + 1e-10f) * lambda are computed by the caller).
+NGRAM_NO_FP_CONTRACT void score_entry(float s, float lw, const float* logit, const float* ngram, uint32_t k,
+                                      const int32_t* toks, int64_t eos, uint32_t gen0, Ext* out) {
+  NGRAM_FP_CONTRACT_OFF_PRAGMA
+  if (ngram) {
+    for (uint32_t j = 0; j < k; ++j) {
+      const float combined = logit[j] + ngram[j];
+      out[j].score = s + lw * combined;
+      out[j].key = (gen0 + j) | (toks[j] == eos ? kEosBit : 0u);
+    }
+  } else {
+    for (uint32_t j = 0; j < k; ++j) {
+      out[j].score = s + lw * logit[j];
+      out[j].key = (gen0 + j) | (toks[j] == eos ? kEosBit : 0u);
+    }
+  }
+}
+
+// The last min(cap, available) tokens of prefix + the sequence ending at beam
+// node x, written to buf[0, n); returns n.
+uint32_t context_of(const PruneWorkspace& ws, uint32_t x, const int64_t* prefix, uint64_t prefix_len, uint32_t cap,
+                    int32_t* buf) {
+  uint32_t pos = cap;
+  while (pos > 0 && x != kRoot) {
+    buf[--pos] = ws.beam_nodes[x].token;
+    x = ws.beam_nodes[x].parent;
+  }
+  uint64_t p = prefix_len;
+  while (pos > 0 && p > 0) buf[--pos] = static_cast<int32_t>(prefix[--p]);
+  const uint32_t n = cap - pos;
+  if (pos > 0) std::memmove(buf, buf + pos, n * sizeof(int32_t));
+  return n;
+}
+
+void encode(PruneWorkspace& ws, uint32_t n_kept, int32_t root_token, PrunedTree& out) {
+  const uint32_t n = n_kept + 1;
+  out.tokens.resize(n);
+  out.parents.resize(n);
+  out.depths.resize(n);
+  out.scores.resize(n);
+  out.tokens[0] = root_token;
+  out.parents[0] = -1;
+  out.depths[0] = 0;
+  out.scores[0] = 0.0f;
+  uint32_t max_depth = 0;
+  for (uint32_t i = 0; i < n_kept; ++i) {
+    const Kept& k = ws.pool[i];
+    const int32_t parent = k.parent == kRoot ? 0 : ws.beam_nodes[k.parent].kept;
+    if (parent < 0 || static_cast<uint32_t>(parent) > i)
+      throw std::logic_error("prune_tree: kept set is not closed under parents");
+    out.tokens[i + 1] = k.token;
+    out.parents[i + 1] = parent;
+    out.depths[i + 1] = static_cast<int32_t>(k.depth);
+    out.scores[i + 1] = k.score;
+    max_depth = std::max(max_depth, k.depth);
+  }
+
+  // tree_mask: a node's row is its parent's row plus itself.
+  out.tree_mask.assign(static_cast<size_t>(n) * n, 0);
+  uint8_t* mask = out.tree_mask.data();
+  mask[0] = 1;
+  for (uint32_t i = 1; i < n; ++i) {
+    std::memcpy(mask + static_cast<size_t>(i) * n, mask + static_cast<size_t>(out.parents[i]) * n, i);
+    mask[static_cast<size_t>(i) * n + i] = 1;
+  }
+
+  // Children lists (CSR), each sorted by token, then a depth-first walk that
+  // meets the leaves in lexicographic order of their paths.
+  std::vector<int32_t>& start = ws.child_start;
+  std::vector<int32_t>& list = ws.child_list;
+  std::vector<int32_t>& stack = ws.dfs_stack;
+  start.assign(n + 1, 0);
+  for (uint32_t i = 1; i < n; ++i) ++start[out.parents[i] + 1];
+  for (uint32_t i = 0; i < n; ++i) start[i + 1] += start[i];
+  list.resize(n);
+  {
+    // Fill using dfs_stack as the per-parent cursor.
+    stack.assign(start.begin(), start.end() - 1);
+    for (uint32_t i = 1; i < n; ++i) list[stack[out.parents[i]]++] = static_cast<int32_t>(i);
+  }
+  const int32_t* tok = out.tokens.data();
+  for (uint32_t i = 0; i < n; ++i) {
+    if (start[i + 1] - start[i] > 1)
+      std::sort(list.begin() + start[i], list.begin() + start[i + 1],
+                [tok](int32_t a, int32_t b) { return tok[a] < tok[b]; });
+  }
+  uint32_t leaves = 0;
+  for (uint32_t i = 0; i < n; ++i) leaves += start[i + 1] == start[i];
+  const uint32_t width = max_depth + 1;
+  out.n_leaves = leaves;
+  out.retrieve_width = width;
+  out.retrieve_indices.assign(static_cast<size_t>(leaves) * width, -1);
+  stack.clear();
+  stack.push_back(0);
+  uint32_t row = 0;
+  while (!stack.empty()) {
+    const int32_t x = stack.back();
+    stack.pop_back();
+    if (start[x + 1] == start[x]) {
+      int32_t* r = out.retrieve_indices.data() + static_cast<size_t>(row++) * width;
+      for (int32_t y = x; y >= 0; y = out.parents[y]) r[out.depths[y]] = y;
+      continue;
+    }
+    for (int32_t c = start[x + 1] - 1; c >= start[x]; --c) stack.push_back(list[c]);
+  }
+}
+
+}  // namespace
+
+void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params) {
+  const uint64_t vocab = t.vocab_size();
+  if (in.prefix_len == 0) throw InvalidArgument("prefix is empty: need at least one token (its last is the root)");
+  check_tokens(t, in.prefix, in.prefix_len, "prefix");
+  if (in.depth == 0 || in.depth > PruneLimits::kMaxDepth)
+    throw InvalidArgument("topk_tokens has " + std::to_string(in.depth) + " levels (D): must be 1.." +
+                          std::to_string(PruneLimits::kMaxDepth));
+  if (in.level_offsets[0] != 0) throw InvalidArgument("level_offsets[0] must be 0");
+  int32_t sorted[PruneLimits::kMaxCandidates];
+  for (uint32_t l = 0; l < in.depth; ++l) {
+    const uint64_t lo = in.level_offsets[l], hi = in.level_offsets[l + 1];
+    if (hi <= lo || hi - lo > PruneLimits::kMaxCandidates)
+      throw InvalidArgument(at("topk_tokens", l) + " has " + std::to_string(hi > lo ? hi - lo : 0) +
+                            " candidates (K): must be 1.." + std::to_string(PruneLimits::kMaxCandidates));
+    const uint32_t k = static_cast<uint32_t>(hi - lo);
+    const int64_t* tk = in.tokens + lo;
+    const float* pr = in.probs + lo;
+    bool ok = true;
+    for (uint32_t j = 0; j < k; ++j) ok &= tk[j] >= 0 && static_cast<uint64_t>(tk[j]) < vocab;
+    if (!ok) check_tokens(t, tk, k, at("topk_tokens", l).c_str());
+    for (uint32_t j = 0; j < k; ++j) {
+      if (!(pr[j] >= 0.0f && pr[j] <= 1.0f))
+        throw InvalidArgument(at("topk_probs", l) + "[" + std::to_string(j) + "] = " + num(pr[j]) +
+                              ": must be a probability in [0, 1]");
+      sorted[j] = static_cast<int32_t>(tk[j]);
+    }
+    std::sort(sorted, sorted + k);
+    for (uint32_t j = 1; j < k; ++j)
+      if (sorted[j] == sorted[j - 1])
+        throw InvalidArgument(at("topk_tokens", l) + " lists token " + std::to_string(sorted[j]) +
+                              " twice: candidates of one level must be distinct");
+  }
+  if (params.beam_width == 0 || params.beam_width > PruneLimits::kMaxBeamWidth)
+    throw InvalidArgument("beam_width = " + std::to_string(params.beam_width) + ": must be 1.." +
+                          std::to_string(PruneLimits::kMaxBeamWidth));
+  if (params.max_nodes > PruneLimits::kMaxNodes)
+    throw InvalidArgument("max_nodes = " + std::to_string(params.max_nodes) + ": must be 0.." +
+                          std::to_string(PruneLimits::kMaxNodes));
+  check_weight(params.ngram_weight, "ngram_weight");
+  check_weights(params.level_weights, in.depth, "level_weights");
+  check_weights(params.logit_weights, in.depth, "logit_weights");
+  if (params.eos_token_id < -1 || params.eos_token_id >= static_cast<int64_t>(vocab))
+    throw InvalidArgument("eos_token_id = " + std::to_string(params.eos_token_id) + ": must be -1 (none) or in [0, " +
+                          std::to_string(vocab) + ")");
+}
+
+void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                PrunedTree& out) {
+  validate_prune(t, in, params);
+  const uint32_t depth = in.depth;
+  const uint64_t total = in.level_offsets[depth];
+  const uint32_t cap = t.order() - 1;  // context tokens the n-gram term looks at
+  const float lambda = params.ngram_weight;
+  const int64_t eos = params.eos_token_id;
+  struct Defaults {
+    float lw[PruneLimits::kMaxDepth], gw[PruneLimits::kMaxDepth];
+    Defaults() {
+      for (uint32_t l = 0; l < PruneLimits::kMaxDepth; ++l) lw[l] = default_level_weight(l), gw[l] = default_logit_weight(l);
+    }
+  };
+  static const Defaults defaults;
+  const float* lw = params.level_weights.empty() ? defaults.lw : params.level_weights.data();
+  const float* gw = params.logit_weights.empty() ? defaults.gw : params.logit_weights.data();
+
+  // The drafter's term depends on the candidate only: once per lattice entry.
+  ws.tokens.resize(total);
+  ws.logit_terms.resize(total);
+  for (uint32_t l = 0; l < depth; ++l) {
+    for (uint64_t i = in.level_offsets[l]; i < in.level_offsets[l + 1]; ++i) {
+      ws.tokens[i] = static_cast<int32_t>(in.tokens[i]);
+      ws.logit_terms[i] = std::log(in.probs[i] + kEps) * gw[l];
+    }
+  }
+
+  ws.beam_nodes.clear();
+  ws.pool.clear();
+  ws.beam.assign(1, kRoot);
+  const uint32_t max_nodes = params.max_nodes;
+  const uint32_t beam_width = params.beam_width;
+  const float zero_q_term = std::log(0.0f + kEps) * lambda;
+  bool pool_full = false;  // the pool holds max_nodes entries, the worst of rank `threshold`
+  float threshold = 0.0f;
+
+  for (uint32_t l = 0; l < depth && max_nodes > 0; ++l) {
+    const uint64_t off = in.level_offsets[l];
+    const uint32_t k = static_cast<uint32_t>(in.level_offsets[l + 1] - off);
+    const int32_t* toks = ws.tokens.data() + off;
+    const float* logit = ws.logit_terms.data() + off;
+    const uint32_t b_count = static_cast<uint32_t>(ws.beam.size());
+    // DART skips the lookup when lambda == 0: logf(q + eps) * 0 is -0.0, and
+    // x + -0.0 == x, so leaving the term out is the same float.
+    const bool use_ngram = (l > 0 || params.ngram_on_first_level) && lambda != 0.0f;
+    ws.ext.resize(static_cast<size_t>(b_count) * k);
+    uint32_t n_ext = 0;
+
+    if (use_ngram) {
+      // The level's candidates sorted by token, for the lookups.
+      ws.sorted.resize(k);
+      for (uint32_t j = 0; j < k; ++j) ws.sorted[j] = {toks[j], j};
+      std::sort(ws.sorted.begin(), ws.sorted.end());
+      ws.sorted_tokens.resize(k);
+      for (uint32_t j = 0; j < k; ++j) ws.sorted_tokens[j] = ws.sorted[j].first;
+      ws.contexts.resize(static_cast<size_t>(b_count) * (cap ? cap : 1));
+      ws.ctx_lens.resize(b_count);
+      ws.ngram_terms.resize(static_cast<size_t>(b_count) * k);
+      ws.row_entry.clear();
+      ws.q.resize(k);
+      ws.matched.resize(k);
+    }
+    for (uint32_t b = 0; b < b_count; ++b) {
+      const uint32_t x = ws.beam[b];
+      const float s = x == kRoot ? 0.0f : ws.beam_nodes[x].score;
+      const float* ngram = nullptr;
+      if (use_ngram) {
+        int32_t* ctx = ws.contexts.data() + static_cast<size_t>(b) * cap;
+        const uint32_t len = context_of(ws, x, in.prefix, in.prefix_len, cap, ctx);
+        ws.ctx_lens[b] = len;
+        uint32_t row = static_cast<uint32_t>(ws.row_entry.size());
+        for (uint32_t r = 0; r < ws.row_entry.size(); ++r) {
+          const uint32_t c = ws.row_entry[r];
+          if (ws.ctx_lens[c] == len &&
+              std::memcmp(ws.contexts.data() + static_cast<size_t>(c) * cap, ctx, len * sizeof(int32_t)) == 0) {
+            row = r;
+            break;
+          }
+        }
+        float* terms = ws.ngram_terms.data() + static_cast<size_t>(row) * k;
+        if (row == ws.row_entry.size()) {
+          ws.row_entry.push_back(b);
+          conditional_probs_one(t, ctx, len, ws.sorted_tokens.data(), k, ws.q.data(), ws.matched.data());
+          for (uint32_t i = 0; i < k; ++i) {
+            const float q = ws.q[i];
+            terms[ws.sorted[i].second] = q == 0.0f ? zero_q_term : std::log(q + kEps) * lambda;
+          }
+        }
+        ngram = terms;
+      }
+      Ext* e = ws.ext.data() + n_ext;
+      score_entry(s, lw[l], logit, ngram, k, toks, eos, b * k, e);
+      n_ext += k;
+    }
+    ws.ext.resize(n_ext);
+
+    // The next beam: the best beam_width extensions, sorted.
+    const uint32_t n_beam = std::min(beam_width, n_ext);
+    if (n_beam < n_ext) std::nth_element(ws.ext.begin(), ws.ext.begin() + n_beam, ws.ext.end(), beam_before);
+    std::sort(ws.ext.begin(), ws.ext.begin() + n_beam, beam_before);
+
+    // Every extension is a candidate node; those entering the beam become
+    // beam nodes (their children name them as parent).
+    const uint32_t first_node = static_cast<uint32_t>(ws.beam_nodes.size());
+    ws.next_beam.resize(n_beam);
+    for (uint32_t i = 0; i < n_ext; ++i) {
+      const Ext& e = ws.ext[i];
+      // A full pool's worst entry precedes every candidate of this (deeper)
+      // level with a rank not above its own: those cannot be kept, and only
+      // beam entries need the bookkeeping below.
+      if (i >= n_beam && pool_full && !(e.score > threshold)) continue;
+      const uint32_t gen = e.key & ~kEosBit;
+      const uint32_t b = gen / k, j = gen - b * k;
+      const uint32_t parent = ws.beam[b];
+      const float parent_rank = parent == kRoot ? std::numeric_limits<float>::infinity() : ws.beam_nodes[parent].rank;
+      const float rank = std::min(e.score, parent_rank);
+      int32_t beam_id = -1;
+      if (i < n_beam) {
+        beam_id = static_cast<int32_t>(first_node + i);
+        ws.beam_nodes.push_back(BeamNode{toks[j], parent, e.score, rank, -1});
+        ws.next_beam[i] = first_node + i;
+        if (pool_full && !(rank > threshold)) continue;
+      } else if (pool_full && !(rank > threshold)) {
+        continue;
+      }
+      ws.pool.push_back(Kept{rank, e.score, l + 1, gen, parent, toks[j], beam_id});
+    }
+    std::swap(ws.beam, ws.next_beam);
+
+    // Keep only the best max_nodes candidates so far: a prefix of the final
+    // order, so trimming early changes nothing.
+    if (ws.pool.size() > max_nodes) {
+      std::nth_element(ws.pool.begin(), ws.pool.begin() + (max_nodes - 1), ws.pool.end(), kept_before);
+      ws.pool.resize(max_nodes);
+    }
+    if (ws.pool.size() == max_nodes) {
+      pool_full = true;
+      threshold = ws.pool[0].rank;
+      for (const Kept& kp : ws.pool) threshold = std::min(threshold, kp.rank);
+    }
+  }
+
+  std::sort(ws.pool.begin(), ws.pool.end(), output_before);
+  const uint32_t n_kept = static_cast<uint32_t>(ws.pool.size());
+  // Map beam nodes to their output index (parents are placed before children).
+  for (uint32_t i = 0; i < n_kept; ++i)
+    if (ws.pool[i].beam >= 0) ws.beam_nodes[ws.pool[i].beam].kept = static_cast<int32_t>(i + 1);
+  encode(ws, n_kept, static_cast<int32_t>(in.prefix[in.prefix_len - 1]), out);
+}
+
+void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
+                      uint32_t threads, std::vector<PrunedTree>& out) {
+  const size_t n = in.size();
+  out.resize(n);
+  if (n == 0) return;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<uint32_t>(std::min<size_t>(threads, n));
+
+  std::atomic<size_t> next{0};
+  std::mutex err_mu;
+  size_t err_index = n;
+  std::string err_msg;
+  std::exception_ptr err_other;
+  auto work = [&]() {
+    PruneWorkspace ws;
+    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      try {
+        prune_tree(t, in[i], params, ws, out[i]);
+      } catch (const InvalidArgument& e) {
+        std::lock_guard<std::mutex> g(err_mu);
+        if (i < err_index) {
+          err_index = i;
+          err_msg = e.what();
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> g(err_mu);
+        if (!err_other) err_other = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (uint32_t i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& th : pool) th.join();
+  if (err_other) std::rethrow_exception(err_other);
+  if (err_index < n) throw InvalidArgument("requests[" + std::to_string(err_index) + "]: " + err_msg);
+}
+
+}  // namespace ngram

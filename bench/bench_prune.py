@@ -1,0 +1,175 @@
+"""Benchmark: DART tree pruning on the corpus trie and the golden queries.
+
+    python bench/bench_prune.py [--trie PATH] [--rounds N] [--threads T]
+
+Measures, on the 200 golden queries (D = 8, K = 25, beam 20, 60 nodes, N = 3):
+  - NgramIndex.prune per call, one thread: median and p99 in microseconds
+    (Python call included; DART's own searcher takes about 1.0 ms);
+  - the engine alone (prune_batch, threads=1), microseconds per tree;
+  - prune_batch throughput on --threads threads (default 2), trees/s;
+  - how many trees equal DART's (same set of token paths).
+Prints a table and writes bench/results/prune.json.
+
+--trie defaults to /tmp/corpus3.ngt, built with ngram-build from
+../shared/data/corpus when it does not exist yet (or cannot be opened). An
+explicit --trie that does not exist is an error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+GOLDEN = SHARED / "golden" / "tree_sample.npz"
+CORPUS = SHARED / "data" / "corpus"
+TOKENIZER = SHARED / "data" / "qwen3-tokenizer.json"
+DEFAULT_TRIE = Path("/tmp/corpus3.ngt")
+DART_SEARCHER_US = 1000.0  # DART's own Searcher on the same trees (quoted, not measured here)
+
+
+def fail(msg: str) -> NoReturn:
+    print(f"bench_prune: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def ensure_trie(path: Path, explicit: bool) -> Path:
+    if explicit:
+        if not path.is_file():
+            fail(f"trie {path} does not exist (build it with: ngram-build {CORPUS} --tokenizer {TOKENIZER} "
+                 f"--order 3 --out {path})")
+        return path
+    if path.is_file():
+        from ngram_service import NgramIndex, TrieFormatError
+
+        try:
+            NgramIndex.open(path)
+            return path
+        except TrieFormatError as e:  # e.g. an older format version: build it again
+            print(f"{e}; rebuilding", file=sys.stderr)
+    if not (CORPUS.is_dir() and TOKENIZER.is_file()):
+        fail(f"trie {path} does not exist and the corpus to build it ({CORPUS}) is not present")
+    print(f"building {path} from {CORPUS} ...", file=sys.stderr)
+    cmd = ["ngram-build", str(CORPUS), "--tokenizer", str(TOKENIZER), "--order", "3", "--out", str(path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0 or not path.is_file():
+        fail(f"could not build {path}: {' '.join(cmd)} exited {r.returncode}\n{r.stderr[-2000:]}")
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trie", type=Path, default=None, help=f"trie file (default {DEFAULT_TRIE}, built if missing)")
+    ap.add_argument("--rounds", type=int, default=10, help="passes over the 200 queries per measurement")
+    ap.add_argument("--threads", type=int, default=2, help="threads for the prune_batch throughput")
+    ap.add_argument("--mode", choices=["mmap", "ram"], default="mmap", help="how to open the trie")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "prune.json")
+    args = ap.parse_args()
+
+    if not GOLDEN.is_file():
+        fail(f"golden trees {GOLDEN} are not present")
+    trie = ensure_trie(args.trie or DEFAULT_TRIE, explicit=args.trie is not None)
+
+    from ngram_service import NgramIndex, TrieFormatError
+
+    try:
+        idx = NgramIndex.open(trie, mode=args.mode)
+    except TrieFormatError as e:
+        fail(f"cannot open {trie}: {e} (rebuild it with ngram-build)")
+    if idx.order != 3:
+        fail(f"{trie} has order {idx.order}; the golden trees need N = 3")
+
+    g = {k: v for k, v in np.load(GOLDEN).items()}
+    off = g["prompt_offsets"]
+    n = len(off) - 1
+    reqs = [(g["prompt_flat"][off[i]:off[i + 1]], g["topk_tokens"][i], g["topk_probs"][i]) for i in range(n)]
+    params = dict(beam_width=int(g["beam_width"]), max_nodes=int(g["remain_total"]),
+                  ngram_weight=float(g["ngram_weight"]), level_weights=g["level_weights"],
+                  logit_weights=g["logit_weights"], eos_token_id=int(g["eos_token"]))
+
+    # Identical trees: the same set of token paths as DART's.
+    trees = idx.prune_batch(reqs, threads=args.threads, **params)
+    identical = 0
+    for i, t in enumerate(trees):
+        gold = {tuple(int(x) for x in row if x >= 0) for row in g["node_paths"][i][1:]}
+        identical += set(t.paths()[1:]) == gold and t.n_nodes == len(gold)
+
+    # Per call, one thread, through the Python API.
+    for r in reqs:  # warm-up: page in the trie, grow the workspace
+        idx.prune(*r, **params)
+    lat = []
+    for _ in range(args.rounds):
+        for r in reqs:
+            t0 = time.perf_counter_ns()
+            idx.prune(*r, **params)
+            lat.append(time.perf_counter_ns() - t0)
+    lat_us = np.array(lat) / 1e3
+
+    # The engine alone: one batch on one thread (CPU time of this thread).
+    engine = []
+    for _ in range(max(3, args.rounds // 2)):
+        t0 = time.thread_time_ns()
+        idx.prune_batch(reqs, threads=1, **params)
+        engine.append((time.thread_time_ns() - t0) / 1e3 / n)
+
+    # Throughput on `threads` threads.
+    batch = reqs * args.rounds
+    idx.prune_batch(reqs, threads=args.threads, **params)
+    tps = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        idx.prune_batch(batch, threads=args.threads, **params)
+        tps.append(len(batch) / (time.perf_counter() - t0))
+
+    result = {
+        "trie": str(trie),
+        "trie_mode": args.mode,
+        "queries": n,
+        "draft_length": int(g["draft_length"]),
+        "k": int(g["topk_tokens"].shape[2]),
+        "beam_width": params["beam_width"],
+        "max_nodes": params["max_nodes"],
+        "identical_trees": identical,
+        "prune_us_median": round(float(np.median(lat_us)), 1),
+        "prune_us_p99": round(float(np.percentile(lat_us, 99)), 1),
+        "prune_us_mean": round(float(lat_us.mean()), 1),
+        "engine_us_per_tree_min": round(min(engine), 1),
+        "batch_threads": args.threads,
+        "batch_trees_per_s": round(max(tps)),
+        "dart_searcher_us": DART_SEARCHER_US,
+        "samples": len(lat),
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+                    "python": platform.python_version(), "platform": platform.platform()},
+    }
+    rows = [
+        (f"identical trees (of {n})", f"{identical}"),
+        ("prune() median, 1 thread", f"{result['prune_us_median']:.1f} us"),
+        ("prune() p99, 1 thread", f"{result['prune_us_p99']:.1f} us"),
+        ("engine only, 1 thread", f"{result['engine_us_per_tree_min']:.1f} us/tree"),
+        (f"prune_batch, {args.threads} threads", f"{result['batch_trees_per_s']:,} trees/s"),
+        ("DART searcher (reference)", f"{DART_SEARCHER_US:.0f} us"),
+        ("load average (1 min)", f"{result['machine']['load_avg_1m']}"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"DART tree pruning: {trie} ({args.mode}), D={result['draft_length']} K={result['k']} "
+          f"beam={result['beam_width']} nodes={result['max_nodes']}, {len(lat)} calls")
+    for name, val in rows:
+        print(f"  {name:<{width}}  {val:>18}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    if identical != n:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+// DART tree pruning: from a draft lattice (top-k tokens and probabilities per
+// draft position) and a prefix, a beam search scored by the drafter's
+// probabilities and the trie's conditional probabilities, keeping the best
+// nodes as a draft tree for one verification pass. docs/PRUNING.md is the
+// specification (scores, tie rules, node order, limits); this file is its
+// single definition in code.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "trie_index.h"
+
+namespace ngram {
+
+// Every bound on a prune request, in one place (checked by validate_prune).
+struct PruneLimits {
+  static constexpr uint32_t kMaxDepth = 64;        // D: draft positions
+  static constexpr uint32_t kMaxCandidates = 1024; // K: candidates per position
+  static constexpr uint32_t kMaxBeamWidth = 1024;
+  static constexpr uint32_t kMaxNodes = 4096;      // nodes kept, root excluded
+  static constexpr float kMaxWeight = 1e6f;        // level, logit and n-gram weights lie in [0, kMaxWeight]
+};
+
+struct PruneParams {
+  uint32_t beam_width = 20;
+  uint32_t max_nodes = 60;
+  float ngram_weight = 0.5f;
+  // D entries each, or empty for DART's defaults: float32((l+1)**-0.7) and
+  // float32(0.9**l).
+  std::vector<float> level_weights;
+  std::vector<float> logit_weights;
+  // Extensions ending in this token rank after all others in the beam; -1:
+  // no such rule.
+  int64_t eos_token_id = -1;
+  // false: level 0 is scored by the drafter alone (DART's production build).
+  bool ngram_on_first_level = false;
+};
+
+// One draft lattice. Level l's K_l candidates are tokens[level_offsets[l] ..
+// level_offsets[l+1]) with their probabilities at the same positions.
+struct PruneInput {
+  const int64_t* prefix = nullptr;  // the context; prefix[prefix_len-1] becomes the root
+  uint64_t prefix_len = 0;
+  const int64_t* tokens = nullptr;
+  const float* probs = nullptr;
+  const uint64_t* level_offsets = nullptr;  // depth + 1 entries, level_offsets[0] == 0
+  uint32_t depth = 0;                       // D
+};
+
+// The kept tree. Node 0 is the root (the prefix's last token); the others
+// follow by depth, within one depth by rank (score descending, then the order
+// in which the search generated them). Parents always precede children.
+struct PrunedTree {
+  std::vector<int32_t> tokens;    // [n]
+  std::vector<int32_t> parents;   // [n], -1 for the root
+  std::vector<int32_t> depths;    // [n], 0 for the root
+  std::vector<float> scores;      // [n], 0 for the root
+  std::vector<uint8_t> tree_mask; // [n, n] row-major: row i marks i and its ancestors
+  // [n_leaves, width]: one row per leaf, node indices root to leaf, -1 padded;
+  // leaves in lexicographic order of their token paths; width = max depth + 1.
+  std::vector<int32_t> retrieve_indices;
+  uint32_t n_leaves = 0;
+  uint32_t retrieve_width = 0;
+  uint32_t size() const { return static_cast<uint32_t>(tokens.size()); }
+};
+
+// Scratch space of one pruning thread. Reusing one across calls avoids every
+// allocation once it has grown to the largest request.
+struct PruneWorkspace {
+  struct Ext {          // one extension of a beam entry at the current level
+    float score;
+    uint32_t key;       // bit 31: ends in EOS; bits 0..30: gen = entry * K + j
+  };
+  struct BeamNode {     // a sequence that was in the beam
+    int32_t token;
+    uint32_t parent;    // index into beam_nodes; kRoot for level 0 entries
+    float score;
+    float rank;         // its rank key (see Kept)
+    int32_t kept;       // its index in the output tree, -1 while unknown
+  };
+  struct Kept {         // a candidate for the output tree
+    float rank;         // min(score, parent's rank): equals the score (see PRUNING.md)
+    float score;
+    uint32_t depth;     // 1..D
+    uint32_t gen;       // generation order within its level
+    uint32_t parent;    // beam node index or kRoot
+    int32_t token;
+    int32_t beam;       // beam node index when it entered the beam, else -1
+  };
+  static constexpr uint32_t kRoot = 0xffffffffu;
+
+  std::vector<int32_t> tokens;        // the lattice narrowed to int32
+  std::vector<float> logit_terms;     // per lattice entry: logf(p + 1e-10f) * gw[l]
+  std::vector<Ext> ext;
+  std::vector<BeamNode> beam_nodes;
+  std::vector<uint32_t> beam, next_beam;  // beam node indices
+  std::vector<Kept> pool;
+  std::vector<int32_t> contexts;      // per beam entry: its context (order-1 tokens)
+  std::vector<uint32_t> ctx_lens;
+  std::vector<uint32_t> row_entry;    // per row of ngram_terms: the beam entry whose context it is
+  std::vector<std::pair<int32_t, uint32_t>> sorted;  // the level's (token, j) by token
+  std::vector<int32_t> sorted_tokens;
+  std::vector<float> ngram_terms;     // per distinct context: logf(q + 1e-10f) * lambda, K entries
+  std::vector<float> q;
+  std::vector<int32_t> matched;
+  std::vector<int32_t> child_start, child_list, dfs_stack;
+};
+
+// Throws InvalidArgument naming the field at fault: shapes and limits, token
+// ids outside [0, vocab), probabilities that are not in [0, 1] (NaN
+// included), a token listed twice in one level, weights outside
+// [0, kMaxWeight] or not finite, eos_token_id outside [-1, vocab).
+void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params);
+
+// Validates, then prunes. `ws` may be reused across calls (one per thread).
+void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                PrunedTree& out);
+
+// Many requests on `threads` threads (0: the hardware's); out[i] answers
+// in[i]. An invalid request raises InvalidArgument prefixed "requests[i]: "
+// (the lowest such i) after every thread has finished.
+void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
+                      uint32_t threads, std::vector<PrunedTree>& out);
+
+// DART's default weights for level l.
+float default_level_weight(uint32_t l);
+float default_logit_weight(uint32_t l);
+
+}  // namespace ngram
