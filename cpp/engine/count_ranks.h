@@ -22,8 +22,10 @@ struct RankLayout {
   uint64_t escapes = 0;
 };
 
-// The cheapest layout for `n` entries whose rank r occurs frequencies[r] times.
-inline RankLayout choose_rank_layout(uint64_t n, const std::vector<uint64_t>& frequencies) {
+// The cheapest layout for `n` entries whose rank r occurs frequencies[r] times;
+// with allow_escapes false, the narrowest that needs none (for level 1, which
+// is small and read by every query).
+inline RankLayout choose_rank_layout(uint64_t n, const std::vector<uint64_t>& frequencies, bool allow_escapes) {
   RankLayout best;
   best.full_width = bits_for(frequencies.empty() ? 0 : frequencies.size() - 1);
   uint64_t best_bits = UINT64_MAX;
@@ -33,7 +35,7 @@ inline RankLayout choose_rank_layout(uint64_t n, const std::vector<uint64_t>& fr
     for (uint64_t r = code; r < frequencies.size(); ++r) esc += frequencies[r];
     const uint64_t dir = ((n + kEscapeBlock - 1) / kEscapeBlock) * bits_for(esc);
     const uint64_t bits = n * b + esc * best.full_width + dir;
-    if (bits < best_bits) {
+    if ((allow_escapes || esc == 0) && bits < best_bits) {
       best_bits = bits;
       best.primary_width = b;
       best.escapes = esc;
@@ -48,7 +50,9 @@ class RankView {
   RankView() = default;
   RankView(PackedView primary, PackedView escapes, PackedView directory)
       : primary_(primary), escapes_(escapes), directory_(directory),
-        code_((uint64_t{1} << primary.width()) - 1) {}
+        code_((uint64_t{1} << primary.width()) - 1) {
+    for (uint32_t s = 0; s < 64 && primary.width() > 0; s += primary.width()) low_ |= uint64_t{1} << s;
+  }
 
   uint64_t size() const { return primary_.size(); }
 
@@ -66,8 +70,6 @@ class RankView {
   uint64_t codes_before(uint64_t from, uint64_t to) const {
     const uint32_t b = primary_.width();
     const uint8_t* data = primary_.data();
-    uint64_t low = 0;  // the lowest bit of every b-bit field
-    for (uint32_t s = 0; s < 64; s += b) low |= uint64_t{1} << s;
     uint64_t count = 0;
     uint64_t bit = from * b;
     const uint64_t end = to * b;
@@ -78,7 +80,7 @@ class RankView {
       if (take < 64) x &= (uint64_t{1} << take) - 1;
       uint64_t y = x;
       for (uint32_t s = 1; s < b; s <<= 1) y &= y >> s;  // field's low bit = AND of its bits
-      count += static_cast<uint64_t>(__builtin_popcountll(y & low));
+      count += static_cast<uint64_t>(__builtin_popcountll(y & low_));
       bit += take;
     }
     return count;
@@ -86,6 +88,7 @@ class RankView {
 
   PackedView primary_, escapes_, directory_;
   uint64_t code_ = 1;
+  uint64_t low_ = 0;  // the lowest bit of every b-bit field of a word
 };
 
 }  // namespace ngram

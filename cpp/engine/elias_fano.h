@@ -9,9 +9,41 @@
 
 #include "packed_array.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace ngram {
 
-constexpr uint64_t kSelectEvery = 256;
+// Position of the r-th set bit of x (r < popcount(x)).
+#if defined(__x86_64__)
+__attribute__((target("bmi2"))) inline uint32_t select_in_word_bmi2(uint64_t x, uint64_t r) {
+  return static_cast<uint32_t>(__builtin_ctzll(_pdep_u64(uint64_t{1} << r, x)));
+}
+#endif
+
+inline uint32_t select_in_word_portable(uint64_t x, uint64_t r) {
+  uint32_t shift = 0;
+  for (;;) {  // whole bytes first, then bits
+    const uint64_t c = static_cast<uint64_t>(__builtin_popcountll(x & 0xFF));
+    if (r < c) break;
+    r -= c;
+    x >>= 8;
+    shift += 8;
+  }
+  for (; r > 0; --r) x &= x - 1;
+  return shift + static_cast<uint32_t>(__builtin_ctzll(x));
+}
+
+inline uint32_t select_in_word(uint64_t x, uint64_t r) {
+#if defined(__x86_64__)
+  static const bool bmi2 = __builtin_cpu_supports("bmi2");
+  if (bmi2) return select_in_word_bmi2(x, r);
+#endif
+  return select_in_word_portable(x, r);
+}
+
+constexpr uint64_t kSelectEvery = 64;
 
 inline uint32_t ef_low_bits(uint64_t n, uint64_t u) {
   uint32_t l = 0;
@@ -60,8 +92,7 @@ class EliasFanoView {
       if (++w >= high_words_) return high_words_ * 64;
       bits = word(w);
     }
-    for (; left > 0; --left) bits &= bits - 1;
-    return w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits));
+    return w * 64 + select_in_word(bits, left);
   }
 
   // Position of the first set bit at or after p.

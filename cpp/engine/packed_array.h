@@ -33,14 +33,21 @@ class PackedView {
 
   uint64_t operator[](uint64_t i) const {
     const uint64_t bit = i * width_;
+    uint64_t x;
+    if (width_ <= 56) {
+      // One unaligned load from the element's first byte holds all of it;
+      // the trailing zero word keeps the load inside the section.
+      std::memcpy(&x, data_ + (bit >> 3), 8);
+      return (x >> (bit & 7)) & mask_;
+    }
     const uint64_t word = bit >> 6;
     const unsigned shift = bit & 63;
-    uint64_t lo, hi;
-    std::memcpy(&lo, data_ + word * 8, 8);
+    uint64_t hi;
+    std::memcpy(&x, data_ + word * 8, 8);
     std::memcpy(&hi, data_ + word * 8 + 8, 8);
     // (hi << 1) << (63 - shift) is hi << (64 - shift) without the undefined
     // shift by 64 when shift == 0.
-    return ((lo >> shift) | ((hi << 1) << (63 - shift))) & mask_;
+    return ((x >> shift) | ((hi << 1) << (63 - shift))) & mask_;
   }
 
   // First index in [lo, hi) whose value is >= v (hi if none). Values in the
@@ -52,7 +59,7 @@ class PackedView {
     uint64_t base = lo, n = hi - lo;
     while (n > 1) {
       const uint64_t half = n / 2;
-      base = (*this)[base + half] < v ? base + half : base;
+      base += half & -static_cast<uint64_t>((*this)[base + half] < v);
       n -= half;
     }
     return base + ((*this)[base] < v);

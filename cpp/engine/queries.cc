@@ -54,14 +54,23 @@ void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t 
     if (lo == hi) continue;
     const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
     const Level& next = t.level(len + 1);
-    for (uint32_t j = 0; j < k; ++j) {
-      if (m[j] != 0) continue;
-      const uint64_t tok = static_cast<uint32_t>(w[j]);
-      const uint64_t pos = next.lower_bound(lo, hi, tok);
-      if (pos < hi && next.tokens[pos] == tok) {
-        p[j] = static_cast<float>(next.count(pos)) * inv;
-        m[j] = static_cast<int32_t>(len);
-        --left;
+    // Unmatched candidates, searched in lockstep batches.
+    for (uint32_t start = 0; start < k;) {
+      uint32_t idx[Level::kMaxBatch], tok[Level::kMaxBatch];
+      uint64_t pos[Level::kMaxBatch];
+      uint32_t n = 0;
+      for (; start < k && n < Level::kMaxBatch; ++start) {
+        if (m[start] != 0) continue;
+        idx[n] = start;
+        tok[n++] = static_cast<uint32_t>(w[start]);
+      }
+      next.lower_bound_many(lo, hi, tok, n, pos);
+      for (uint32_t i = 0; i < n; ++i) {
+        if (pos[i] < hi && next.tokens[pos[i]] == tok[i]) {
+          p[idx[i]] = static_cast<float>(next.count(pos[i])) * inv;
+          m[idx[i]] = static_cast<int32_t>(len);
+          --left;
+        }
       }
     }
   }

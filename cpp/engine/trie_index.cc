@@ -230,17 +230,24 @@ void TrieIndex::parse() {
       throw FormatError(p + ": level " + std::to_string(k) + ": child offsets do not span level " +
                         std::to_string(k + 1));
   }
-  total_tokens_ = 0;
-  const Level& uni = levels_[0];
-  for (uint64_t i = 0; i < uni.size; ++i) total_tokens_ += uni.count(i);
+}
+
+uint64_t TrieIndex::total_tokens() const {
+  std::call_once(totals_once_, [this] {
+    const Level& uni = levels_[0];
+    for (uint64_t i = 0; i < uni.size; ++i) {
+      const uint64_t c = uni.count(i);
+      total_tokens_ += c;
+      distinct_unigrams_ += c != 0;
+    }
+  });
+  return total_tokens_;
 }
 
 uint64_t TrieIndex::ngram_count(uint32_t k) const {
   if (k != 1) return levels_[k - 1].size;
-  uint64_t m = 0;
-  const Level& uni = levels_[0];
-  for (uint64_t i = 0; i < uni.size; ++i) m += uni.count(i) != 0;
-  return m;
+  total_tokens();
+  return distinct_unigrams_;
 }
 
 void TrieIndex::verify_checksums() const {

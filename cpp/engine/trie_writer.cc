@@ -110,7 +110,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     auto st = std::make_unique<LevelStream>();
     SectionStream* values = add(SectionKind::kCountValues, k, spec.count_values.size(), 64, spec.count_values.size() * 8);
     for (uint64_t v : spec.count_values) values->word(v);
-    const RankLayout rl = choose_rank_layout(spec.size, spec.count_frequencies);
+    const RankLayout rl = choose_rank_layout(spec.size, spec.count_frequencies, /*allow_escapes=*/k > 1);
     st->ranks = add(SectionKind::kCountRanks, k, spec.size, rl.primary_width, packed_bytes(spec.size, rl.primary_width));
     st->rank_w = std::make_unique<PackedWriter<WordSink>>(rl.primary_width, WordSink{st->ranks});
     st->escape_code = (uint64_t{1} << rl.primary_width) - 1;
