@@ -116,6 +116,36 @@ NGRAM_NO_FP_CONTRACT void score_entry(float s, float lw, const float* logit, con
 
 // The last min(cap, available) tokens of prefix + the sequence ending at beam
 // node x, written to buf[0, n); returns n.
+// The DART-compatible probabilities of the level's (sorted) candidates after
+// ctx, into ws.q / ws.matched: conditional_probs_one, except that the
+// one-token backoff step is computed once per distinct last token.
+void lookup_context(const TrieIndex& t, PruneWorkspace& ws, const int32_t* ctx, uint32_t len, uint32_t k) {
+  const int32_t* w = ws.sorted_tokens.data();
+  std::fill(ws.q.begin(), ws.q.begin() + k, 0.0f);
+  std::fill(ws.matched.begin(), ws.matched.begin() + k, 0);
+  uint32_t left = k;
+  for (uint32_t l = len; l >= 2 && left > 0; --l)
+    left -= lookup_suffix(t, ctx + (len - l), l, w, k, ws.q.data(), ws.matched.data());
+  if (left == 0 || len == 0) return;
+  const int32_t last = ctx[len - 1];
+  size_t row = 0;
+  while (row < ws.backoff_token.size() && ws.backoff_token[row] != last) ++row;
+  if (row == ws.backoff_token.size()) {
+    ws.backoff_token.push_back(last);
+    ws.backoff_q.resize((row + 1) * k, 0.0f);
+    ws.backoff_matched.resize((row + 1) * k, 0);
+    lookup_suffix(t, &last, 1, w, k, ws.backoff_q.data() + row * k, ws.backoff_matched.data() + row * k);
+  }
+  const float* bq = ws.backoff_q.data() + row * k;
+  const int32_t* bm = ws.backoff_matched.data() + row * k;
+  for (uint32_t j = 0; j < k; ++j) {
+    if (ws.matched[j] == 0) {
+      ws.q[j] = bq[j];
+      ws.matched[j] = bm[j];
+    }
+  }
+}
+
 uint32_t context_of(const PruneWorkspace& ws, uint32_t x, const int64_t* prefix, uint64_t prefix_len, uint32_t cap,
                     int32_t* buf) {
   uint32_t pos = cap;
@@ -313,6 +343,10 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
       ws.row_entry.clear();
       ws.q.resize(k);
       ws.matched.resize(k);
+      ws.found.resize(k);
+      ws.backoff_token.clear();
+      ws.backoff_q.clear();
+      ws.backoff_matched.clear();
     }
     for (uint32_t b = 0; b < b_count; ++b) {
       const uint32_t x = ws.beam[b];
@@ -334,10 +368,19 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
         float* terms = ws.ngram_terms.data() + static_cast<size_t>(row) * k;
         if (row == ws.row_entry.size()) {
           ws.row_entry.push_back(b);
-          conditional_probs_one(t, ctx, len, ws.sorted_tokens.data(), k, ws.q.data(), ws.matched.data());
+          lookup_context(t, ws, ctx, len, k);
+          // logf only for the candidates found (compacted without a branch
+          // each: found or not is unpredictable); the rest share one term.
+          uint32_t* found = ws.found.data();
+          uint32_t n_found = 0;
           for (uint32_t i = 0; i < k; ++i) {
-            const float q = ws.q[i];
-            terms[ws.sorted[i].second] = q == 0.0f ? zero_q_term : std::log(q + kEps) * lambda;
+            terms[i] = zero_q_term;
+            found[n_found] = i;
+            n_found += ws.q[i] != 0.0f;
+          }
+          for (uint32_t f = 0; f < n_found; ++f) {
+            const uint32_t i = found[f];
+            terms[ws.sorted[i].second] = std::log(ws.q[i] + kEps) * lambda;
           }
         }
         ngram = terms;
@@ -349,8 +392,22 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
     ws.ext.resize(n_ext);
 
     // The next beam: the best beam_width extensions, sorted.
+    // A running threshold instead of nth_element: after the first few, an
+    // extension rarely beats the beam's worst, so this branch predicts well
+    // where a partition's comparisons are coin tosses. All extensions stay
+    // in ws.ext (the rest become pool candidates below); their order past
+    // n_beam does not matter, every later order being total.
     const uint32_t n_beam = std::min(beam_width, n_ext);
-    if (n_beam < n_ext) std::nth_element(ws.ext.begin(), ws.ext.begin() + n_beam, ws.ext.end(), beam_before);
+    if (n_beam < n_ext && n_beam > 0) {
+      Ext* ext = ws.ext.data();
+      Ext* worst = std::max_element(ext, ext + n_beam, beam_before);
+      for (uint32_t i = n_beam; i < n_ext; ++i) {
+        if (beam_before(ext[i], *worst)) {
+          std::swap(ext[i], *worst);
+          worst = std::max_element(ext, ext + n_beam, beam_before);
+        }
+      }
+    }
     std::sort(ws.ext.begin(), ws.ext.begin() + n_beam, beam_before);
 
     // Every extension is a candidate node; those entering the beam become

@@ -104,6 +104,12 @@ struct PruneWorkspace {
   std::vector<float> ngram_terms;     // per distinct context: logf(q + 1e-10f) * lambda, K entries
   std::vector<float> q;
   std::vector<int32_t> matched;
+  std::vector<uint32_t> found;        // indices of candidates with q != 0
+  // Per level: the one-token-context lookups, shared by every context that
+  // ends in the same token (DART's backoff step).
+  std::vector<int32_t> backoff_token;
+  std::vector<float> backoff_q;
+  std::vector<int32_t> backoff_matched;
   std::vector<int32_t> child_start, child_list, dfs_stack;
 };
 

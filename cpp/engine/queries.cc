@@ -38,42 +38,53 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
   return t.level(len).count(idx);
 }
 
+uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* w, uint32_t k,
+                       float* p, int32_t* m) {
+  uint64_t node;
+  if (!t.find(suffix, len, &node)) return 0;
+  uint64_t lo, hi;
+  t.children(len, node, &lo, &hi);
+  if (lo == hi) return 0;
+  const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
+  const Level& next = t.level(len + 1);
+  uint32_t found = 0;
+  // Unmatched candidates, searched in lockstep batches.
+  for (uint32_t start = 0; start < k;) {
+    uint32_t idx[Level::kMaxBatch], tok[Level::kMaxBatch];
+    uint64_t pos[Level::kMaxBatch];
+    uint32_t n = 0;
+    for (; start < k && n < Level::kMaxBatch; ++start) {
+      if (m[start] != 0) continue;
+      idx[n] = start;
+      tok[n++] = static_cast<uint32_t>(w[start]);
+    }
+    next.lower_bound_many(lo, hi, tok, n, pos);
+    // Compact the hits without a branch per candidate (hits are a coin toss
+    // for the predictor), then read their counts.
+    uint32_t hit = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      idx[hit] = idx[i];
+      pos[hit] = pos[i];
+      hit += (pos[i] < hi) & (next.tokens[pos[i]] == tok[i]);  // tokens[hi] is in bounds (padding)
+    }
+    for (uint32_t i = 0; i < hit; ++i) {
+      p[idx[i]] = static_cast<float>(next.count(pos[i])) * inv;
+      m[idx[i]] = static_cast<int32_t>(len);
+    }
+    found += hit;
+  }
+  return found;
+}
+
 void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,
                            const int32_t* w, uint32_t k, float* p, int32_t* m) {
   std::fill(p, p + k, 0.0f);
   std::fill(m, m + k, 0);
   const uint32_t max_len = std::min<uint32_t>(t.order() - 1, ctx_len);
-  if (max_len == 0 || k == 0) return;
   const int32_t* ctx = context + ctx_len - max_len;
   uint32_t left = k;
-  for (uint32_t len = max_len; len >= 1 && left > 0; --len) {
-    uint64_t node;
-    if (!t.find(ctx + (max_len - len), len, &node)) continue;
-    uint64_t lo, hi;
-    t.children(len, node, &lo, &hi);
-    if (lo == hi) continue;
-    const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
-    const Level& next = t.level(len + 1);
-    // Unmatched candidates, searched in lockstep batches.
-    for (uint32_t start = 0; start < k;) {
-      uint32_t idx[Level::kMaxBatch], tok[Level::kMaxBatch];
-      uint64_t pos[Level::kMaxBatch];
-      uint32_t n = 0;
-      for (; start < k && n < Level::kMaxBatch; ++start) {
-        if (m[start] != 0) continue;
-        idx[n] = start;
-        tok[n++] = static_cast<uint32_t>(w[start]);
-      }
-      next.lower_bound_many(lo, hi, tok, n, pos);
-      for (uint32_t i = 0; i < n; ++i) {
-        if (pos[i] < hi && next.tokens[pos[i]] == tok[i]) {
-          p[idx[i]] = static_cast<float>(next.count(pos[i])) * inv;
-          m[idx[i]] = static_cast<int32_t>(len);
-          --left;
-        }
-      }
-    }
-  }
+  for (uint32_t len = max_len; len >= 1 && left > 0; --len)
+    left -= lookup_suffix(t, ctx + (max_len - len), len, w, k, p, m);
 }
 
 void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,

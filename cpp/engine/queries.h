@@ -31,6 +31,12 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
 void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,
                            const int32_t* candidates, uint32_t k, float* probs, int32_t* matched);
 
+// One step of the above: for the candidates not yet matched (m[j] == 0),
+// those w with suffix+w occurring get p and m = len. `suffix` has `len`
+// (>= 1, < order) validated tokens. Returns how many it matched.
+uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* candidates,
+                       uint32_t k, float* probs, int32_t* matched);
+
 struct TopK {
   std::vector<int32_t> tokens;  // most frequent first; ties by ascending token id
   std::vector<float> probs;     // count(s+w) / count(s)

@@ -73,7 +73,7 @@ struct Level {
       for (uint32_t j = 0; j < m; ++j) out[j] = tokens.lower_bound(lo, hi, v[j]);
       return;
     }
-    uint64_t a[kMaxBatch];  // samples < v[j], counted from s_lo
+    uint64_t a[kMaxBatch];  // per token: the first sample index >= v[j] (s_hi if none)
     for (uint32_t j = 0; j < m; ++j) a[j] = s_lo;
     for (uint64_t n = s_hi - s_lo; n > 1;) {
       const uint64_t half = n / 2;
@@ -83,9 +83,11 @@ struct Level {
     for (uint32_t j = 0; j < m; ++j) {
       a[j] += token_samples[a[j]] < v[j];
       // Samples [s_lo, a) are < v, [a, s_hi) are >= v: the answer lies in
-      // ((a-1) * S, a * S], at most one block.
-      const uint64_t b_lo = a[j] > s_lo ? (a[j] - 1) * kSampleEvery + 1 : lo;
-      const uint64_t b_hi = a[j] < s_hi ? std::min(hi, a[j] * kSampleEvery + 1) : hi;
+      // ((a-1) * S, a * S] clipped to the run (min/max, not branches: at a ==
+      // s_lo the lower end falls below lo, at a == s_hi the upper end above hi).
+      const uint64_t top = a[j] * kSampleEvery + 1;
+      const uint64_t b_lo = std::max(lo, top - std::min(top, kSampleEvery));
+      const uint64_t b_hi = std::min(hi, top);
       out[j] = tokens.lower_bound(b_lo, b_hi, v[j]);
     }
   }
