@@ -69,21 +69,25 @@ class RankView {
   // range starts on a word boundary, and b | 64 keeps fields inside words).
   uint64_t codes_before(uint64_t from, uint64_t to) const {
     const uint32_t b = primary_.width();
-    const uint8_t* data = primary_.data();
     uint64_t count = 0;
     uint64_t bit = from * b;
     const uint64_t end = to * b;
-    while (bit < end) {
-      uint64_t x;
-      std::memcpy(&x, data + (bit / 64) * 8, 8);
-      const uint64_t take = end - bit < 64 ? end - bit : 64;
-      if (take < 64) x &= (uint64_t{1} << take) - 1;
-      uint64_t y = x;
-      for (uint32_t s = 1; s < b; s <<= 1) y &= y >> s;  // field's low bit = AND of its bits
-      count += static_cast<uint64_t>(__builtin_popcountll(y & low_));
-      bit += take;
-    }
+    // Whole words, then the partial last one (at most 64 * b / 64 = b words).
+    for (; bit + 64 <= end; bit += 64) count += codes_in(word_at(bit), b);
+    if (bit < end) count += codes_in(word_at(bit) & (~uint64_t{0} >> (64 - (end - bit))), b);
     return count;
+  }
+
+  uint64_t word_at(uint64_t bit) const {
+    uint64_t x;
+    std::memcpy(&x, primary_.data() + bit / 8, 8);
+    return x;
+  }
+
+  // Fields of b bits in x that are all ones.
+  uint64_t codes_in(uint64_t x, uint32_t b) const {
+    for (uint32_t s = 1; s < b; s <<= 1) x &= x >> s;  // a field's low bit = AND of its bits
+    return static_cast<uint64_t>(__builtin_popcountll(x & low_));
   }
 
   PackedView primary_, escapes_, directory_;

@@ -138,11 +138,10 @@ void lookup_context(const TrieIndex& t, PruneWorkspace& ws, const int32_t* ctx, 
   }
   const float* bq = ws.backoff_q.data() + row * k;
   const int32_t* bm = ws.backoff_matched.data() + row * k;
-  for (uint32_t j = 0; j < k; ++j) {
-    if (ws.matched[j] == 0) {
-      ws.q[j] = bq[j];
-      ws.matched[j] = bm[j];
-    }
+  for (uint32_t j = 0; j < k; ++j) {  // selects, not branches
+    const bool fill = ws.matched[j] == 0;
+    ws.q[j] = fill ? bq[j] : ws.q[j];
+    ws.matched[j] = fill ? bm[j] : ws.matched[j];
   }
 }
 
