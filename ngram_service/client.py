@@ -45,21 +45,19 @@ _PRUNE_PARAMS = ("beam_width", "max_nodes", "ngram_weight", "level_weights", "lo
 
 
 def service_config(max_attempts: int = 5, initial_backoff: float = 0.05, max_backoff: float = 2.0,
-                   round_robin: bool = True) -> str:
+                   round_robin: bool = True, retry: bool = True) -> str:
     """The channel's service config: retry UNAVAILABLE with exponential
     backoff (gRPC's own retry policy) and balance round-robin."""
-    cfg: dict[str, Any] = {
-        "methodConfig": [{
-            "name": [{"service": SERVICE}],
-            "retryPolicy": {
-                "maxAttempts": max(2, min(max_attempts, 5)),
-                "initialBackoff": f"{initial_backoff}s",
-                "maxBackoff": f"{max_backoff}s",
-                "backoffMultiplier": 2,
-                "retryableStatusCodes": ["UNAVAILABLE"],
-            },
-        }],
-    }
+    method: dict[str, Any] = {"name": [{"service": SERVICE}]}
+    if retry:
+        method["retryPolicy"] = {
+            "maxAttempts": max(2, min(max_attempts, 5)),
+            "initialBackoff": f"{initial_backoff}s",
+            "maxBackoff": f"{max_backoff}s",
+            "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE"],
+        }
+    cfg: dict[str, Any] = {"methodConfig": [method]}
     if round_robin:
         cfg["loadBalancingConfig"] = [{"round_robin": {}}]
     return json.dumps(cfg)
@@ -290,7 +288,7 @@ class _ClientBase:
         tls: bool | None = None,
         server_name: str | None = None,
         max_message_bytes: int = 64 << 20,
-        retry_attempts: int = 5,
+        retry_attempts: int = 5,  # 1: no retries
         with_scores: bool = True,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
@@ -320,9 +318,13 @@ class _ClientBase:
         opts: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.enable_retries", 1),
-            ("grpc.service_config", service_config(max_attempts=retry_attempts)),
         ]
+        if retry_attempts > 1:
+            opts += [("grpc.enable_retries", 1),
+                     ("grpc.service_config", service_config(max_attempts=retry_attempts))]
+        else:  # one attempt: the caller has its own fallback (dart_client.RemotePruner)
+            opts += [("grpc.enable_retries", 0),
+                     ("grpc.service_config", service_config(max_attempts=2, retry=False))]
         if server_name:
             opts.append(("grpc.ssl_target_name_override", server_name))
         self._options = opts + list(options)

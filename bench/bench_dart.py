@@ -1,0 +1,255 @@
+"""DART decoding benchmark: where a decoding step's time goes, local versus remote pruning.
+
+    python bench/bench_dart.py                                   # CPU, tiny random Qwen3
+    python bench/bench_dart.py --device cuda --shape qwen3-0.6b  # Qwen3-0.6B's shape, random weights
+
+For each mode (the target alone, DART with a LocalPruner, DART with a
+RemotePruner on a trie host started here on 127.0.0.1) it decodes the same
+prompts and reports, per decoding step: target forward (tree verification),
+drafter forward, pruning on the worker (top-k on the device, copies, local
+search), transport (the RPC round trip, the host's search included), verify
+(acceptance + KV-cache compaction), and the share of the step spent on
+pruning + transport; plus mean accepted length and tokens/s. A table goes
+to stdout, JSON to bench/results/dart.json.
+
+The weights are random, so the mean accepted length says little about a
+trained drafter (the draft vocabulary is seeded with the tokens the target
+produces most, so that some drafts are accepted); the time split per step is
+what this measures. Trie: --trie, else for a 4,096-id shape the bundled
+sample corpus built here, else the DART sample trie converted from
+../shared/golden (Qwen3 vocabulary).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(REPO))
+
+import torch
+
+from dart_client import DartGenerator, LocalPruner, RemotePruner
+from dart_client.random_models import SHAPES, random_drafter, random_target
+
+TEXTS = [
+    "PEP 8 -- Style Guide for Python Code\n\nIntroduction\n============\n\nThis document gives coding conventions",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    ",
+    "Abstract\n========\n\nThis PEP proposes a new syntax for function decorators",
+    "The Zen of Python, by Tim Peters\n\nBeautiful is better than ugly.\nExplicit is better than implicit.\n",
+    "Rationale\n=========\n\nThe current implementation of the import system",
+    "import sys\nimport os\n\n\ndef main(argv):\n",
+    "Backwards Compatibility\n=======================\n\n",
+    "Specification\n-------------\n\nThe following changes are proposed",
+]
+
+
+def build_trie(args: argparse.Namespace, vocab: int, work: Path) -> tuple[Path, str]:
+    if args.trie:
+        return Path(args.trie), "given"
+    if vocab <= 4096:
+        out = work / "sample.ngt"
+        subprocess.run([sys.executable, "-m", "indexer.cli", "--out", str(out), "-q", "-j", "2"], check=True, cwd=REPO)
+        return out, "bundled sample corpus (N=3)"
+    dart = SHARED / "golden" / "dart-sample.trie"
+    if dart.is_file():
+        out = work / "dart-sample.ngt"
+        subprocess.run([sys.executable, "-m", "indexer.cli", "--from-dart-trie", str(dart), "--out", str(out),
+                        "--vocab-size", "151669", "--eos", "151643", "-q"], check=True, cwd=REPO)
+        return out, "DART sample trie (converted)"
+    out = work / "sample.ngt"
+    subprocess.run([sys.executable, "-m", "indexer.cli", "--out", str(out), "-q", "-j", "2"], check=True, cwd=REPO)
+    return out, "bundled sample corpus (4,096 ids: larger ids are dropped from the lattices)"
+
+
+def prompts_for(vocab: int, n: int, length: int) -> tuple[list[list[int]], str]:
+    from tokenizers import Tokenizer
+
+    from indexer.cli import SAMPLE_DIR
+
+    spec = SAMPLE_DIR / "tokenizer.json" if vocab <= 4096 else SHARED / "data" / "qwen3-tokenizer.json"
+    if spec.is_file():
+        tok = Tokenizer.from_file(str(spec))
+        out = [tok.encode(TEXTS[i % len(TEXTS)], add_special_tokens=False).ids[:length] for i in range(n)]
+        return out, spec.name
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, vocab, (length,), generator=g).tolist() for _ in range(n)], "random ids"
+
+
+class Host:
+    """ngram-serve-native on 127.0.0.1 (any free port)."""
+
+    def __init__(self, trie: Path, threads: int) -> None:
+        from ngram_service.serve import find_native_binary
+
+        binary = find_native_binary()
+        if binary is None:
+            raise FileNotFoundError("ngram-serve-native was not built")
+        self.proc = subprocess.Popen([str(binary), str(trie), "--host", "127.0.0.1", "--port", "0",
+                                      "--threads", str(threads)], stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("event") == "listening":
+                self.target = f"127.0.0.1:{ev['port']}"
+                return
+        raise RuntimeError("ngram-serve-native exited at start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def run_mode(gen: DartGenerator, prompts: list[list[int]], new_tokens: int, mode: str) -> dict[str, Any]:
+    results = []
+    for p in prompts:
+        r = gen.autoregressive(p, new_tokens, stop_at_eos=False) if mode == "autoregressive" \
+            else gen.generate(p, new_tokens, stop_at_eos=False)
+        results.append(r)
+    steps = [s for r in results for s in r.steps]
+    tokens = sum(len(r.output_ids) for r in results)
+    wall = sum(r.wall_s for r in results)
+    decode = sum(s.total_s for s in steps)
+    keys = ("target_s", "drafter_s", "prune_s", "transport_s", "verify_s")
+    per = {k: statistics.fmean(getattr(s, k) for s in steps) if steps else 0.0 for k in keys}
+    med = {k: statistics.median(getattr(s, k) for s in steps) if steps else 0.0 for k in keys}
+    total = sum(per.values())
+    out = {
+        "mode": mode,
+        "prompts": len(prompts),
+        "new_tokens": tokens,
+        "steps": len(steps),
+        "mean_accepted_length": statistics.fmean(s.accepted + 1 for s in steps)
+        if steps and mode != "autoregressive" else 1.0,
+        "tokens_per_s": tokens / wall if wall else 0.0,
+        "decode_tokens_per_s": tokens / decode if decode else 0.0,
+        "per_step_mean_s": per,
+        "per_step_median_s": med,
+        "step_mean_s": total,
+        "prune_transport_share": (per["prune_s"] + per["transport_s"]) / total if total else 0.0,
+        "tree_nodes_mean": statistics.fmean(s.tree_nodes for s in steps) if steps else 0.0,
+    }
+    if mode != "autoregressive":
+        out["remote_steps"] = sum(s.remote for s in steps)
+        st = getattr(gen.pruner, "stats", None)
+        out["pruner"] = st.as_dict() if st is not None else {}
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'mode':<15}{'tau':>6}{'tok/s':>9}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
+            f"{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'remote':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        p = r["per_step_mean_s"]
+        ms = lambda x: f"{1e3 * x:9.3f}"
+        remote = f"{r.get('remote_steps', 0)}/{r['steps']}" if "remote_steps" in r else "-"
+        lines.append(f"{r['mode']:<15}{r['mean_accepted_length']:6.2f}{r['tokens_per_s']:9.1f}{ms(r['step_mean_s'])}"
+                     f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
+                     f"{ms(p['verify_s'])}{100 * r['prune_transport_share']:9.1f}%{remote:>8}")
+    lines.append("(ms per decoding step, means; prune = top-k + copies + local search on the worker; "
+                 "transport = RPC round trip incl. the host's search)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
+    ap.add_argument("--family", default="qwen3", choices=["qwen3", "llama"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--draft-length", type=int, default=7, help="mask positions (D - 1)")
+    ap.add_argument("--draft-vocab", type=int, default=32000)
+    ap.add_argument("--trie", help="trie file (default: see the module doc)")
+    ap.add_argument("--deadline-ms", type=float, default=5.0)
+    ap.add_argument("--host-threads", type=int, default=2)
+    ap.add_argument("--no-remote", action="store_true")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dart.json"))
+    args = ap.parse_args()
+
+    dev = torch.device(args.device)
+    dtype = {"auto": torch.bfloat16 if dev.type == "cuda" else torch.float32, "float32": torch.float32,
+             "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    with tempfile.TemporaryDirectory(prefix="bench-dart-") as work:
+        target = random_target(args.shape, family=args.family, dtype=dtype, device=dev)
+        vocab = target.config.vocab_size
+        trie, trie_src = build_trie(args, vocab, Path(work))
+        prompts, prompt_src = prompts_for(vocab, args.prompts, args.prompt_tokens)
+        print(f"# {args.shape} ({args.family}), {dev} {str(dtype).replace('torch.', '')}, trie: {trie_src}, "
+              f"prompts: {prompt_src}", file=sys.stderr)
+
+        probe = DartGenerator(target, random_drafter(target, draft_length=args.draft_length, draft_vocab_size=16),
+                              LocalPruner(trie))
+        probe.autoregressive(prompts[0], 8)  # warm-up
+        base = run_mode(probe, prompts, args.new_tokens, "autoregressive")
+        # Seed the draft vocabulary with what the target says most (see the module doc).
+        said = collections.Counter(t for p in prompts for t in probe.autoregressive(p, args.new_tokens).output_ids)
+        dv = min(args.draft_vocab, vocab)
+        ids = [t for t, _ in said.most_common(dv)]
+        seen = set(ids)
+        ids += [i for i in range(vocab) if i not in seen][: dv - len(ids)]
+        drafter = random_drafter(target, draft_length=args.draft_length, draft_ids=ids, seed=1)
+
+        rows = [base]
+        local = DartGenerator(target, drafter, LocalPruner(trie))
+        local.generate(prompts[0], 8)  # warm-up
+        rows.append(run_mode(local, prompts, args.new_tokens, "dart-local"))
+        host = None
+        if not args.no_remote:
+            try:
+                host = Host(trie, args.host_threads)
+            except (FileNotFoundError, RuntimeError) as e:
+                print(f"# remote skipped: {e}", file=sys.stderr)
+        if host is not None:
+            try:
+                with RemotePruner(host.target, deadline=args.deadline_ms / 1000) as pr:
+                    remote = DartGenerator(target, drafter, pr)
+                    remote.generate(prompts[0], 8)  # warm-up
+                    pr.stats.__init__()
+                    rows.append(run_mode(remote, prompts, args.new_tokens, "dart-remote"))
+            finally:
+                host.stop()
+            with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as pr:
+                rows.append(run_mode(DartGenerator(target, drafter, pr), prompts, args.new_tokens, "dart-host-down"))
+
+    print(table(rows))
+    result = {
+        "benchmark": "dart_client decoding step split",
+        "args": vars(args),
+        "trie": trie_src,
+        "prompts_from": prompt_src,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "target": {k: getattr(target.config, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
+        "drafter": {"draft_length": args.draft_length, "levels": args.draft_length + 1, "draft_vocab": dv},
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "modes": rows,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"# wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

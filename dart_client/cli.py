@@ -1,0 +1,188 @@
+"""dart-generate: DART decoding of one prompt, with the figures that matter.
+
+    dart-generate MODEL_DIR DRAFTER_DIR --trie corpus.ngt -p "def fib(n):"
+    dart-generate MODEL_DIR DRAFTER_DIR --host 10.0.0.5:50051 --prompt-file q.txt --chat
+
+The text goes to stdout; the figures (mean accepted length, tokens/s, time
+per step split into target forward, drafter forward, pruning and transport)
+to stderr, or everything as one JSON object with --json.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+class _TextTokenizer:
+    """encode/decode over a tokenizer.json (tokenizers) or a transformers tokenizer."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.hf: Any = None
+        self.tok: Any = None
+        p = Path(spec)
+        if p.is_file():
+            from tokenizers import Tokenizer
+
+            self.tok = Tokenizer.from_file(str(p))
+        else:
+            from transformers import AutoTokenizer
+
+            self.hf = AutoTokenizer.from_pretrained(spec)
+
+    def encode(self, text: str, chat: bool) -> list[int]:
+        if chat:
+            if self.hf is None or not getattr(self.hf, "chat_template", None):
+                raise click.UsageError("--chat needs a transformers tokenizer with a chat template (MODEL_DIR)")
+            return list(self.hf.apply_chat_template([{"role": "user", "content": text}], tokenize=True,
+                                                    add_generation_prompt=True))
+        if self.hf is not None:
+            return list(self.hf(text, add_special_tokens=False)["input_ids"])
+        return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        if self.hf is not None:
+            return self.hf.decode(ids, skip_special_tokens=True)
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+
+def _fingerprint_spec(model: str, tokenizer: str | None) -> str | None:
+    if tokenizer and Path(tokenizer).exists():
+        return tokenizer
+    if (Path(model) / "tokenizer.json").is_file():
+        return model
+    return None
+
+
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    ps = s["per_step"]
+    ms = lambda x: f"{1e3 * x:8.3f} ms"
+    lines = [
+        f"new tokens            {s['new_tokens']}  in {s['steps']} steps ({s['mode']})",
+        f"mean accepted length  {s['mean_accepted_length']:.3f}",
+        f"tokens/s              {s['tokens_per_s']:.1f}   (wall {s['wall_s']:.3f} s, prefill {s['prefill_s']:.3f} s)",
+        "time per step:",
+        f"  target forward      {ms(ps['target_s'])}",
+        f"  drafter forward     {ms(ps['drafter_s'])}",
+        f"  pruning             {ms(ps['prune_s'])}",
+        f"  transport           {ms(ps['transport_s'])}",
+        f"  verify + KV cache   {ms(ps['verify_s'])}",
+        f"  total               {ms(ps['total_s'])}   pruning + transport: {100 * ps['prune_transport_share']:.1f}%",
+    ]
+    pr = s.get("pruner") or {}
+    if pr:
+        lines.append(f"trees from the host   {s['remote_steps']}/{s['steps']}   fallbacks {pr.get('fallbacks', 0)}"
+                     + (f"   errors {pr['errors']}" if pr.get("errors") else ""))
+    return "\n".join(lines)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model", type=click.Path(exists=True, file_okay=False))
+@click.argument("drafter", type=click.Path(exists=True, file_okay=False))
+@click.option("--trie", type=click.Path(exists=True, dir_okay=False), help="Prune in process with this trie file.")
+@click.option("--host", "hosts", multiple=True, help="Trie host host:port (repeat for replicas).")
+@click.option("-p", "--prompt", help="The prompt text (default: --prompt-file, else stdin).")
+@click.option("--prompt-file", type=click.File("r"), help="Read the prompt from this file ('-': stdin).")
+@click.option("--chat/--no-chat", default=False, help="Wrap the prompt in the tokenizer's chat template.")
+@click.option("-n", "--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="0: greedy (lossless); > 0: tree speculative sampling.")
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--top-p", type=click.FloatRange(0, 1), default=1.0, show_default=True)
+@click.option("--seed", type=int, default=None)
+@click.option("--tokenizer", help="tokenizer.json or folder [default: MODEL].")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1, ...")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+              show_default=True, help="auto: bfloat16 on CUDA, float32 on CPU.")
+@click.option("--deadline-ms", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="RPC deadline per tree (--host).")
+@click.option("--topk", type=click.IntRange(min=1), default=25, show_default=True, help="Candidates per level.")
+@click.option("--beam-width", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--max-nodes", type=click.IntRange(min=0), default=60, show_default=True)
+@click.option("--ngram-weight", type=click.FloatRange(min=0), default=0.5, show_default=True)
+@click.option("--compare", is_flag=True, help="Also decode with the target alone: speedup, and (greedy) equality.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text and figures) to stdout.")
+def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], prompt: str | None, prompt_file: Any,
+         chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, seed: int | None,
+         tokenizer: str | None, device: str, dtype: str, deadline_ms: float, topk: int, beam_width: int,
+         max_nodes: int, ngram_weight: float, compare: bool, as_json: bool) -> None:
+    """DART speculative decoding of a prompt with MODEL (a transformers causal
+    LM folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
+    trees in process (--trie) or on a trie host (--host)."""
+    if bool(trie) == bool(hosts):
+        raise click.UsageError("give exactly one of --trie FILE or --host HOST:PORT")
+    if prompt is None:
+        prompt = (prompt_file or click.get_text_stream("stdin")).read()
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    from dart_client.generate import DartGenerator
+    from dart_client.pruner import LocalPruner, RemotePruner, TokenizerMismatchError
+
+    dev = _device(device)
+    dt = {"auto": torch.bfloat16 if dev.startswith("cuda") else torch.float32, "float32": torch.float32,
+          "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    tok = _TextTokenizer(tokenizer or model)
+    ids = tok.encode(prompt, chat)
+    if not ids:
+        raise click.UsageError("the prompt encodes to no tokens")
+    fp_spec = _fingerprint_spec(model, tokenizer)
+    params = dict(topk=topk, beam_width=beam_width, max_nodes=max_nodes, ngram_weight=ngram_weight)
+    try:
+        from dart_client.pruner import model_fingerprint
+
+        fp = model_fingerprint(fp_spec) if fp_spec else None
+        if trie:
+            pruner: Any = LocalPruner(trie, tokenizer_fingerprint=fp, **params)
+        else:
+            pruner = RemotePruner(list(hosts), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
+                                  connect_timeout=1.0, **params)
+    except TokenizerMismatchError as e:
+        raise click.ClickException(str(e)) from None
+    if fp is None:
+        click.echo("dart-generate: no tokenizer.json to fingerprint; the trie's tokenizer is not checked", err=True)
+    gen = DartGenerator.from_pretrained(model, drafter, pruner, device=dev, dtype=dt, tokenizer=None)
+    res = gen.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    res.text = tok.decode(res.output_ids)
+    out: dict[str, Any] = {"text": res.text, **res.summary(), "device": dev, "dtype": str(dt).replace("torch.", "")}
+    if compare:
+        base = gen.autoregressive(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        out["autoregressive"] = {"tokens_per_s": base.tokens_per_s, "wall_s": base.wall_s,
+                                 "new_tokens": len(base.output_ids)}
+        out["speedup"] = base.wall_s / res.wall_s * len(res.output_ids) / max(1, len(base.output_ids)) \
+            if res.wall_s > 0 else 0.0
+        if temperature == 0:
+            out["identical_to_target"] = base.output_ids == res.output_ids
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(res.text)
+        click.echo(format_summary(out), err=True)
+        if compare:
+            ar = out["autoregressive"]
+            msg = f"target alone          {ar['tokens_per_s']:.1f} tokens/s   speedup {out['speedup']:.2f}x"
+            if "identical_to_target" in out:
+                msg += f"   identical output: {out['identical_to_target']}"
+            click.echo(msg, err=True)
+    close = getattr(pruner, "close", None)
+    if close:
+        close()
+    if compare and out.get("identical_to_target") is False:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

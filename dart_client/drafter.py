@@ -1,0 +1,389 @@
+"""DART's drafter: one decoder layer that predicts D future tokens in one pass.
+
+Architecture (as DART's published inference code runs it; written from its
+description, not copied):
+
+- ``fc``: the target's hidden states at the inputs of three layers (low, mid,
+  high; ``3 * target_hidden_size``) projected to ``hidden_size``;
+- ``midlayer``: one Llama-style layer whose attention reads
+  ``[input_layernorm(embedding of the next token), hidden_norm(fc output)]``
+  (``2 * hidden_size`` wide). ``draft_length`` mask positions are appended
+  after the real positions: their attention input is the learned
+  ``mask_rep`` (``2 * hidden_size``) and their residual ``mask_rep[:hidden]``.
+  Plain causal attention with RoPE over the cached real positions, the new
+  real positions and the mask positions; only the last real position and the
+  mask positions (``D = draft_length + 1``) go through the MLP;
+- ``norm`` then ``lm_head`` over the draft vocabulary; ``d2t`` maps a draft
+  id to a target id (``target = draft + d2t[draft]``), ``t2d`` marks the
+  target ids present in the draft vocabulary.
+
+DART's inference applies ``norm`` twice before ``lm_head`` (the layer's
+forward ends with ``norm`` and ``compute_logits`` normalizes again); so does
+this module by default (``final_norm_passes=2``).
+
+The token embeddings are the target's: the caller passes embedded tokens.
+
+Checkpoint format (a folder): ``config.json`` (``LlamaConfig``-style keys
+plus ``draft_length``, ``draft_vocab_size``, optional ``target_hidden_size``
+and ``head_dim``) and ``model.safetensors`` with ``fc.weight``,
+``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``, ``t2d``
+(an ``embed_tokens.weight`` in the file is ignored).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["DartDrafter", "DrafterCache", "DrafterConfig"]
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+IGNORED_KEYS = ("embed_tokens.weight",)
+
+# The keys DrafterConfig reads; everything else in config.json is kept and written back.
+_KNOWN = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "draft_length", "draft_vocab_size", "target_hidden_size", "rms_norm_eps", "rope_theta",
+    "rope_scaling", "max_position_embeddings", "hidden_act",
+)
+
+
+@dataclass
+class DrafterConfig:
+    """The drafter's shape. Defaults are DART's (``DartConfig``/``LlamaConfig``)
+    for keys a checkpoint may leave out; ``draft_length`` is required."""
+
+    draft_length: int  # mask positions appended: D - 1
+    vocab_size: int = 32000  # the target's vocabulary (t2d's length)
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    draft_vocab_size: int | None = None
+    target_hidden_size: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    max_position_embeddings: int = 2048
+    hidden_act: str = "silu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.draft_vocab_size is None:
+            self.draft_vocab_size = self.vocab_size
+        if self.target_hidden_size is None:
+            self.target_hidden_size = self.hidden_size
+        if self.draft_length < 0:
+            raise ValueError(f"draft_length must be >= 0, got {self.draft_length}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+
+    @property
+    def num_levels(self) -> int:
+        """D: the positions predicted by one forward pass (draft_length + 1)."""
+        return self.draft_length + 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DrafterConfig:
+        if "draft_length" not in d:
+            raise ValueError("drafter config.json has no draft_length: not a DART drafter checkpoint")
+        known = {k: d[k] for k in _KNOWN if k in d}
+        extra = {k: v for k, v in d.items() if k not in _KNOWN}
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"architectures": ["LlamaForCausalLMDart"], "model_type": "llama", **self.extra}
+        for k in _KNOWN:
+            out[k] = getattr(self, k)
+        return out
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def _inv_freq(cfg: DrafterConfig) -> tuple[torch.Tensor, float]:
+    """RoPE inverse frequencies and the position scale for the config's rope_scaling."""
+    dim = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    rs = cfg.rope_scaling
+    if not rs:
+        return inv, 1.0
+    kind = rs.get("rope_type", rs.get("type"))
+    factor = rs.get("factor")
+    if kind in (None, "default"):
+        return inv, 1.0
+    if kind == "linear":
+        return inv, 1.0 / float(factor)
+    if kind == "llama3":
+        low, high = rs["low_freq_factor"], rs["high_freq_factor"]
+        orig = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        low_wl, high_wl = orig / low, orig / high
+        smooth = (orig / wavelen - low) / (high - low) if low != high else torch.zeros_like(inv)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        out = torch.where(wavelen < high_wl, inv, torch.where(wavelen > low_wl, inv / factor, mid))
+        return out, 1.0
+    raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the drafter")
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class DrafterCache:
+    """Keys and values of the drafter's real positions, [1, kv_heads, length, head_dim].
+
+    Grows by doubling; the mask positions of a pass are dropped after it
+    (``truncate``), as DART does."""
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = k.shape[2]
+        need = self.length + n
+        if self.k is None or need > self.k.shape[2]:
+            cap = max(need, 2 * (self.k.shape[2] if self.k is not None else 0), 64)
+            nk = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
+            nv = v.new_empty(v.shape[0], v.shape[1], cap, v.shape[3])
+            if self.k is not None and self.length:
+                nk[:, :, : self.length] = self.k[:, :, : self.length]
+                nv[:, :, : self.length] = self.v[:, :, : self.length]
+            self.k, self.v = nk, nv
+        self.k[:, :, self.length:need] = k
+        self.v[:, :, self.length:need] = v
+        self.length = need
+        return self.k[:, :, :need], self.v[:, :, :need]
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} entries to {length}")
+        self.length = length
+
+
+class DrafterAttention(nn.Module):
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        h2 = 2 * cfg.hidden_size
+        self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        inv, self._pos_scale = _inv_freq(cfg)
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, x: torch.Tensor, past: int, cache: DrafterCache | None) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        pos = torch.arange(past, past + t, device=x.device, dtype=torch.float32) * self._pos_scale
+        freqs = torch.outer(pos, self.inv_freq.to(x.device))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if cache is not None:
+            k, v = cache.append(k, v)
+        if self.nkv != self.nh:
+            rep = self.nh // self.nkv
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        total = k.shape[2]
+        # Query i (absolute position past + i) sees keys 0 .. past + i.
+        allowed = torch.arange(total, device=x.device)[None, :] <= (past + torch.arange(t, device=x.device))[:, None]
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.hd)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, self.nh * self.hd)
+        return self.o_proj(out)
+
+
+class DrafterMLP(nn.Module):
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        from transformers.activations import ACT2FN
+
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = ACT2FN[cfg.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DrafterLayer(nn.Module):
+    """DART's ``midlayer``."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.hidden_size = cfg.hidden_size
+        self.draft_length = cfg.draft_length
+        self.mask_rep = nn.Parameter(torch.randn(2 * cfg.hidden_size))
+        self.self_attn = DrafterAttention(cfg)
+        self.mlp = DrafterMLP(cfg)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, emb: torch.Tensor, hidden: torch.Tensor, past: int, cache: DrafterCache | None) -> torch.Tensor:
+        b = hidden.shape[0]
+        m = self.draft_length
+        x = torch.cat((self.input_layernorm(emb), self.hidden_norm(hidden)), dim=-1)
+        mask = self.mask_rep.to(x.dtype)
+        x = torch.cat((x, mask.view(1, 1, -1).expand(b, m, -1)), dim=1)
+        residual = torch.cat((hidden, mask[: self.hidden_size].view(1, 1, -1).expand(b, m, -1)), dim=1)
+        h = residual + self.self_attn(x, past, cache)
+        h = h[:, -(m + 1):]
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DartDrafter(nn.Module):
+    """DART's one-layer drafter. ``draft(aux_hidden, input_embeds, cache)``
+    returns the logits of the D next-but-one positions, [D, draft_vocab_size]."""
+
+    def __init__(self, cfg: DrafterConfig, final_norm_passes: int = 2) -> None:
+        super().__init__()
+        self.config = cfg
+        self.final_norm_passes = final_norm_passes
+        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.midlayer = DrafterLayer(cfg)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.int64))
+        self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+
+    @property
+    def num_levels(self) -> int:
+        return self.config.num_levels
+
+    # -- inference ------------------------------------------------------------
+
+    def forward(self, aux_hidden: torch.Tensor, input_embeds: torch.Tensor,
+                cache: DrafterCache | None = None) -> torch.Tensor:
+        """aux_hidden [B, S, 3 * target_hidden]: the target's low/mid/high hidden
+        states of S new positions; input_embeds [B, S, hidden]: the embeddings
+        of the tokens that follow them. Returns the normalized hidden states of
+        the last real position and the draft_length mask positions [B, D, hidden].
+        The cache keeps the S real positions only."""
+        past = cache.length if cache is not None else 0
+        s = aux_hidden.shape[1]
+        h = self.midlayer(input_embeds, self.fc(aux_hidden), past, cache)
+        if cache is not None:
+            cache.truncate(past + s)
+        return self.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.final_norm_passes - 1):
+            hidden = self.norm(hidden)
+        return self.lm_head(hidden)
+
+    @torch.no_grad()
+    def draft(self, aux_hidden: torch.Tensor, input_embeds: torch.Tensor, cache: DrafterCache | None) -> torch.Tensor:
+        """Logits [D, draft_vocab_size] for one sequence (batch 1)."""
+        return self.compute_logits(self.forward(aux_hidden, input_embeds, cache))[0]
+
+    # -- checkpoints ----------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, device: Any = None, dtype: torch.dtype | None = None,
+                        final_norm_passes: int = 2) -> DartDrafter:
+        """Loads a DART checkpoint folder (config.json + model.safetensors).
+        Every weight of the module must be in the file (a missing one would
+        stay random); ``embed_tokens.weight`` is ignored. d2t/t2d may be left
+        out only when the draft vocabulary is the target's."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        cfg_file, weights = path / CONFIG_NAME, path / WEIGHTS_NAME
+        for f in (cfg_file, weights):
+            if not f.is_file():
+                raise FileNotFoundError(f"{f}: missing; a DART drafter folder holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+        cfg = DrafterConfig.from_dict(json.loads(cfg_file.read_text()))
+        state = {k: v for k, v in load_file(str(weights)).items() if k not in IGNORED_KEYS}
+        with torch.device("meta"):
+            probe = cls(cfg)
+        expected = set(probe.state_dict())
+        optional = set()
+        if cfg.draft_vocab_size == cfg.vocab_size:
+            optional = {"d2t", "t2d"}
+        missing = sorted(expected - set(state) - optional)
+        unexpected = sorted(set(state) - expected)
+        if missing or unexpected:
+            raise ValueError(f"{weights}: not a DART drafter for this config: missing {missing}, unexpected {unexpected}")
+        model = cls(cfg, final_norm_passes=final_norm_passes)
+        model.load_state_dict(state, strict=False)
+        model.check_vocab_map()
+        model.eval()
+        model.to(device=device)
+        if dtype is not None:
+            model.to(dtype=dtype)  # buffers d2t/t2d keep their integer/bool dtypes
+        return model
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Writes a DART checkpoint folder (no embeddings: they are the target's)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+
+    def check_vocab_map(self) -> None:
+        """d2t must map draft ids to distinct target ids inside the target vocabulary."""
+        tgt = torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+        if len(tgt) and (int(tgt.min()) < 0 or int(tgt.max()) >= self.config.vocab_size):
+            raise ValueError(f"d2t maps draft ids outside the target vocabulary [0, {self.config.vocab_size})")
+        if len(torch.unique(tgt)) != len(tgt):
+            raise ValueError("d2t maps two draft ids to the same target id")
+
+    @classmethod
+    def random(cls, cfg: DrafterConfig, draft_to_target: torch.Tensor | None = None, *, seed: int = 0,
+               std: float = 0.02) -> DartDrafter:
+        """A randomly initialized drafter (tests, benchmarks). draft_to_target:
+        the target id of each draft id (distinct; default: the first
+        draft_vocab_size ids), from which d2t and t2d are set."""
+        g = torch.Generator().manual_seed(seed)
+        m = cls(cfg)
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if name.endswith("mask_rep"):
+                    p.copy_(torch.randn(p.shape, generator=g))
+                elif p.ndim == 2:
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+            ids = (torch.arange(cfg.draft_vocab_size) if draft_to_target is None
+                   else torch.as_tensor(draft_to_target, dtype=torch.int64))
+            if ids.shape != (cfg.draft_vocab_size,):
+                raise ValueError(f"draft_to_target needs {cfg.draft_vocab_size} ids, got shape {tuple(ids.shape)}")
+            m.d2t.copy_(ids - torch.arange(cfg.draft_vocab_size))
+            m.t2d.zero_()
+            m.t2d[ids] = True
+        m.check_vocab_map()
+        return m.eval()

@@ -1,0 +1,546 @@
+"""Draft-tree pruning for the GPU worker: the drafter's logits in, DART's tree out.
+
+``LocalPruner(trie)`` runs the engine in process; ``RemotePruner(targets)``
+asks a trie host (``ngram-serve``) over gRPC and, when the host is slow or
+down, prunes locally without the n-gram. Both are called like DART's
+``tree_search``::
+
+    tree = pruner(logits, d2t, tokens)   # logits [D, V_draft] on the device
+    tree.draft_tokens, tree.retrieve_indices, tree.tree_mask, tree.tree_position_ids
+
+Per call: top-k of each position's logits on the device, the draft ids mapped
+to target ids with ``d2t`` (target = draft + d2t[draft]), a softmax over the k
+logits of each position (DART's probabilities), one device-to-host copy of
+the k tokens and probabilities per level; the search sees the last N-1
+tokens of the context (N: the trie's order; the last token is the tree's
+root). The tree comes back as tensors on the logits' device, in the shapes of
+DART's ``tree_search``: draft_tokens int64 [n], retrieve_indices int64
+[leaves, depth + 1] (-1 padded), tree_mask bool [n, n] (row i: node i and its
+ancestors), tree_position_ids int64 [n] (node depths). DART's generation loop
+adds the batch dimensions ([1, n], [1, 1, n, n], [1, n]) itself.
+
+The fallback search (RemotePruner, host unreachable) is the engine's own
+search with ngram_weight 0 on an empty order-1 trie built in memory: with
+ngram_weight 0 the engine never looks the n-gram up, so the trie serves only
+to validate token ids, and the tree is exactly the one the host would return
+with ngram_weight 0.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from ngram_service import NgramIndex
+from ngram_service.tree import PrunedTree
+
+__all__ = [
+    "DraftTree",
+    "LocalPruner",
+    "PruneTiming",
+    "PrunerStats",
+    "RemotePruner",
+    "TokenizerMismatchError",
+    "model_fingerprint",
+]
+
+log = logging.getLogger(__name__)
+
+#: DART's production search parameters (tree_search_config.py).
+DART_TOPK = 25
+DART_BEAM_WIDTH = 20
+DART_MAX_NODES = 60
+DART_NGRAM_WEIGHT = 0.5
+
+
+class DraftTree(NamedTuple):
+    """DART's draft tree, as ``tree_search`` returns it (no batch dimension)."""
+
+    draft_tokens: torch.Tensor  # int64 [n]; node 0 is the root (the last context token)
+    retrieve_indices: torch.Tensor  # int64 [leaves, max depth + 1], root to leaf, -1 padded
+    tree_mask: torch.Tensor  # bool [n, n]: row i marks node i and its ancestors
+    tree_position_ids: torch.Tensor  # int64 [n]: depth of each node (0 for the root)
+
+
+class TokenizerMismatchError(ValueError):
+    """The trie was built with another tokenizer than the model's."""
+
+
+@dataclass
+class PruneTiming:
+    """Seconds spent in the last call, by part."""
+
+    topk: float = 0.0  # top-k, softmax and d2t on the device, the copy to the host
+    search: float = 0.0  # the local engine's search (LocalPruner, or RemotePruner's fallback)
+    transport: float = 0.0  # the RPC round trip, remote search included (RemotePruner)
+    tensors: float = 0.0  # the tree's tensors built on the device
+    remote: bool = False  # the tree came from the host
+
+    @property
+    def prune(self) -> float:
+        """Client-side pruning work: everything but the RPC."""
+        return self.topk + self.search + self.tensors
+
+
+@dataclass
+class PrunerStats:
+    calls: int = 0
+    remote_ok: int = 0
+    fallbacks: int = 0  # calls pruned locally without the n-gram
+    errors: dict[str, int] = field(default_factory=dict)  # failed RPCs by gRPC status code
+    skipped_backoff: int = 0  # fallbacks without an RPC (waiting out a back-off)
+    last_error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls, "remote_ok": self.remote_ok, "fallbacks": self.fallbacks,
+                "errors": dict(self.errors), "skipped_backoff": self.skipped_backoff, "last_error": self.last_error}
+
+
+def model_fingerprint(tokenizer: Any) -> str:
+    """The tokenizer fingerprint the trie header carries, for a tokenizer
+    spec (tokenizer.json, a folder holding one, a tiktoken rank file)."""
+    from indexer.tokenizer import load_tokenizer
+
+    return load_tokenizer(str(tokenizer), backend="hf").fingerprint
+
+
+def _check_fingerprint(info: dict[str, Any], expected: str | None, where: str) -> None:
+    if not expected:
+        return
+    have = (info.get("tokenizer") or {}).get("fingerprint") or info.get("tokenizer_fingerprint") or ""
+    if not have:
+        log.warning("%s: the trie records no tokenizer fingerprint; cannot check it against the model's", where)
+        return
+    if have != expected:
+        raise TokenizerMismatchError(
+            f"{where}: the trie was built with tokenizer {have[:16]}..., the model's is {expected[:16]}...: "
+            "draft trees would be scored with the wrong n-grams")
+
+
+# ---- the fallback engine trie ------------------------------------------------
+
+_fallback_lock = threading.Lock()
+_fallback: dict[int, NgramIndex] = {}
+
+
+def fallback_index(vocab_size: int) -> NgramIndex:
+    """An empty order-1 trie over ``vocab_size`` ids, in memory (about 20 KB
+    for 152k ids), cached per size: the engine's search with ngram_weight 0
+    needs a trie only to validate ids."""
+    size = max(4096, -(-int(vocab_size) // 4096) * 4096)
+    with _fallback_lock:
+        idx = _fallback.get(size)
+        if idx is None:
+            import tempfile
+
+            from indexer.trie_assembly import LevelPlan, write_trie
+            from ngram_service import _engine
+
+            with tempfile.TemporaryDirectory(prefix="dart-fallback-") as d:
+                f = Path(d) / "empty.ngt"
+                write_trie(f, order=1, vocab_size=size, eos_id=None, meta={"name": "dart-client-fallback"},
+                           plans=[LevelPlan(0, set())], chunks=[])
+                data = f.read_bytes()
+            idx = _fallback[size] = NgramIndex(_engine.Trie.from_bytes(data, "<dart-client fallback>", False))
+        return idx
+
+
+# ---- shared machinery ----------------------------------------------------------
+
+class _Lattice(NamedTuple):
+    tokens: np.ndarray  # int64 [D, K] target ids
+    probs: np.ndarray  # float32 [D, K]
+
+
+class _PrunerBase:
+    """Top-k on the device, the search (subclasses), the tree back as tensors."""
+
+    def __init__(
+        self,
+        *,
+        topk: int = DART_TOPK,
+        beam_width: int = DART_BEAM_WIDTH,
+        max_nodes: int = DART_MAX_NODES,
+        ngram_weight: float = DART_NGRAM_WEIGHT,
+        level_weights: Sequence[float] | None = None,
+        logit_weights: Sequence[float] | None = None,
+        eos_token_id: int | None = None,
+        ngram_on_first_level: bool = False,
+        temperature: float = 1.0,
+    ) -> None:
+        if topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.topk = int(topk)
+        self.temperature = float(temperature)
+        self.params: dict[str, Any] = {
+            "beam_width": int(beam_width),
+            "max_nodes": int(max_nodes),
+            "ngram_weight": float(ngram_weight),
+            "level_weights": None if level_weights is None else list(map(float, level_weights)),
+            "logit_weights": None if logit_weights is None else list(map(float, logit_weights)),
+            "ngram_on_first_level": bool(ngram_on_first_level),
+        }
+        self._eos_param = eos_token_id
+        self.stats = PrunerStats()
+        self.timing = PruneTiming()
+        self._d2t_cache: tuple[Any, torch.Tensor] | None = None
+
+    # -- subclasses --------------------------------------------------------------
+
+    order: int = 1
+    vocab_size: int = 0
+
+    def _search(self, prefix: np.ndarray, lat: _Lattice, tm: PruneTiming) -> PrunedTree:
+        raise NotImplementedError
+
+    # -- the call ------------------------------------------------------------------
+
+    def __call__(self, logits: torch.Tensor, d2t: torch.Tensor | None, tokens: Any) -> DraftTree:
+        """logits [D, V_draft] (any device); d2t int [V_draft] or None (draft
+        ids are target ids); tokens: the sequence so far (list, array or
+        tensor; its last token is the root). Returns the DraftTree on
+        logits.device."""
+        tm = PruneTiming()
+        self.timing = tm
+        self.stats.calls += 1
+        t0 = time.perf_counter()
+        lat = self._lattice(logits, d2t)
+        prefix = self._prefix(tokens)
+        t1 = time.perf_counter()
+        tm.topk = t1 - t0
+        tree = self._search(prefix, lat, tm)
+        t2 = time.perf_counter()
+        out = self._tensors(tree, logits.device)
+        tm.tensors = time.perf_counter() - t2
+        return out
+
+    def _d2t(self, d2t: torch.Tensor, device: torch.device) -> torch.Tensor:
+        c = self._d2t_cache
+        if c is not None and c[0] is d2t and c[1].device == device:
+            return c[1]
+        m = d2t.to(device=device, dtype=torch.int64)
+        self._d2t_cache = (d2t, m)
+        return m
+
+    def _lattice(self, logits: torch.Tensor, d2t: torch.Tensor | None) -> _Lattice:
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be [D, V_draft], got shape {tuple(logits.shape)}")
+        k = min(self.topk, logits.shape[1])
+        with torch.no_grad():
+            vals, idx = torch.topk(logits.float(), k, dim=-1)
+            probs = torch.softmax(vals / self.temperature if self.temperature != 1.0 else vals, dim=-1)
+            if d2t is not None:
+                idx = idx + self._d2t(d2t, logits.device)[idx]
+            # One copy to the host: ids as int32 and the probabilities' bits side by side.
+            packed = torch.cat((idx.to(torch.int32), probs.contiguous().view(torch.int32)), dim=1).cpu().numpy()
+        toks = packed[:, :k].astype(np.int64)
+        pr = np.ascontiguousarray(packed[:, k:]).view(np.float32)
+        return _Lattice(toks, pr)
+
+    def _prefix(self, tokens: Any) -> np.ndarray:
+        n = max(1, self.order - 1)
+        if isinstance(tokens, torch.Tensor):
+            tail = tokens.reshape(-1)[-n:].cpu().numpy()
+        elif isinstance(tokens, (list, tuple)):
+            tail = np.asarray(tokens[-n:], dtype=np.int64)
+        else:
+            tail = np.asarray(tokens).reshape(-1)[-n:]
+        if tail.size == 0:
+            raise ValueError("tokens is empty: need at least the root token")
+        return tail.astype(np.int64)
+
+    def _eos(self, trie_eos: int | None, vocab: int) -> int:
+        e = self._eos_param if self._eos_param is not None else trie_eos
+        if e is None or e < 0 or e >= vocab:
+            return -1
+        return int(e)
+
+    @staticmethod
+    def _fit(prefix: np.ndarray, lat: _Lattice, vocab: int) -> tuple[np.ndarray, Any, Any] | None:
+        """The request restricted to ids the trie knows: candidates outside
+        [0, vocab) are dropped (levels after the first emptied one too); the
+        context is cut after its last unknown token. None when the root
+        itself is unknown."""
+        if prefix[-1] >= vocab or prefix[-1] < 0:
+            return None
+        bad = np.nonzero((prefix < 0) | (prefix >= vocab))[0]
+        if bad.size:
+            prefix = prefix[bad[-1] + 1:]
+        ok = (lat.tokens >= 0) & (lat.tokens < vocab)
+        if ok.all():
+            return prefix, lat.tokens, lat.probs
+        toks, probs = [], []
+        for l in range(lat.tokens.shape[0]):
+            if not ok[l].any():
+                break
+            toks.append(lat.tokens[l][ok[l]])
+            probs.append(lat.probs[l][ok[l]])
+        if not toks:
+            return None
+        return prefix, toks, probs
+
+    def _local_search(self, index: NgramIndex, prefix: np.ndarray, lat: _Lattice, ngram_weight: float,
+                      eos: int) -> PrunedTree:
+        params = dict(self.params, ngram_weight=ngram_weight, eos_token_id=eos)
+        fitted = self._fit(prefix, lat, index.vocab_size)
+        if fitted is None:
+            need = int(max(lat.tokens.max(initial=0), prefix.max(initial=0))) + 1
+            index = fallback_index(need)
+            params["ngram_weight"] = 0.0
+            fitted = (prefix, lat.tokens, lat.probs)
+        pre, toks, probs = fitted
+        self._trim_weights(params, toks)
+        return index.prune(pre, toks, probs, **params)
+
+    @staticmethod
+    def _trim_weights(params: dict[str, Any], toks: Any) -> None:
+        depth = len(toks)
+        for key in ("level_weights", "logit_weights"):
+            if params.get(key) is not None:
+                params[key] = params[key][:depth]
+
+    @staticmethod
+    def _tensors(tree: PrunedTree, device: torch.device) -> DraftTree:
+        n = len(tree.tokens)
+        ri = tree.retrieve_indices
+        # One host-to-device copy: tokens, depths, retrieve rows, mask.
+        buf = np.concatenate((tree.tokens.astype(np.int64), tree.depths.astype(np.int64),
+                              ri.astype(np.int64).ravel(), tree.tree_mask.astype(np.int64).ravel()))
+        t = torch.from_numpy(buf).to(device)
+        a = 2 * n + ri.size
+        return DraftTree(
+            draft_tokens=t[:n],
+            retrieve_indices=t[2 * n:a].view(ri.shape),
+            tree_mask=t[a:].view(n, n).bool(),
+            tree_position_ids=t[n:2 * n],
+        )
+
+
+# ---- in process ----------------------------------------------------------------
+
+class LocalPruner(_PrunerBase):
+    """Prunes with a trie in this process (``NgramIndex``).
+
+    trie: a trie file path or an open NgramIndex. tokenizer /
+    tokenizer_fingerprint: the model's tokenizer (spec) or its fingerprint;
+    checked once against the trie's header (TokenizerMismatchError).
+    Other keywords: the search parameters of ``NgramIndex.prune`` plus topk
+    (candidates per level, DART: 25) and temperature (of the softmax over
+    the k logits, DART: 1).
+    """
+
+    def __init__(self, trie: str | Path | NgramIndex, *, tokenizer: Any = None,
+                 tokenizer_fingerprint: str | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.index = trie if isinstance(trie, NgramIndex) else NgramIndex.open(trie)
+        self.info = self.index.info()
+        fp = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
+        _check_fingerprint(self.info, fp, str(self.info.get("path", trie)))
+        self.order = self.index.order
+        self.vocab_size = self.index.vocab_size
+        self.eos_token_id = self._eos(self.index.eos_id, self.vocab_size)
+
+    def _search(self, prefix: np.ndarray, lat: _Lattice, tm: PruneTiming) -> PrunedTree:
+        t0 = time.perf_counter()
+        tree = self._local_search(self.index, prefix, lat, self.params["ngram_weight"], self.eos_token_id)
+        tm.search = time.perf_counter() - t0
+        return tree
+
+
+# ---- over gRPC -----------------------------------------------------------------
+
+class RemotePruner(_PrunerBase):
+    """Prunes on a trie host (``ngram-serve``), with a local fallback.
+
+    targets: "host:port" or several (balanced by ngram_service.NgramClient).
+    deadline: seconds per call (default 5 ms). On a timeout or any RPC
+    error the call prunes locally without the n-gram (the same search with
+    ngram_weight 0), counts the event in ``stats`` and leaves the host alone
+    for a back-off (backoff_initial, doubling up to backoff_max seconds;
+    reset by a success) before trying it again. Decoding never waits on a
+    dead host longer than one deadline per back-off.
+
+    The host's tokenizer fingerprint is checked once against the model's
+    (tokenizer spec or tokenizer_fingerprint): at construction when the host
+    answers, else on the first contact. A mismatch raises
+    TokenizerMismatchError at construction; found later it switches the
+    pruner to the fallback for good (``stats.last_error`` says why). The
+    fingerprint also travels with every request (the host refuses a
+    mismatch with FAILED_PRECONDITION).
+    """
+
+    def __init__(
+        self,
+        targets: str | Sequence[str],
+        *,
+        deadline: float = 0.005,
+        tokenizer: Any = None,
+        tokenizer_fingerprint: str | None = None,
+        index: str = "",
+        connect_timeout: float = 2.0,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 5.0,
+        client_options: dict[str, Any] | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__(**params)
+        from ngram_service.client import NgramClient
+
+        self.deadline = float(deadline)
+        self.connect_timeout = float(connect_timeout)
+        self.backoff_initial = float(backoff_initial)
+        self.backoff_max = float(backoff_max)
+        self.fingerprint = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
+        # One attempt: the local fallback is the retry.
+        opts = {"retry_attempts": 1, **(client_options or {})}
+        channel_opts = list(opts.pop("options", ()))
+        # Reconnect soon after the host comes back (gRPC's default waits 1 s, then up to 120 s).
+        channel_opts += [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                         ("grpc.max_reconnect_backoff_ms", int(max(1.0, backoff_max) * 1000))]
+        self.client = NgramClient(targets, index=index, tokenizer_fingerprint=self.fingerprint, timeout=self.deadline,
+                                  with_scores=False, options=channel_opts, **opts)
+        self.info: dict[str, Any] | None = None
+        self._backoff = 0.0
+        self._retry_at = 0.0
+        self._disabled = ""
+        try:
+            self._contact(self.connect_timeout)
+        except TokenizerMismatchError:
+            self.client.close()
+            raise
+        except Exception as e:  # noqa: BLE001 (host down at start: decode without it for now)
+            self._failed(e)
+
+    @property
+    def remote_available(self) -> bool:
+        return self.info is not None and not self._disabled
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> RemotePruner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _contact(self, timeout: float) -> None:
+        info = self.client.info(timeout=timeout)
+        _check_fingerprint(info, self.fingerprint, f"trie host {self.client.targets}")
+        self.info = info
+        self.order = int(info["order"])
+        self.vocab_size = int(info["vocab_size"])
+        self.eos_token_id = self._eos(info.get("eos_id"), self.vocab_size)
+
+    def _failed(self, e: BaseException) -> None:
+        code = _status_name(e)
+        self.stats.errors[code] = self.stats.errors.get(code, 0) + 1
+        self.stats.last_error = f"{code}: {_details(e)}"
+        was_up = self._backoff == 0
+        self._backoff = self.backoff_initial if was_up else min(self.backoff_max, 2 * self._backoff)
+        self._retry_at = time.monotonic() + self._backoff
+        # One warning per outage; the retries that fail again are debug lines.
+        (log.warning if was_up else log.debug)(
+            "trie host %s: %s; pruning locally without the n-gram, retrying in %.3f s",
+            self.client.targets, self.stats.last_error, self._backoff)
+
+    def _search(self, prefix: np.ndarray, lat: _Lattice, tm: PruneTiming) -> PrunedTree:
+        if not self._disabled and time.monotonic() >= self._retry_at:
+            t0 = time.perf_counter()
+            try:
+                if self.info is None:  # first contact after a failed start: order, vocab, fingerprint
+                    self._contact(max(self.deadline, 0.02))
+                tree = self._remote(prefix, lat)
+                tm.transport = time.perf_counter() - t0
+                tm.remote = True
+                self.stats.remote_ok += 1
+                if self._backoff:
+                    log.warning("trie host %s: back (after %s)", self.client.targets, self.stats.last_error)
+                self._backoff = 0.0
+                return tree
+            except _Unservable as e:  # this call only: no back-off
+                self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + 1
+                self.stats.last_error = str(e)
+            except TokenizerMismatchError as e:
+                self._disabled = str(e)
+                self.stats.last_error = self._disabled
+                log.error("%s; the n-gram is off for this pruner", e)
+            except Exception as e:  # noqa: BLE001 (any failure: fall back, never stop decoding)
+                self._failed(e)
+            tm.transport = time.perf_counter() - t0
+        else:
+            self.stats.skipped_backoff += 1
+        self.stats.fallbacks += 1
+        t1 = time.perf_counter()
+        tree = self._fallback(prefix, lat)
+        tm.search = time.perf_counter() - t1
+        return tree
+
+    def _remote(self, prefix: np.ndarray, lat: _Lattice) -> PrunedTree:
+        n = max(1, self.order - 1)
+        prefix = prefix[-n:]
+        fitted = self._fit(prefix, lat, self.vocab_size)
+        if fitted is None:
+            raise _Unservable("the root token is outside the host's vocabulary")
+        pre, toks, probs = fitted
+        params = dict(self.params, eos_token_id=self.eos_token_id)
+        self._trim_weights(params, toks)
+        return self.client.prune(pre, toks, probs, timeout=self.deadline, **params)
+
+    def _fallback(self, prefix: np.ndarray, lat: _Lattice) -> PrunedTree:
+        if self.info is not None:  # the host's request without the n-gram: the tree it would return
+            fitted = self._fit(prefix[-max(1, self.order - 1):], lat, self.vocab_size)
+            if fitted is not None:
+                pre, toks, probs = fitted
+                params = dict(self.params, ngram_weight=0.0, eos_token_id=self.eos_token_id)
+                self._trim_weights(params, toks)
+                return fallback_index(self.vocab_size).prune(pre, toks, probs, **params)
+        need = int(max(lat.tokens.max(initial=0), prefix.max(initial=0), self.vocab_size - 1)) + 1
+        index = fallback_index(need)
+        eos = self.eos_token_id if self.info is not None else self._eos(None, index.vocab_size)
+        return self._local_search(index, prefix, lat, 0.0, eos)
+
+    def _prefix(self, tokens: Any) -> np.ndarray:
+        # Before the first contact the order is unknown: keep enough context for any host.
+        if self.info is None:
+            saved = self.order
+            self.order = 16
+            try:
+                return super()._prefix(tokens)
+            finally:
+                self.order = saved
+        return super()._prefix(tokens)
+
+
+class _Unservable(Exception):
+    pass
+
+
+def _status_name(e: BaseException) -> str:
+    code = getattr(e, "code", None)
+    if callable(code):
+        try:
+            c = code()
+            return getattr(c, "name", str(c))
+        except Exception:  # noqa: BLE001
+            pass
+    return type(e).__name__
+
+
+def _details(e: BaseException) -> str:
+    d = getattr(e, "details", None)
+    if callable(d):
+        try:
+            return str(d())
+        except Exception:  # noqa: BLE001
+            pass
+    return str(e)

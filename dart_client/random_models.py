@@ -1,0 +1,88 @@
+"""Randomly initialized targets and drafters of a given shape (tests, benchmarks).
+
+No weights are downloaded: ``random_target("qwen3-0.6b")`` has Qwen3-0.6B's
+shape with random weights, enough to time a decoding step.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from dart_client.drafter import DartDrafter, DrafterConfig
+
+__all__ = ["SHAPES", "random_drafter", "random_target"]
+
+#: Target shapes: transformers config keys.
+SHAPES: dict[str, dict[str, Any]] = {
+    # A few layers (8, so that 2, L//2 and L-3 differ), small hidden size.
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, vocab_size=4096,
+                 tie_word_embeddings=False, rope_theta=10000.0),
+    "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=4, head_dim=32, max_position_embeddings=4096, vocab_size=151936,
+                  tie_word_embeddings=True, rope_theta=1000000.0),
+    # Qwen/Qwen3-0.6B's config.json
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, vocab_size=151936,
+                       tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
+}
+
+
+def random_target(shape: str | dict[str, Any] = "tiny", *, family: str = "qwen3", seed: int = 0,
+                  dtype: torch.dtype = torch.float32, device: Any = "cpu", **overrides: Any) -> Any:
+    """A random causal LM (Qwen3 or Llama family) of a named shape."""
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+    kw = dict(SHAPES[shape] if isinstance(shape, str) else shape)
+    kw.update(overrides)
+    torch.manual_seed(seed)
+    if family == "qwen3":
+        cfg, cls = Qwen3Config(**kw), Qwen3ForCausalLM
+    elif family == "llama":
+        cfg, cls = LlamaConfig(**kw), LlamaForCausalLM
+    else:
+        raise ValueError(f"family must be 'qwen3' or 'llama', got {family!r}")
+    cfg._attn_implementation = "sdpa"
+    with torch.device(device):
+        model = cls(cfg)
+    return model.to(dtype).eval()
+
+
+def random_drafter(target: Any, *, draft_length: int = 3, draft_ids: Sequence[int] | torch.Tensor | None = None,
+                   draft_vocab_size: int | None = None, intermediate_size: int | None = None, seed: int = 0,
+                   std: float = 0.02) -> DartDrafter:
+    """A random DART drafter fitted to ``target``'s shape (same heads as the
+    target's layers, as DART's drafters have). draft_ids: the target id of
+    each draft id (default: the first draft_vocab_size ids)."""
+    tc = target.config
+    vocab = tc.vocab_size
+    if draft_ids is not None:
+        dv = len(draft_ids)
+    else:
+        dv = draft_vocab_size or min(vocab, 32000)
+    cfg = DrafterConfig(
+        draft_length=draft_length, vocab_size=vocab, hidden_size=tc.hidden_size,
+        intermediate_size=intermediate_size or tc.intermediate_size,
+        num_attention_heads=tc.num_attention_heads, num_key_value_heads=tc.num_key_value_heads,
+        head_dim=getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads,
+        draft_vocab_size=dv, rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
+        rope_theta=_rope_theta(tc),
+        max_position_embeddings=tc.max_position_embeddings,
+    )
+    d = DartDrafter.random(cfg, draft_ids, seed=seed, std=std)
+    p = next(target.parameters())
+    return d.to(device=p.device, dtype=p.dtype)
+
+
+def _rope_theta(cfg: Any) -> float:
+    theta = getattr(cfg, "rope_theta", None)  # transformers < 5
+    if theta is None:
+        theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta")
+    return float(theta or 10000.0)
