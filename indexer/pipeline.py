@@ -114,9 +114,10 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     if cfg.min_count < 1:
         raise BuildError(f"--min-count must be >= 1, got {cfg.min_count}")
     shards = expand_inputs(cfg.inputs)
-    # Loaded (and checked for the fastest exact backend) in a worker: the
-    # driver keeps only the picklable facts, not the vocabulary.
-    tok = next(iter(executor.map_unordered(_load_tokenizer_task, [cfg])))
+    # Loaded (and checked for the fastest exact backend) in the workers, one
+    # load each, in parallel: each keeps its backend for its map tasks, and
+    # the driver keeps only the picklable facts, not the vocabulary.
+    tok = list(executor.map_unordered(_load_tokenizer_task, [cfg] * executor.workers))[0]
     progress(
         f"ngram-build: {len(shards)} shard(s), order {cfg.order}, tokenizer {tok.name} "
         f"({tok.backend}, vocab {tok.vocab_size}, eos {tok.eos_id}), {executor.workers} worker(s)"
@@ -240,7 +241,8 @@ def _run_maps(executor: Executor, tasks: list[MapTask], progress: Progress) -> l
     by_shard: dict[str, MapResult] = {}
     t0 = time.perf_counter()
     docs = toks = 0
-    for r in executor.map_unordered(run_map, tasks):
+    # Largest shards first, so that no big shard runs alone at the end.
+    for r in executor.map_unordered(run_map, sorted(tasks, key=lambda t: -os.path.getsize(t.shard))):
         by_shard[r.shard] = r
         docs += r.documents
         toks += r.tokens
@@ -276,7 +278,7 @@ def _partition(run_dirs: list[str], vocab_size: int, workers: int, per_task_byte
         f"SELECT w0, sum(c)::DOUBLE FROM read_parquet({files!r}) GROUP BY w0 ORDER BY w0"
     ).fetchnumpy().values()
     run_bytes = sum(f.stat().st_size for d in run_dirs for f in Path(d).glob("order*.parquet"))
-    parts = max(2 * workers, -(-run_bytes // max(per_task_bytes // 8, 1 << 20)))
+    parts = max(4 * workers, -(-run_bytes // max(per_task_bytes // 8, 1 << 20)))
     parts = int(min(parts, len(tokens), 4096)) or 1
     cum = np.cumsum(mass)
     cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
