@@ -34,6 +34,20 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _finished_or_fresh(out: Path, result_type: type) -> Any:
+    """A task's recorded result if it finished before (resume); otherwise an
+    empty output folder (a killed attempt's leftovers are removed)."""
+    done = out / "done.json"
+    if done.exists():
+        r = result_type(**json.loads(done.read_text()))
+        r.resumed = True
+        return r
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    return None
+
+
 def _connect(memory_limit_bytes: int, tmp_dir: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     con.execute(f"SET memory_limit = '{max(memory_limit_bytes // (1 << 20), 64)}MB'")
@@ -73,14 +87,8 @@ def run_map(task: MapTask) -> MapResult:
     from indexer.shards import ShardReader
 
     out = Path(task.out_dir)
-    done = out / "done.json"
-    if done.exists():
-        r = MapResult(**json.loads(done.read_text()))
-        r.resumed = True
-        return r
-    if out.exists():  # a killed attempt: start this shard over
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    if (finished := _finished_or_fresh(out, MapResult)) is not None:
+        return finished
     t_start = time.perf_counter()
     con = _connect(task.memory_limit_bytes, out)
     result = MapResult(shard=task.shard, bytes=os.path.getsize(task.shard), documents=0, tokens=0)
@@ -120,7 +128,7 @@ def run_map(task: MapTask) -> MapResult:
     result.errors = list(reader.stats.errors[:10])
     con.close()
     result.seconds = time.perf_counter() - t_start
-    _write_json_atomic(done, asdict(result))
+    _write_json_atomic(out / "done.json", asdict(result))
     return result
 
 
@@ -152,14 +160,8 @@ def level_file(out_dir: str | Path, k: int) -> Path:
 
 def run_reduce(task: ReduceTask) -> ReduceResult:
     out = Path(task.out_dir)
-    done = out / "done.json"
-    if done.exists():
-        r = ReduceResult(**json.loads(done.read_text()))
-        r.resumed = True
-        return r
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    if (finished := _finished_or_fresh(out, ReduceResult)) is not None:
+        return finished
     t_start = time.perf_counter()
     # In-memory tables spill to temp_directory beyond memory_limit, and are
     # faster than a database file for these write-once intermediates.
@@ -193,5 +195,5 @@ def run_reduce(task: ReduceTask) -> ReduceResult:
     con.close()
     shutil.rmtree(out / "spill", ignore_errors=True)
     result = ReduceResult(task.index, sizes, values, seconds=time.perf_counter() - t_start)
-    _write_json_atomic(done, asdict(result))
+    _write_json_atomic(out / "done.json", asdict(result))
     return result

@@ -138,6 +138,8 @@ def dart_trie(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tree_inputs() -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    if not (GOLDEN / "tree_sample.npz").is_file():
+        pytest.skip("../shared/golden is not present")
     z = np.load(GOLDEN / "tree_sample.npz")
     off = z["prompt_offsets"]
     return [(z["prompt_flat"][off[i]:off[i + 1]], z["topk_tokens"][i], z["topk_probs"][i]) for i in range(len(off) - 1)]

@@ -46,6 +46,23 @@ enum class SectionKind : uint32_t {
 
 constexpr uint64_t kSampleEvery = 16;
 
+// The name of a section kind, as docs/FORMAT.md and error messages use it.
+inline const char* section_kind_name(uint32_t kind) {
+  switch (static_cast<SectionKind>(kind)) {
+    case SectionKind::kMeta: return "meta";
+    case SectionKind::kCountValues: return "count_values";
+    case SectionKind::kCountRanks: return "count_ranks";
+    case SectionKind::kTokens: return "tokens";
+    case SectionKind::kChildLow: return "child_low";
+    case SectionKind::kTokenSamples: return "token_samples";
+    case SectionKind::kChildHigh: return "child_high";
+    case SectionKind::kChildSelect: return "child_select";
+    case SectionKind::kCountEscapes: return "count_escapes";
+    case SectionKind::kCountEscapeIndex: return "count_escape_index";
+  }
+  return "unknown";
+}
+
 // 48 bytes per section, right after the header.
 struct SectionEntry {
   uint32_t kind;

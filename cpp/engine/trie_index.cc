@@ -15,24 +15,8 @@
 namespace ngram {
 namespace {
 
-std::string kind_name(uint32_t kind) {
-  switch (static_cast<SectionKind>(kind)) {
-    case SectionKind::kMeta: return "meta";
-    case SectionKind::kCountValues: return "count_values";
-    case SectionKind::kCountRanks: return "count_ranks";
-    case SectionKind::kTokens: return "tokens";
-    case SectionKind::kChildLow: return "child_low";
-    case SectionKind::kTokenSamples: return "token_samples";
-    case SectionKind::kChildHigh: return "child_high";
-    case SectionKind::kChildSelect: return "child_select";
-    case SectionKind::kCountEscapes: return "count_escapes";
-    case SectionKind::kCountEscapeIndex: return "count_escape_index";
-  }
-  return "kind " + std::to_string(kind);
-}
-
 std::string section_name(const SectionEntry& s) {
-  return kind_name(s.kind) + (s.level ? " (level " + std::to_string(s.level) + ")" : "");
+  return std::string(section_kind_name(s.kind)) + (s.level ? " (level " + std::to_string(s.level) + ")" : "");
 }
 
 }  // namespace

@@ -20,22 +20,6 @@ using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>
 using U64Array = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
 using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
-const char* kind_str(uint32_t kind) {
-  switch (static_cast<SectionKind>(kind)) {
-    case SectionKind::kMeta: return "meta";
-    case SectionKind::kCountValues: return "count_values";
-    case SectionKind::kCountRanks: return "count_ranks";
-    case SectionKind::kTokens: return "tokens";
-    case SectionKind::kChildLow: return "child_low";
-    case SectionKind::kTokenSamples: return "token_samples";
-    case SectionKind::kChildHigh: return "child_high";
-    case SectionKind::kChildSelect: return "child_select";
-    case SectionKind::kCountEscapes: return "count_escapes";
-    case SectionKind::kCountEscapeIndex: return "count_escape_index";
-  }
-  return "unknown";
-}
-
 py::tuple conditional_probs_py(const TrieIndex& t, I64Array contexts, I64Array candidates) {
   if (contexts.ndim() != 2) throw InvalidArgument("contexts must be 2-D [B, C]");
   if (candidates.ndim() != 2) throw InvalidArgument("candidates must be 2-D [B, K]");
@@ -116,7 +100,7 @@ PYBIND11_MODULE(_engine, m) {
         py::list out;
         for (const SectionEntry& s : t.sections()) {
           py::dict d;
-          d["kind"] = kind_str(s.kind);
+          d["kind"] = section_kind_name(s.kind);
           d["level"] = s.level;
           d["offset"] = s.offset;
           d["length"] = s.length;
