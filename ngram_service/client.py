@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ngram_service import tree
+from ngram_service import _engine, tree
 from ngram_service.index import TopK, _int_array
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 from ngram_service.proto.ngram.v1 import ngram_pb2_grpc as pb_grpc
@@ -200,50 +200,11 @@ def _batch_inputs(requests: Any) -> list[pb.PruneInput]:
 
 def tree_from_nodes(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray | None = None) -> tree.PrunedTree:
     """A PrunedTree from the wire's node list (node 0 the root, parents before
-    children): depths, the ancestor mask and the retrieve rows (one per leaf,
-    leaves in lexicographic order of their token paths, node indices root to
-    leaf, -1 padded) are derived here, vectorized over the nodes."""
-    n = len(tokens)
-    if n == 0:
-        empty = np.zeros(0, np.int32)
-        return tree.PrunedTree(empty, empty, empty, np.zeros(0, np.float32), np.zeros((0, 0), bool),
-                               np.zeros((0, 0), np.int32))
-    par = parents.astype(np.int64)
-    par[0] = 0
-    rows = np.arange(n)
-    # anc[:, s]: the ancestor s steps up (the root once reached); depth = steps to the root.
-    depths = np.zeros(n, dtype=np.int32)
-    steps = [rows]
-    cur = rows
-    while True:
-        up = par[cur]
-        moved = cur != 0
-        if not moved.any():
-            break
-        depths += moved
-        cur = np.where(moved, up, 0)
-        steps.append(cur)
-    width = int(depths.max()) + 1
-    anc = np.stack(steps, axis=1)  # [n, width]: self, parent, grandparent, ...
-    mask = np.zeros((n, n), dtype=bool)
-    for s_ in range(anc.shape[1]):
-        mask[rows, anc[:, s_]] = True
-    # by_depth[i, d]: i's ancestor at depth d (d <= depths[i]), else -1
-    d_idx = depths[:, None] - np.arange(width)[None, :]  # steps up to reach depth d
-    valid = d_idx >= 0
-    by_depth = np.where(valid, anc[rows[:, None], np.clip(d_idx, 0, anc.shape[1] - 1)], -1)
-    is_leaf = np.ones(n, dtype=bool)
-    is_leaf[par[1:]] = False
-    if n == 1:
-        is_leaf[0] = True
-    leaves = np.flatnonzero(is_leaf)
-    path_tokens = np.where(by_depth[leaves] >= 0, tokens[np.clip(by_depth[leaves], 0, None)], -1)
-    order = np.lexsort(path_tokens[:, ::-1].T) if len(leaves) > 1 else np.arange(len(leaves))
-    retrieve = by_depth[leaves[order]].astype(np.int32)
-    if scores is None or len(scores) != n:
-        scores = np.full(n, np.nan, dtype=np.float32)
-    return tree.PrunedTree(tokens=tokens, parents=parents, depths=depths, scores=scores, tree_mask=mask,
-                           retrieve_indices=retrieve)
+    children): depths, the ancestor mask and the retrieve rows are derived by
+    the engine's own encoder (the one prune uses), so both sides agree."""
+    if scores is None or len(scores) != len(tokens):
+        scores = np.full(len(tokens), np.nan, dtype=np.float32)
+    return tree.PrunedTree(*_engine.encode_tree(tokens, parents, scores))
 
 
 def _prune_result(resp: pb.PruneTreeResponse) -> list[Any]:

@@ -159,7 +159,7 @@ uint32_t context_of(const PruneWorkspace& ws, uint32_t x, const int64_t* prefix,
   return n;
 }
 
-void encode(PruneWorkspace& ws, uint32_t n_kept, int32_t root_token, PrunedTree& out) {
+void fill_nodes(PruneWorkspace& ws, uint32_t n_kept, int32_t root_token, PrunedTree& out) {
   const uint32_t n = n_kept + 1;
   out.tokens.resize(n);
   out.parents.resize(n);
@@ -169,7 +169,6 @@ void encode(PruneWorkspace& ws, uint32_t n_kept, int32_t root_token, PrunedTree&
   out.parents[0] = -1;
   out.depths[0] = 0;
   out.scores[0] = 0.0f;
-  uint32_t max_depth = 0;
   for (uint32_t i = 0; i < n_kept; ++i) {
     const Kept& k = ws.pool[i];
     const int32_t parent = k.parent == kRoot ? 0 : ws.beam_nodes[k.parent].kept;
@@ -179,57 +178,9 @@ void encode(PruneWorkspace& ws, uint32_t n_kept, int32_t root_token, PrunedTree&
     out.parents[i + 1] = parent;
     out.depths[i + 1] = static_cast<int32_t>(k.depth);
     out.scores[i + 1] = k.score;
-    max_depth = std::max(max_depth, k.depth);
   }
 
-  // tree_mask: a node's row is its parent's row plus itself.
-  out.tree_mask.assign(static_cast<size_t>(n) * n, 0);
-  uint8_t* mask = out.tree_mask.data();
-  mask[0] = 1;
-  for (uint32_t i = 1; i < n; ++i) {
-    std::memcpy(mask + static_cast<size_t>(i) * n, mask + static_cast<size_t>(out.parents[i]) * n, i);
-    mask[static_cast<size_t>(i) * n + i] = 1;
-  }
-
-  // Children lists (CSR), each sorted by token, then a depth-first walk that
-  // meets the leaves in lexicographic order of their paths.
-  std::vector<int32_t>& start = ws.child_start;
-  std::vector<int32_t>& list = ws.child_list;
-  std::vector<int32_t>& stack = ws.dfs_stack;
-  start.assign(n + 1, 0);
-  for (uint32_t i = 1; i < n; ++i) ++start[out.parents[i] + 1];
-  for (uint32_t i = 0; i < n; ++i) start[i + 1] += start[i];
-  list.resize(n);
-  {
-    // Fill using dfs_stack as the per-parent cursor.
-    stack.assign(start.begin(), start.end() - 1);
-    for (uint32_t i = 1; i < n; ++i) list[stack[out.parents[i]]++] = static_cast<int32_t>(i);
-  }
-  const int32_t* tok = out.tokens.data();
-  for (uint32_t i = 0; i < n; ++i) {
-    if (start[i + 1] - start[i] > 1)
-      std::sort(list.begin() + start[i], list.begin() + start[i + 1],
-                [tok](int32_t a, int32_t b) { return tok[a] < tok[b]; });
-  }
-  uint32_t leaves = 0;
-  for (uint32_t i = 0; i < n; ++i) leaves += start[i + 1] == start[i];
-  const uint32_t width = max_depth + 1;
-  out.n_leaves = leaves;
-  out.retrieve_width = width;
-  out.retrieve_indices.assign(static_cast<size_t>(leaves) * width, -1);
-  stack.clear();
-  stack.push_back(0);
-  uint32_t row = 0;
-  while (!stack.empty()) {
-    const int32_t x = stack.back();
-    stack.pop_back();
-    if (start[x + 1] == start[x]) {
-      int32_t* r = out.retrieve_indices.data() + static_cast<size_t>(row++) * width;
-      for (int32_t y = x; y >= 0; y = out.parents[y]) r[out.depths[y]] = y;
-      continue;
-    }
-    for (int32_t c = start[x + 1] - 1; c >= start[x]; --c) stack.push_back(list[c]);
-  }
+  encode_tree(out, ws);
 }
 
 }  // namespace
@@ -278,6 +229,72 @@ void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams&
   if (params.eos_token_id < -1 || params.eos_token_id >= static_cast<int64_t>(vocab))
     throw InvalidArgument("eos_token_id = " + std::to_string(params.eos_token_id) + ": must be -1 (none) or in [0, " +
                           std::to_string(vocab) + ")");
+}
+
+void encode_tree(PrunedTree& out, PruneWorkspace& ws) {
+  const uint32_t n = out.size();
+  if (out.parents.size() != n) throw InvalidArgument("tree: tokens and parents differ in length");
+  if (n == 0) throw InvalidArgument("tree: no root");
+  if (out.parents[0] != -1) throw InvalidArgument("tree: parents[0] must be -1 (the root)");
+  out.depths.assign(n, 0);
+  uint32_t max_depth = 0;
+  for (uint32_t i = 1; i < n; ++i) {
+    const int32_t p = out.parents[i];
+    if (p < 0 || static_cast<uint32_t>(p) >= i)
+      throw InvalidArgument("tree: parents[" + std::to_string(i) + "] = " + std::to_string(p) +
+                            " must name an earlier node");
+    out.depths[i] = out.depths[p] + 1;
+    max_depth = std::max(max_depth, static_cast<uint32_t>(out.depths[i]));
+  }
+  if (out.scores.size() != n) out.scores.assign(n, 0.0f);
+  // tree_mask: a node's row is its parent's row plus itself.
+  out.tree_mask.assign(static_cast<size_t>(n) * n, 0);
+  uint8_t* mask = out.tree_mask.data();
+  mask[0] = 1;
+  for (uint32_t i = 1; i < n; ++i) {
+    std::memcpy(mask + static_cast<size_t>(i) * n, mask + static_cast<size_t>(out.parents[i]) * n, i);
+    mask[static_cast<size_t>(i) * n + i] = 1;
+  }
+
+  // Children lists (CSR), each sorted by token, then a depth-first walk that
+  // meets the leaves in lexicographic order of their paths.
+  std::vector<int32_t>& start = ws.child_start;
+  std::vector<int32_t>& list = ws.child_list;
+  std::vector<int32_t>& stack = ws.dfs_stack;
+  start.assign(n + 1, 0);
+  for (uint32_t i = 1; i < n; ++i) ++start[out.parents[i] + 1];
+  for (uint32_t i = 0; i < n; ++i) start[i + 1] += start[i];
+  list.resize(n);
+  {
+    // Fill using dfs_stack as the per-parent cursor.
+    stack.assign(start.begin(), start.end() - 1);
+    for (uint32_t i = 1; i < n; ++i) list[stack[out.parents[i]]++] = static_cast<int32_t>(i);
+  }
+  const int32_t* tok = out.tokens.data();
+  for (uint32_t i = 0; i < n; ++i) {
+    if (start[i + 1] - start[i] > 1)
+      std::sort(list.begin() + start[i], list.begin() + start[i + 1],
+                [tok](int32_t a, int32_t b) { return tok[a] < tok[b]; });
+  }
+  uint32_t leaves = 0;
+  for (uint32_t i = 0; i < n; ++i) leaves += start[i + 1] == start[i];
+  const uint32_t width = max_depth + 1;
+  out.n_leaves = leaves;
+  out.retrieve_width = width;
+  out.retrieve_indices.assign(static_cast<size_t>(leaves) * width, -1);
+  stack.clear();
+  stack.push_back(0);
+  uint32_t row = 0;
+  while (!stack.empty()) {
+    const int32_t x = stack.back();
+    stack.pop_back();
+    if (start[x + 1] == start[x]) {
+      int32_t* r = out.retrieve_indices.data() + static_cast<size_t>(row++) * width;
+      for (int32_t y = x; y >= 0; y = out.parents[y]) r[out.depths[y]] = y;
+      continue;
+    }
+    for (int32_t c = start[x + 1] - 1; c >= start[x]; --c) stack.push_back(list[c]);
+  }
 }
 
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
@@ -455,7 +472,7 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
   // Map beam nodes to their output index (parents are placed before children).
   for (uint32_t i = 0; i < n_kept; ++i)
     if (ws.pool[i].beam >= 0) ws.beam_nodes[ws.pool[i].beam].kept = static_cast<int32_t>(i + 1);
-  encode(ws, n_kept, static_cast<int32_t>(in.prefix[in.prefix_len - 1]), out);
+  fill_nodes(ws, n_kept, static_cast<int32_t>(in.prefix[in.prefix_len - 1]), out);
 }
 
 void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,

@@ -123,6 +123,13 @@ void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams&
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
                 PrunedTree& out);
 
+// DART's encoding of a tree given its tokens and parents (node 0 the root,
+// parents[0] = -1, every parent before its children): depths, tree_mask and
+// retrieve_indices (see PrunedTree). The single definition, used by
+// prune_tree and by clients that receive only tokens and parents over the
+// wire. Throws InvalidArgument for a parent list that is not such a tree.
+void encode_tree(PrunedTree& out, PruneWorkspace& ws);
+
 // Many requests on `threads` threads (0: the hardware's); out[i] answers
 // in[i]. An invalid request raises InvalidArgument prefixed "requests[i]: "
 // (the lowest such i) after every thread has finished.

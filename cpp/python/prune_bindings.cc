@@ -123,6 +123,28 @@ py::tuple to_python(const PrunedTree& tr) {
 }  // namespace
 
 void bind_prune(py::module_& m) {
+  m.def(
+      "encode_tree",
+      [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens,
+         py::array_t<int32_t, py::array::c_style | py::array::forcecast> parents,
+         py::array_t<float, py::array::c_style | py::array::forcecast> scores) {
+        if (tokens.ndim() != 1 || parents.ndim() != 1 || scores.ndim() != 1)
+          throw InvalidArgument("tree: tokens, parents and scores must be 1-D");
+        PrunedTree tr;
+        tr.tokens.assign(tokens.data(), tokens.data() + tokens.shape(0));
+        tr.parents.assign(parents.data(), parents.data() + parents.shape(0));
+        tr.scores.assign(scores.data(), scores.data() + scores.shape(0));
+        {
+          py::gil_scoped_release nogil;
+          thread_local PruneWorkspace ws;
+          encode_tree(tr, ws);
+        }
+        return to_python(tr);
+      },
+      py::arg("tokens"), py::arg("parents"), py::arg("scores"),
+      "DART's encoding of a tree from its node tokens and parents: (tokens, parents, depths, scores, "
+      "tree_mask, retrieve_indices).");
+
   py::class_<PruneLimits>(m, "PruneLimits")
       .def_readonly_static("max_depth", &PruneLimits::kMaxDepth)
       .def_readonly_static("max_candidates", &PruneLimits::kMaxCandidates)
