@@ -97,4 +97,4 @@ def test_ngram_info_cli(sample_trie: Path) -> None:
     import json
 
     info = json.loads(r.stdout)
-    assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == 1 + 3 * 4 + 2 * 2 + 2 * 3
+    assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == 1 + 3 * 4 + 2 * 2 + 1 + 3

@@ -42,6 +42,8 @@ enum class SectionKind : uint32_t {
   kChildSelect = 8,  // child offsets: position of every kSelectEvery-th set bit
   kCountEscapes = 9, // packed: the full ranks of the escaped entries, in order
   kCountEscapeIndex = 10,  // packed: escapes before each block of kEscapeBlock entries
+  kChildOffsets = 11,  // level 1 only (dense, small, read by every lookup):
+                       // the child offsets plainly packed, entries + 1 of them
 };
 
 constexpr uint64_t kSampleEvery = 16;
@@ -59,6 +61,7 @@ inline const char* section_kind_name(uint32_t kind) {
     case SectionKind::kChildSelect: return "child_select";
     case SectionKind::kCountEscapes: return "count_escapes";
     case SectionKind::kCountEscapeIndex: return "count_escape_index";
+    case SectionKind::kChildOffsets: return "child_offsets";
   }
   return "unknown";
 }

@@ -122,7 +122,7 @@ void TrieIndex::parse() {
   const uint32_t n = header_.order;
   levels_.assign(n, Level{});
   std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n), samples(n), highs(n), selects(n),
-      escapes(n), escape_index(n);
+      escapes(n), escape_index(n), plains(n);
   const SectionEntry* meta = nullptr;
   for (const SectionEntry& s : sections_) {
     const std::string what = p + ": section " + section_name(s);
@@ -146,6 +146,7 @@ void TrieIndex::parse() {
       case SectionKind::kChildSelect: slot = &selects[s.level - 1]; break;
       case SectionKind::kCountEscapes: slot = &escapes[s.level - 1]; break;
       case SectionKind::kCountEscapeIndex: slot = &escape_index[s.level - 1]; break;
+      case SectionKind::kChildOffsets: slot = &plains[s.level - 1]; break;
       default: throw FormatError(what + ": unknown section kind");
     }
     if (*slot) throw FormatError(what + ": duplicated");
@@ -173,15 +174,20 @@ void TrieIndex::parse() {
         ri->count != (r->count + kEscapeBlock - 1) / kEscapeBlock || ri->width != bits_for(re->count))
       throw FormatError(what + ": count rank sections differ in size");
     if ((k >= 2) != (t != nullptr)) throw FormatError(what + ": token section missing or unexpected");
-    if ((k < n) != (c != nullptr)) throw FormatError(what + ": child offsets missing or unexpected");
     Level& L = levels_[k - 1];
     L.size = r->count;
     if (k == 1 && L.size != header_.vocab_size) throw FormatError(what + ": size differs from vocab_size");
     if (t && t->count != L.size) throw FormatError(what + ": token and count sections differ in size");
-    if ((c != nullptr) != (ch != nullptr) || (c != nullptr) != (cs != nullptr))
-      throw FormatError(what + ": child offset sections incomplete");
+    const SectionEntry* cp = plains[k - 1];
+    const bool has_children = k < n;
+    if (k == 1 ? (cp != nullptr) != has_children || c || ch || cs
+               : cp || (c != nullptr) != has_children || (ch != nullptr) != has_children ||
+                     (cs != nullptr) != has_children)
+      throw FormatError(what + ": child offset sections missing or unexpected");
+    const uint64_t next_size = has_children ? (ranks[k] ? ranks[k]->count : 0) : 0;
+    if (cp && (cp->count != L.size + 1 || cp->width != bits_for(next_size)))
+      throw FormatError(what + ": child offsets differ in size");
     if (c) {
-      const uint64_t next_size = k < n ? (ranks[k] ? ranks[k]->count : 0) : 0;
       if (c->count != L.size + 1 || c->width != ef_low_bits(L.size + 1, next_size) ||
           ch->count != ef_high_bits(L.size + 1, next_size, c->width) ||
           cs->count != (L.size + 1 + kSelectEvery - 1) / kSelectEvery || cs->width != bits_for(ch->count))
@@ -204,13 +210,16 @@ void TrieIndex::parse() {
       L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);
       L.sample_count = sm->count;
     }
+    if (cp) L.child_offsets_plain = PackedView(base_ + cp->offset, cp->count, cp->width);
     if (c)
       L.child_offsets = EliasFanoView(PackedView(base_ + c->offset, c->count, c->width), base_ + ch->offset,
                                       ch->count, PackedView(base_ + cs->offset, cs->count, cs->width), c->width);
   }
   for (uint32_t k = 1; k < n; ++k) {
     const Level& L = levels_[k - 1];
-    if (L.child_offsets[0] != 0 || L.child_offsets[L.size] != levels_[k].size)
+    const uint64_t first = k == 1 ? L.child_offsets_plain[0] : L.child_offsets[0];
+    const uint64_t end = k == 1 ? L.child_offsets_plain[L.size] : L.child_offsets[L.size];
+    if (first != 0 || end != levels_[k].size)
       throw FormatError(p + ": level " + std::to_string(k) + ": child offsets do not span level " +
                         std::to_string(k + 1));
   }
@@ -263,7 +272,12 @@ bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
 void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
   const Level& L = levels_[k - 1];
   uint64_t a, b;
-  L.child_offsets.pair(index, &a, &b);
+  if (k == 1) {
+    a = L.child_offsets_plain[index];
+    b = L.child_offsets_plain[index + 1];
+  } else {
+    L.child_offsets.pair(index, &a, &b);
+  }
   // A corrupted (unverified) file must not send reads past the next level.
   const uint64_t n = levels_[k].size;
   if (b > n) b = n;

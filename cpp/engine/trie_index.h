@@ -23,7 +23,10 @@ struct Level {
   uint64_t size = 0;
   PackedView tokens;        // levels >= 2
   RankView count_ranks;
-  EliasFanoView child_offsets;  // levels < order: size + 1 entries
+  // Child offsets, size + 1 of them (levels < order): plainly packed for
+  // level 1, Elias-Fano coded above (see trie_format.h).
+  PackedView child_offsets_plain;
+  EliasFanoView child_offsets;
   const uint64_t* count_values = nullptr;
   uint64_t count_value_count = 0;
   const uint32_t* token_samples = nullptr;  // levels >= 2: tokens[i * kSampleEvery]

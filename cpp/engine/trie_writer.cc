@@ -60,7 +60,8 @@ struct LevelStream {
   SectionStream* childs = nullptr;
   std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, sample_w, escape_w, escape_index_w;
   uint64_t escape_code = 0, escapes = 0;
-  std::unique_ptr<EliasFanoWriter<WordSink>> child_w;
+  std::unique_ptr<EliasFanoWriter<WordSink>> child_w;  // levels >= 2
+  std::unique_ptr<PackedWriter<WordSink>> child_plain_w;  // level 1
   uint64_t child_high_bits = 0;
 };
 
@@ -88,7 +89,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
 
   // Lay out every section now: meta, then per level values, ranks, tokens, child offsets.
   uint32_t nsec = 1;
-  for (uint32_t k = 1; k <= order_; ++k) nsec += 4 + 2 * (k >= 2) + 3 * (k < order_);
+  for (uint32_t k = 1; k <= order_; ++k) nsec += 4 + 2 * (k >= 2) + (k < order_) * (k == 1 ? 1 : 3);
   uint64_t off = align_up(sizeof(FileHeader) + uint64_t{nsec} * sizeof(SectionEntry));
   auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width, uint64_t length) {
     auto s = std::make_unique<SectionStream>();
@@ -128,7 +129,12 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
       SectionStream* samples = add(SectionKind::kTokenSamples, k, n_samples, 32, packed_bytes(n_samples, 32));
       st->sample_w = std::make_unique<PackedWriter<WordSink>>(32, WordSink{samples});
     }
-    if (k < order_) {
+    if (k == 1 && k < order_) {
+      const uint32_t w = bits_for(specs_[k].size);
+      SectionStream* plain = add(SectionKind::kChildOffsets, k, spec.size + 1, w, packed_bytes(spec.size + 1, w));
+      st->child_plain_w = std::make_unique<PackedWriter<WordSink>>(w, WordSink{plain});
+      st->child_plain_w->push(0);
+    } else if (k < order_) {
       const uint64_t n = spec.size + 1, u = specs_[k].size;
       const uint32_t l = ef_low_bits(n, u);
       st->child_high_bits = ef_high_bits(n, u, l);
@@ -167,7 +173,8 @@ void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uin
   if (n > spec.size - L.appended)
     throw InvalidArgument(what + ": more entries than the " + std::to_string(spec.size) + " declared");
   if (L.tok_w && !tokens) throw InvalidArgument(what + ": tokens are required");
-  if (L.child_w && !n_children) throw InvalidArgument(what + ": n_children are required");
+  const bool has_children = L.child_w || L.child_plain_w;
+  if (has_children && !n_children) throw InvalidArgument(what + ": n_children are required");
   const auto& values = spec.count_values;
   for (uint64_t i = 0; i < n; ++i) {
     auto it = std::lower_bound(values.begin(), values.end(), counts[i]);
@@ -189,11 +196,12 @@ void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uin
       if ((L.appended + i) % kSampleEvery == 0) L.sample_w->push(static_cast<uint64_t>(tokens[i]));
       L.tok_w->push(static_cast<uint64_t>(tokens[i]));
     }
-    if (L.child_w) {
+    if (has_children) {
       L.child_total += n_children[i];
       if (L.child_total > specs_[k].size)
         throw InvalidArgument(what + ": children exceed the size of level " + std::to_string(k + 1));
-      L.child_w->push(L.child_total);
+      if (L.child_w) L.child_w->push(L.child_total);
+      else L.child_plain_w->push(L.child_total);
     }
   }
   L.appended += n;
@@ -207,7 +215,7 @@ void TrieWriter::finish() {
     if (L.appended != specs_[k - 1].size)
       throw InvalidArgument(what + ": " + std::to_string(L.appended) + " entries appended, " +
                             std::to_string(specs_[k - 1].size) + " declared");
-    if (L.child_w && L.child_total != specs_[k].size)
+    if ((L.child_w || L.child_plain_w) && L.child_total != specs_[k].size)
       throw InvalidArgument(what + ": children sum to " + std::to_string(L.child_total) + ", level " +
                             std::to_string(k + 1) + " has " + std::to_string(specs_[k].size));
     if (L.escape_w->count() != L.escapes)
@@ -218,6 +226,7 @@ void TrieWriter::finish() {
     if (L.tok_w) L.tok_w->finish();
     if (L.sample_w) L.sample_w->finish();
     if (L.child_w) L.child_w->finish(L.child_high_bits);
+    if (L.child_plain_w) L.child_plain_w->finish();
   }
   std::vector<SectionEntry> table;
   for (auto& s : streams_) {
