@@ -125,7 +125,7 @@ void lookup_context(const TrieIndex& t, PruneWorkspace& ws, const int32_t* ctx, 
   std::fill(ws.matched.begin(), ws.matched.begin() + k, 0);
   uint32_t left = k;
   for (uint32_t l = len; l >= 2 && left > 0; --l)
-    left -= lookup_suffix(t, ctx + (len - l), l, w, k, ws.q.data(), ws.matched.data());
+    left -= lookup_suffix(t, ctx + (len - l), l, ws.candidates, ws.q.data(), ws.matched.data());
   if (left == 0 || len == 0) return;
   const int32_t last = ctx[len - 1];
   size_t row = 0;
@@ -353,6 +353,7 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
       std::sort(ws.sorted.begin(), ws.sorted.end());
       ws.sorted_tokens.resize(k);
       for (uint32_t j = 0; j < k; ++j) ws.sorted_tokens[j] = ws.sorted[j].first;
+      ws.candidates.build(ws.sorted_tokens.data(), k);
       ws.contexts.resize(static_cast<size_t>(b_count) * (cap ? cap : 1));
       ws.ctx_lens.resize(b_count);
       ws.ngram_terms.resize(static_cast<size_t>(b_count) * k);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "queries.h"
 #include "trie_index.h"
 
 namespace ngram {
@@ -101,6 +102,7 @@ struct PruneWorkspace {
   std::vector<uint32_t> row_entry;    // per row of ngram_terms: the beam entry whose context it is
   std::vector<std::pair<int32_t, uint32_t>> sorted;  // the level's (token, j) by token
   std::vector<int32_t> sorted_tokens;
+  CandidateTable candidates;          // the level's sorted_tokens, hashed
   std::vector<float> ngram_terms;     // per distinct context: logf(q + 1e-10f) * lambda, K entries
   std::vector<float> q;
   std::vector<int32_t> matched;

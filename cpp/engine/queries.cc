@@ -38,15 +38,11 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
   return t.level(len).count(idx);
 }
 
-uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* w, uint32_t k,
-                       float* p, int32_t* m) {
-  uint64_t node;
-  if (!t.find(suffix, len, &node)) return 0;
-  uint64_t lo, hi;
-  t.children(len, node, &lo, &hi);
-  if (lo == hi) return 0;
-  const float inv = 1.0f / static_cast<float>(t.level(len).count(node));
-  const Level& next = t.level(len + 1);
+namespace {
+
+// Searches every unmatched candidate in the run [lo, hi) of `next`.
+uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, float inv, const int32_t* w,
+                    uint32_t k, float* p, int32_t* m) {
   uint32_t found = 0;
   // Unmatched candidates, searched in lockstep batches.
   for (uint32_t start = 0; start < k;) {
@@ -72,6 +68,70 @@ uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, 
       m[idx[i]] = static_cast<int32_t>(len);
     }
     found += hit;
+  }
+  return found;
+}
+
+// Finds the run of continuations of suffix; false when it has none.
+bool continuations(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint64_t* lo, uint64_t* hi,
+                   float* inv) {
+  uint64_t node;
+  if (!t.find(suffix, len, &node)) return false;
+  t.children(len, node, lo, hi);
+  if (*lo == *hi) return false;
+  *inv = 1.0f / static_cast<float>(t.level(len).count(node));
+  return true;
+}
+
+}  // namespace
+
+uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* w, uint32_t k,
+                       float* p, int32_t* m) {
+  uint64_t lo, hi;
+  float inv;
+  if (!continuations(t, suffix, len, &lo, &hi, &inv)) return 0;
+  return search_run(t.level(len + 1), lo, hi, len, inv, w, k, p, m);
+}
+
+void CandidateTable::build(const int32_t* w, uint32_t k) {
+  tokens = w;
+  count = k;
+  uint32_t bits = 2;
+  while ((1u << bits) < 4 * k) ++bits;  // load factor at most 1/4: most probes end at once
+  shift = 64 - bits;
+  key.assign(1u << bits, kEmpty);
+  index.assign(1u << bits, 0);
+  for (uint32_t j = 0; j < k; ++j) {
+    uint32_t s = slot(static_cast<uint32_t>(w[j]));
+    while (key[s] != kEmpty) s = (s + 1) & (static_cast<uint32_t>(key.size()) - 1);
+    key[s] = static_cast<uint32_t>(w[j]);
+    index[s] = j;
+  }
+}
+
+uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const CandidateTable& table,
+                       float* p, int32_t* m) {
+  uint64_t lo, hi;
+  float inv;
+  if (!continuations(t, suffix, len, &lo, &hi, &inv)) return 0;
+  const Level& next = t.level(len + 1);
+  if (hi - lo > 4 * uint64_t{table.count})
+    return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);
+  // A short run: read each continuation once and look it up among the
+  // candidates, instead of a binary search per candidate.
+  const uint32_t mask = static_cast<uint32_t>(table.key.size()) - 1;
+  uint32_t found = 0;
+  for (uint64_t i = lo; i < hi; ++i) {
+    const uint32_t tok = static_cast<uint32_t>(next.tokens[i]);
+    for (uint32_t s = table.slot(tok); table.key[s] != CandidateTable::kEmpty; s = (s + 1) & mask) {
+      if (table.key[s] != tok) continue;
+      const uint32_t j = table.index[s];
+      if (m[j] == 0) {
+        p[j] = static_cast<float>(next.count(i)) * inv;
+        m[j] = static_cast<int32_t>(len);
+        ++found;
+      }
+    }
   }
   return found;
 }

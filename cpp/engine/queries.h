@@ -37,6 +37,26 @@ void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t 
 uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* candidates,
                        uint32_t k, float* probs, int32_t* matched);
 
+// The candidates of many lookups (one lattice level of tree pruning) in an
+// open-addressing table, so that a short run of continuations can be read
+// once and each entry looked up among them.
+struct CandidateTable {
+  static constexpr uint32_t kEmpty = 0xffffffffu;
+  const int32_t* tokens = nullptr;  // the k candidates (not copied: keep them alive)
+  uint32_t count = 0;
+  uint32_t shift = 62;
+  std::vector<uint32_t> key, index;
+  void build(const int32_t* candidates, uint32_t k);
+  uint32_t slot(uint32_t token) const {
+    return static_cast<uint32_t>((uint64_t{token} * 0x9E3779B97F4A7C15ull) >> shift);
+  }
+};
+
+// lookup_suffix over a table's candidates: the same answers; short runs are
+// scanned instead of searched.
+uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const CandidateTable& table,
+                       float* probs, int32_t* matched);
+
 struct TopK {
   std::vector<int32_t> tokens;  // most frequent first; ties by ascending token id
   std::vector<float> probs;     // count(s+w) / count(s)
