@@ -6,6 +6,7 @@
 
 #include "crc32c.h"
 #include "dart_trie.h"
+#include "arrays.h"
 #include "errors.h"
 #include "queries.h"
 #include "trie_index.h"
@@ -13,12 +14,10 @@
 
 namespace py = pybind11;
 using namespace ngram;
+using namespace ngram_py;
 
 namespace {
 
-using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
-using U64Array = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
-using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 py::tuple conditional_probs_py(const TrieIndex& t, I64Array contexts, I64Array candidates) {
   if (contexts.ndim() != 2) throw InvalidArgument("contexts must be 2-D [B, C]");

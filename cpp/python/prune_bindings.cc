@@ -9,18 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "arrays.h"
 #include "errors.h"
 #include "prune_tree.h"
 #include "trie_index.h"
 
 namespace py = pybind11;
 using namespace ngram;
+using namespace ngram_py;
 
 namespace {
 
-using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
-using U64Array = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
-using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 std::string shape_str(const py::array& a) {
   std::string s = "(";
@@ -125,9 +124,7 @@ py::tuple to_python(const PrunedTree& tr) {
 void bind_prune(py::module_& m) {
   m.def(
       "encode_tree",
-      [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens,
-         py::array_t<int32_t, py::array::c_style | py::array::forcecast> parents,
-         py::array_t<float, py::array::c_style | py::array::forcecast> scores) {
+      [](I32Array tokens, I32Array parents, F32Array scores) {
         if (tokens.ndim() != 1 || parents.ndim() != 1 || scores.ndim() != 1)
           throw InvalidArgument("tree: tokens, parents and scores must be 1-D");
         PrunedTree tr;
