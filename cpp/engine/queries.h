@@ -27,7 +27,8 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
 
 // One query of the above on already validated int32 ids: the context's last
 // min(order-1, ctx_len) tokens, k candidates. The single definition of the
-// DART-compatible semantics; tree pruning calls it too.
+// DART-compatible semantics, a loop over lookup_suffix (below), whose steps
+// tree pruning calls directly to share the backoff step between contexts.
 void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,
                            const int32_t* candidates, uint32_t k, float* probs, int32_t* matched);
 
