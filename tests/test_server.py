@@ -367,28 +367,34 @@ def _heavy(n: int = 20000) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_resource_exhausted_under_overload(dart_trie: Path) -> None:
-    from ngram_service.client import _probs_request
-
-    req, _, _ = _probs_request("", "", *_heavy(60000))  # built once: the threads only wait on the server
-    codes: list[Any] = []
+    # Deterministic overload: two open streams hold both in-flight places
+    # (a stream holds one for its life), so a third call must be refused at
+    # once, whatever the speed of the machine; when they close it succeeds.
     with ServerProcess([dart_trie], "--threads", "1", "--max-inflight", "2") as s:
         stub = s.stub()
-
-        def call() -> None:
+        feeds: list[queue.Queue[Any]] = [queue.Queue(), queue.Queue()]
+        streams = [stub.PruneTreeStream(iter(f.get, None), timeout=60) for f in feeds]
+        for f, st in zip(feeds, streams):
+            f.put(_prune(_lattice()))
+            assert len(next(st).trees) == 1  # answered: the stream is admitted and holds its place
+        with pytest.raises(grpc.RpcError) as e:
+            stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=10)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-inflight" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            next(stub.PruneTreeStream(iter([_prune(_lattice())]), timeout=10))
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        for f, st in zip(feeds, streams):
+            f.put(None)  # half-close: the server ends the stream and frees its place
+            assert list(st) == []
+        deadline = time.monotonic() + 10
+        while True:  # the server frees the place just after the client sees the stream end
             try:
-                stub.ConditionalProbs(req, timeout=30)
-                codes.append("OK")
-            except grpc.RpcError as e:
-                codes.append(e.code())
-                assert e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or "--max-inflight" in e.details()
-
-        threads = [threading.Thread(target=call) for _ in range(12)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    assert set(codes) <= {"OK", grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
-    assert codes.count("OK") >= 1 and grpc.StatusCode.RESOURCE_EXHAUSTED in codes, codes
+                stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=10)
+                break
+            except grpc.RpcError as err:
+                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+                time.sleep(0.01)
 
 
 def test_reload_under_load_fails_nothing(dart_trie: Path, tmp_path: Path) -> None:
