@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -41,7 +42,7 @@ using Ext = PruneWorkspace::Ext;
 using BeamNode = PruneWorkspace::BeamNode;
 using Kept = PruneWorkspace::Kept;
 constexpr uint32_t kRoot = PruneWorkspace::kRoot;
-constexpr uint32_t kEosBit = 0x80000000u;
+constexpr uint32_t kMaxGen = 0x7fffffffu;  // gen < beam_width * K <= 2**20
 constexpr float kEps = 1e-10f;  // DART's guard inside logf(p + 1e-10f)
 
 std::string at(const char* field, uint32_t l) { return std::string(field) + "[" + std::to_string(l) + "]"; }
@@ -69,13 +70,23 @@ void check_weights(const std::vector<float>& w, uint32_t depth, const char* fiel
   for (uint32_t l = 0; l < depth; ++l) check_weight(w[l], field, static_cast<int>(l));
 }
 
-// Beam order: extensions not ending in EOS first, then by score descending,
-// then in generation order.
-inline bool beam_before(const Ext& a, const Ext& b) {
-  const uint32_t ea = a.key & kEosBit, eb = b.key & kEosBit;
-  if (ea != eb) return ea < eb;
-  if (a.score != b.score) return a.score > b.score;
-  return a.key < b.key;
+// Beam order (extensions not ending in EOS first, then by score descending,
+// then in generation order) as one unsigned integer, larger first, so that
+// selecting the beam compares integers. Scores are finite and never -0.0
+// (see score_entry), so the float order maps exactly onto the integer one.
+inline Ext beam_key(float score, uint32_t gen, bool eos) {
+  uint32_t u;
+  std::memcpy(&u, &score, sizeof u);
+  const uint32_t ordered = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+  return (uint64_t{!eos} << 63) | (uint64_t{ordered} << 31) | (kMaxGen - gen);
+}
+inline uint32_t key_gen(Ext key) { return kMaxGen - static_cast<uint32_t>(key & kMaxGen); }
+inline float key_score(Ext key) {
+  const uint32_t ordered = static_cast<uint32_t>(key >> 31);
+  const uint32_t u = ordered & 0x80000000u ? ordered & 0x7fffffffu : ~ordered;
+  float score;
+  std::memcpy(&score, &u, sizeof score);
+  return score;
 }
 
 // Tree order: by rank descending; on equal ranks the shallower first (a parent
@@ -96,21 +107,19 @@ inline bool output_before(const Kept& a, const Kept& b) {
 // Scores the K extensions of one beam entry with score s:
 //   s + lw * (logit[j] + ngram[j])   or, without n-gram term,   s + lw * logit[j]
 // exactly as DART's float32 expression (logit[j] = logf(p + 1e-10f) * gw and
-// ngram[j] = logf(q + 1e-10f) * lambda are computed by the caller).
+// ngram[j] = logf(q + 1e-10f) * lambda are computed by the caller). Adding
+// +0.0f turns a -0.0 score into +0.0 (equal as floats, so equal as keys)
+// and changes no other value.
 NGRAM_NO_FP_CONTRACT void score_entry(float s, float lw, const float* logit, const float* ngram, uint32_t k,
                                       const int32_t* toks, int64_t eos, uint32_t gen0, Ext* out) {
   NGRAM_FP_CONTRACT_OFF_PRAGMA
   if (ngram) {
     for (uint32_t j = 0; j < k; ++j) {
       const float combined = logit[j] + ngram[j];
-      out[j].score = s + lw * combined;
-      out[j].key = (gen0 + j) | (toks[j] == eos ? kEosBit : 0u);
+      out[j] = beam_key(s + lw * combined + 0.0f, gen0 + j, toks[j] == eos);
     }
   } else {
-    for (uint32_t j = 0; j < k; ++j) {
-      out[j].score = s + lw * logit[j];
-      out[j].key = (gen0 + j) | (toks[j] == eos ? kEosBit : 0u);
-    }
+    for (uint32_t j = 0; j < k; ++j) out[j] = beam_key(s + lw * logit[j] + 0.0f, gen0 + j, toks[j] == eos);
   }
 }
 
@@ -415,43 +424,43 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
     // in ws.ext (the rest become pool candidates below); their order past
     // n_beam does not matter, every later order being total.
     const uint32_t n_beam = std::min(beam_width, n_ext);
+    Ext* ext = ws.ext.data();
     if (n_beam < n_ext && n_beam > 0) {
-      Ext* ext = ws.ext.data();
-      Ext* worst = std::max_element(ext, ext + n_beam, beam_before);
+      Ext* worst = std::min_element(ext, ext + n_beam);
       for (uint32_t i = n_beam; i < n_ext; ++i) {
-        if (beam_before(ext[i], *worst)) {
+        if (ext[i] > *worst) {
           std::swap(ext[i], *worst);
-          worst = std::max_element(ext, ext + n_beam, beam_before);
+          worst = std::min_element(ext, ext + n_beam);
         }
       }
     }
-    std::sort(ws.ext.begin(), ws.ext.begin() + n_beam, beam_before);
+    std::sort(ext, ext + n_beam, std::greater<Ext>());
 
     // Every extension is a candidate node; those entering the beam become
     // beam nodes (their children name them as parent).
     const uint32_t first_node = static_cast<uint32_t>(ws.beam_nodes.size());
     ws.next_beam.resize(n_beam);
     for (uint32_t i = 0; i < n_ext; ++i) {
-      const Ext& e = ws.ext[i];
+      const float score = key_score(ext[i]);
       // A full pool's worst entry precedes every candidate of this (deeper)
       // level with a rank not above its own: those cannot be kept, and only
       // beam entries need the bookkeeping below.
-      if (i >= n_beam && pool_full && !(e.score > threshold)) continue;
-      const uint32_t gen = e.key & ~kEosBit;
+      if (i >= n_beam && pool_full && !(score > threshold)) continue;
+      const uint32_t gen = key_gen(ext[i]);
       const uint32_t b = gen / k, j = gen - b * k;
       const uint32_t parent = ws.beam[b];
       const float parent_rank = parent == kRoot ? std::numeric_limits<float>::infinity() : ws.beam_nodes[parent].rank;
-      const float rank = std::min(e.score, parent_rank);
+      const float rank = std::min(score, parent_rank);
       int32_t beam_id = -1;
       if (i < n_beam) {
         beam_id = static_cast<int32_t>(first_node + i);
-        ws.beam_nodes.push_back(BeamNode{toks[j], parent, e.score, rank, -1});
+        ws.beam_nodes.push_back(BeamNode{toks[j], parent, score, rank, -1});
         ws.next_beam[i] = first_node + i;
         if (pool_full && !(rank > threshold)) continue;
       } else if (pool_full && !(rank > threshold)) {
         continue;
       }
-      ws.pool.push_back(Kept{rank, e.score, l + 1, gen, parent, toks[j], beam_id});
+      ws.pool.push_back(Kept{rank, score, l + 1, gen, parent, toks[j], beam_id});
     }
     std::swap(ws.beam, ws.next_beam);
 

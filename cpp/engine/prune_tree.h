@@ -69,10 +69,11 @@ struct PrunedTree {
 // Scratch space of one pruning thread. Reusing one across calls avoids every
 // allocation once it has grown to the largest request.
 struct PruneWorkspace {
-  struct Ext {          // one extension of a beam entry at the current level
-    float score;
-    uint32_t key;       // bit 31: ends in EOS; bits 0..30: gen = entry * K + j
-  };
+  // One extension of a beam entry at the current level, as its beam order in
+  // one integer (larger first): bit 63 set when it does not end in EOS, bits
+  // 31..62 its score mapped to an order-preserving unsigned, bits 0..30
+  // 0x7fffffff - gen, with gen = entry * K + j its generation order.
+  using Ext = uint64_t;
   struct BeamNode {     // a sequence that was in the beam
     int32_t token;
     uint32_t parent;    // index into beam_nodes; kRoot for level 0 entries
