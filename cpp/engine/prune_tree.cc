@@ -80,6 +80,18 @@ inline Ext beam_key(float score, uint32_t gen, bool eos) {
   const uint32_t ordered = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
   return (uint64_t{!eos} << 63) | (uint64_t{ordered} << 31) | (kMaxGen - gen);
 }
+// Index of the smallest of n > 0 keys, with selects instead of branches (which
+// key is smallest is a coin toss for the predictor).
+inline uint32_t lowest(const Ext* keys, uint32_t n) {
+  uint32_t at = 0;
+  Ext low = keys[0];
+  for (uint32_t i = 1; i < n; ++i) {
+    const bool below = keys[i] < low;
+    low = below ? keys[i] : low;
+    at = below ? i : at;
+  }
+  return at;
+}
 inline uint32_t key_gen(Ext key) { return kMaxGen - static_cast<uint32_t>(key & kMaxGen); }
 inline float key_score(Ext key) {
   const uint32_t ordered = static_cast<uint32_t>(key >> 31);
@@ -426,11 +438,11 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
     const uint32_t n_beam = std::min(beam_width, n_ext);
     Ext* ext = ws.ext.data();
     if (n_beam < n_ext && n_beam > 0) {
-      Ext* worst = std::min_element(ext, ext + n_beam);
+      uint32_t worst = lowest(ext, n_beam);
       for (uint32_t i = n_beam; i < n_ext; ++i) {
-        if (ext[i] > *worst) {
-          std::swap(ext[i], *worst);
-          worst = std::min_element(ext, ext + n_beam);
+        if (ext[i] > ext[worst]) {
+          std::swap(ext[i], ext[worst]);
+          worst = lowest(ext, n_beam);
         }
       }
     }

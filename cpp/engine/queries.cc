@@ -54,16 +54,10 @@ uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, f
       idx[n] = start;
       tok[n++] = static_cast<uint32_t>(w[start]);
     }
-    next.lower_bound_many(lo, hi, tok, n, pos);
-    // Compact the hits without a branch per candidate (hits are a coin toss
-    // for the predictor), then read their counts.
+    // Hits are a coin toss for the predictor: walk the mask's set bits.
     uint32_t hit = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      idx[hit] = idx[i];
-      pos[hit] = pos[i];
-      hit += (pos[i] < hi) & (next.tokens[pos[i]] == tok[i]);  // tokens[hi] is in bounds (padding)
-    }
-    for (uint32_t i = 0; i < hit; ++i) {
+    for (uint64_t hits = next.find_many(lo, hi, tok, n, pos); hits != 0; hits &= hits - 1, ++hit) {
+      const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(hits));
       p[idx[i]] = static_cast<float>(next.count(pos[i])) * inv;
       m[idx[i]] = static_cast<int32_t>(len);
     }

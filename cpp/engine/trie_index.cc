@@ -11,6 +11,7 @@
 
 #include "crc32c.h"
 #include "errors.h"
+#include "search_simd.h"
 
 namespace ngram {
 namespace {
@@ -235,6 +236,59 @@ uint64_t TrieIndex::total_tokens() const {
     }
   });
   return total_tokens_;
+}
+
+// Below 8 tokens the vector search's spare lanes cost more than it saves.
+uint64_t Level::find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const {
+  uint64_t hits = 0;
+  if (m >= 8 && hi > lo && simd_search_enabled() && find_many_avx2(*this, lo, hi, v, m, out, &hits)) return hits;
+  lower_bound_many_portable(lo, hi, v, m, out);
+  // tokens[hi] is in bounds (the packed section's trailing word).
+  for (uint32_t j = 0; j < m; ++j) hits |= static_cast<uint64_t>((out[j] < hi) & (tokens[out[j]] == v[j])) << j;
+  return hits;
+}
+
+void Level::lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const {
+  if (lo >= hi) {
+    for (uint32_t j = 0; j < m; ++j) out[j] = lo;
+    return;
+  }
+  if (hi - lo <= 2 * kSampleEvery) {
+    for (uint32_t j = 0; j < m; ++j) out[j] = lo;
+    for (uint64_t n = hi - lo; n > 1;) {
+      const uint64_t half = n / 2;
+      for (uint32_t j = 0; j < m; ++j) out[j] += half & -static_cast<uint64_t>(tokens[out[j] + half] < v[j]);
+      n -= half;
+    }
+    for (uint32_t j = 0; j < m; ++j) out[j] += tokens[out[j]] < v[j];
+    return;
+  }
+  // Samples inside the run: indices [s_lo, s_hi); at least two, as the run
+  // is longer than 2 * kSampleEvery.
+  const uint64_t s_lo = (lo + kSampleEvery - 1) / kSampleEvery;
+  uint64_t s_hi = (hi - 1) / kSampleEvery + 1;
+  if (s_hi > sample_count) s_hi = sample_count;  // only in a corrupted file
+  if (s_hi <= s_lo) {
+    for (uint32_t j = 0; j < m; ++j) out[j] = tokens.lower_bound(lo, hi, v[j]);
+    return;
+  }
+  uint64_t a[kMaxBatch];  // per token: the first sample index >= v[j] (s_hi if none)
+  for (uint32_t j = 0; j < m; ++j) a[j] = s_lo;
+  for (uint64_t n = s_hi - s_lo; n > 1;) {
+    const uint64_t half = n / 2;
+    for (uint32_t j = 0; j < m; ++j) a[j] += half & -static_cast<uint64_t>(token_samples[a[j] + half] < v[j]);
+    n -= half;
+  }
+  for (uint32_t j = 0; j < m; ++j) {
+    a[j] += token_samples[a[j]] < v[j];
+    // Samples [s_lo, a) are < v, [a, s_hi) are >= v: the answer lies in
+    // ((a-1) * S, a * S] clipped to the run (min/max, not branches: at a ==
+    // s_lo the lower end falls below lo, at a == s_hi the upper end above hi).
+    const uint64_t top = a[j] * kSampleEvery + 1;
+    const uint64_t b_lo = std::max(lo, top - std::min(top, kSampleEvery));
+    const uint64_t b_hi = std::min(hi, top);
+    out[j] = tokens.lower_bound(b_lo, b_hi, v[j]);
+  }
 }
 
 uint64_t TrieIndex::ngram_count(uint32_t k) const {

@@ -43,57 +43,22 @@ struct Level {
   uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v) const {
     uint64_t out;
     const uint32_t v32 = static_cast<uint32_t>(v);
-    lower_bound_many(lo, hi, &v32, 1, &out);
+    lower_bound_many_portable(lo, hi, &v32, 1, &out);
     return out;
   }
 
-  // lower_bound for m tokens at once (m <= kMaxBatch). The searches run in
-  // lockstep, so their independent memory reads overlap instead of each
-  // waiting for the last; steps are arithmetic masks, not branches (the
-  // compiler turns a ternary here into a branch, mispredicted half the time).
+  // lower_bound for m tokens at once (m <= kMaxBatch), out[j] for v[j];
+  // returns a bit mask of the j whose token is there (tokens[out[j]] ==
+  // v[j]). With AVX2 gathers where the CPU has them (search_simd.h), else
+  // lower_bound_many_portable.
   static constexpr uint32_t kMaxBatch = 64;
-  void lower_bound_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const {
-    if (lo >= hi) {
-      for (uint32_t j = 0; j < m; ++j) out[j] = lo;
-      return;
-    }
-    if (hi - lo <= 2 * kSampleEvery) {
-      for (uint32_t j = 0; j < m; ++j) out[j] = lo;
-      for (uint64_t n = hi - lo; n > 1;) {
-        const uint64_t half = n / 2;
-        for (uint32_t j = 0; j < m; ++j) out[j] += half & -static_cast<uint64_t>(tokens[out[j] + half] < v[j]);
-        n -= half;
-      }
-      for (uint32_t j = 0; j < m; ++j) out[j] += tokens[out[j]] < v[j];
-      return;
-    }
-    // Samples inside the run: indices [s_lo, s_hi); at least two, as the run
-    // is longer than 2 * kSampleEvery.
-    const uint64_t s_lo = (lo + kSampleEvery - 1) / kSampleEvery;
-    uint64_t s_hi = (hi - 1) / kSampleEvery + 1;
-    if (s_hi > sample_count) s_hi = sample_count;  // only in a corrupted file
-    if (s_hi <= s_lo) {
-      for (uint32_t j = 0; j < m; ++j) out[j] = tokens.lower_bound(lo, hi, v[j]);
-      return;
-    }
-    uint64_t a[kMaxBatch];  // per token: the first sample index >= v[j] (s_hi if none)
-    for (uint32_t j = 0; j < m; ++j) a[j] = s_lo;
-    for (uint64_t n = s_hi - s_lo; n > 1;) {
-      const uint64_t half = n / 2;
-      for (uint32_t j = 0; j < m; ++j) a[j] += half & -static_cast<uint64_t>(token_samples[a[j] + half] < v[j]);
-      n -= half;
-    }
-    for (uint32_t j = 0; j < m; ++j) {
-      a[j] += token_samples[a[j]] < v[j];
-      // Samples [s_lo, a) are < v, [a, s_hi) are >= v: the answer lies in
-      // ((a-1) * S, a * S] clipped to the run (min/max, not branches: at a ==
-      // s_lo the lower end falls below lo, at a == s_hi the upper end above hi).
-      const uint64_t top = a[j] * kSampleEvery + 1;
-      const uint64_t b_lo = std::max(lo, top - std::min(top, kSampleEvery));
-      const uint64_t b_hi = std::min(hi, top);
-      out[j] = tokens.lower_bound(b_lo, b_hi, v[j]);
-    }
-  }
+  uint64_t find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const;
+
+  // The same answers on any CPU. The searches run in lockstep, so their
+  // independent memory reads overlap instead of each waiting for the last;
+  // steps are arithmetic masks, not branches (the compiler turns a ternary
+  // here into a branch, mispredicted half the time).
+  void lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const;
 };
 
 class TrieIndex {

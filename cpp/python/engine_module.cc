@@ -9,6 +9,7 @@
 #include "arrays.h"
 #include "errors.h"
 #include "queries.h"
+#include "search_simd.h"
 #include "trie_index.h"
 #include "trie_writer.h"
 
@@ -70,6 +71,9 @@ PYBIND11_MODULE(_engine, m) {
     };
     return py::make_tuple(d.order, arr(d.token), arr(d.parent), arr(d.freq), arr(d.depth));
   }, py::arg("path"), "Reads a DART TrieNgram::save file: (order, token, parent, freq, depth) per node.");
+
+  m.def("simd_search", &simd_search_enabled,
+        "Whether lookups use the AVX2 search (the CPU has AVX2 and NGRAM_ENGINE_SIMD is not 0).");
 
   m.def("crc32c", [](py::bytes data) {
     std::string_view s = data;

@@ -1,0 +1,175 @@
+#include "search_simd.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "trie_index.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define NGRAM_HAVE_AVX2_SEARCH 1
+#include <immintrin.h>
+#endif
+
+namespace ngram {
+
+#ifdef NGRAM_HAVE_AVX2_SEARCH
+
+bool simd_search_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("NGRAM_ENGINE_SIMD");
+    return __builtin_cpu_supports("avx2") && !(env && std::strcmp(env, "0") == 0);
+  }();
+  return enabled;
+}
+
+namespace {
+
+// Tokens of at most this many bits sit, with the bit offset of their first
+// byte (0..7), inside one 32-bit load: a gather of 32-bit lanes reads them.
+constexpr uint32_t kMaxWidth = 25;
+static_assert(kSampleEvery == 16, "the block arithmetic below shifts by 4");
+constexpr uint32_t kLanes = 8;
+constexpr uint32_t kMaxVectors = (Level::kMaxBatch + kLanes - 1) / kLanes;
+
+// The packed tokens at run positions pos (8 lanes).
+struct RunTokens {
+  const int* base;  // the run's first byte
+  __m256i bit0, width, seven, mask;
+  __attribute__((target("avx2"))) RunTokens(const uint8_t* run_bytes, uint32_t first_bit, uint32_t w)
+      : base(reinterpret_cast<const int*>(run_bytes)),
+        bit0(_mm256_set1_epi32(static_cast<int>(first_bit))),
+        width(_mm256_set1_epi32(static_cast<int>(w))),
+        seven(_mm256_set1_epi32(7)),
+        mask(_mm256_set1_epi32(static_cast<int>((1u << w) - 1))) {}
+  __attribute__((target("avx2"))) __m256i at(__m256i pos) const {
+    const __m256i bit = _mm256_add_epi32(_mm256_mullo_epi32(pos, width), bit0);
+    const __m256i word = _mm256_i32gather_epi32(base, _mm256_srli_epi32(bit, 3), 1);
+    return _mm256_and_si256(_mm256_srlv_epi32(word, _mm256_and_si256(bit, seven)), mask);
+  }
+};
+
+// Per lane: how many of the tokens at run positions first, first + 1, ...,
+// first + 2 * top_step - 2 (each position clamped to `last`, which repeats
+// the last token and so keeps the sequence sorted) are below v. A
+// branch-free binary search of steps top_step, ..., 2, 1; the vectors
+// advance in lockstep so that their gathers overlap.
+__attribute__((target("avx2"))) void count_below(const RunTokens& run, const __m256i* first, const __m256i* last,
+                                                 const __m256i* v, uint32_t vectors, uint32_t top_step,
+                                                 __m256i* count) {
+  for (uint32_t i = 0; i < vectors; ++i) count[i] = _mm256_setzero_si256();
+  for (uint32_t step = top_step; step >= 1; step >>= 1) {
+    const __m256i st = _mm256_set1_epi32(static_cast<int>(step));
+    const __m256i ahead = _mm256_set1_epi32(static_cast<int>(step - 1));
+    for (uint32_t i = 0; i < vectors; ++i) {
+      const __m256i pos = _mm256_min_epu32(_mm256_add_epi32(_mm256_add_epi32(first[i], count[i]), ahead), last[i]);
+      count[i] = _mm256_add_epi32(count[i], _mm256_and_si256(_mm256_cmpgt_epi32(v[i], run.at(pos)), st));
+    }
+  }
+}
+
+// The smallest power of two p with 2p - 1 >= n (n >= 1).
+uint32_t steps_covering(uint32_t n) {
+  uint32_t p = 1;
+  while (2 * p - 1 < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+__attribute__((target("avx2"))) bool find_many_avx2(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v,
+                                                    uint32_t m, uint64_t* out, uint64_t* hits) {
+  const uint32_t width = level.tokens.width();
+  const uint64_t run = hi - lo;
+  // Bit offsets relative to the run's first byte stay below 2**31.
+  if (width > kMaxWidth || m == 0 || m > Level::kMaxBatch || run > (uint64_t{1} << 31) / 32) return false;
+  const uint64_t first_bit = lo * width;
+  const RunTokens run_tokens(level.tokens.data() + (first_bit >> 3), static_cast<uint32_t>(first_bit & 7), width);
+
+  // Tokens as lanes; every stored token is below 2**width <= 2**25, so
+  // capping v there keeps the signed compares exact. Spare lanes repeat the
+  // last token and are not written back.
+  const uint32_t vectors = (m + kLanes - 1) / kLanes;
+  alignas(32) uint32_t lanes[kMaxVectors * kLanes];
+  for (uint32_t j = 0; j < vectors * kLanes; ++j) lanes[j] = std::min(v[j < m ? j : m - 1], 1u << kMaxWidth);
+  __m256i vv[kMaxVectors], first[kMaxVectors], last[kMaxVectors], count[kMaxVectors];
+  for (uint32_t i = 0; i < vectors; ++i) vv[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes) + i);
+
+  const uint32_t n_run = static_cast<uint32_t>(run);
+  const __m256i end = _mm256_set1_epi32(static_cast<int>(n_run));
+  const __m256i last_pos = _mm256_set1_epi32(static_cast<int>(n_run - 1));
+  const __m256i one = _mm256_set1_epi32(1);
+  __m256i result[kMaxVectors];  // per lane: the answer's run position
+  if (run <= 2 * kSampleEvery) {
+    // A short run: one search over all of it.
+    for (uint32_t i = 0; i < vectors; ++i) {
+      first[i] = _mm256_setzero_si256();
+      last[i] = last_pos;
+    }
+    count_below(run_tokens, first, last, vv, vectors, steps_covering(n_run), count);
+    for (uint32_t i = 0; i < vectors; ++i) result[i] = _mm256_min_epu32(count[i], end);
+  } else {
+    // Samples inside the run: [s_lo, s_hi), at least two (as in the
+    // portable search). a = how many of them are below v.
+    const uint64_t s_lo = (lo + kSampleEvery - 1) / kSampleEvery;
+    uint64_t s_hi = (hi - 1) / kSampleEvery + 1;
+    if (s_hi > level.sample_count) s_hi = level.sample_count;  // only in a corrupted file
+    if (s_hi <= s_lo + 1) return false;
+    const int* samples = reinterpret_cast<const int*>(level.token_samples + s_lo);
+    __m256i a[kMaxVectors];
+    for (uint32_t i = 0; i < vectors; ++i) a[i] = _mm256_setzero_si256();
+    for (uint32_t n = static_cast<uint32_t>(s_hi - s_lo); n > 1;) {
+      const uint32_t half = n / 2;
+      const __m256i h = _mm256_set1_epi32(static_cast<int>(half));
+      for (uint32_t i = 0; i < vectors; ++i) {
+        const __m256i s = _mm256_i32gather_epi32(samples, _mm256_add_epi32(a[i], h), 4);
+        a[i] = _mm256_add_epi32(a[i], _mm256_and_si256(_mm256_cmpgt_epi32(vv[i], s), h));
+      }
+      n -= half;
+    }
+    for (uint32_t i = 0; i < vectors; ++i) {
+      const __m256i s = _mm256_i32gather_epi32(samples, a[i], 4);
+      a[i] = _mm256_add_epi32(a[i], _mm256_and_si256(_mm256_cmpgt_epi32(vv[i], s), one));
+    }
+    // Samples before a are below v, the one at a (if any) is not: the answer
+    // lies in the block ((s_lo + a - 1) * S, (s_lo + a) * S] clipped to the
+    // run. In run positions, with d = s_lo * S - lo in [0, S): top = d + a*S + 1,
+    // the block is [max(top - S, 0), min(top, run)); its last position is a
+    // sample not below v or the run's end, so the 2S - 1 positions a search
+    // of top step S/2 covers are enough.
+    const __m256i d1 = _mm256_set1_epi32(static_cast<int>(s_lo * kSampleEvery - lo + 1));
+    const __m256i s16 = _mm256_set1_epi32(static_cast<int>(kSampleEvery));
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i block_end[kMaxVectors];
+    for (uint32_t i = 0; i < vectors; ++i) {
+      const __m256i top = _mm256_add_epi32(d1, _mm256_slli_epi32(a[i], 4));
+      first[i] = _mm256_max_epi32(_mm256_sub_epi32(top, s16), zero);
+      block_end[i] = _mm256_min_epu32(top, end);
+      last[i] = _mm256_sub_epi32(block_end[i], one);
+    }
+    count_below(run_tokens, first, last, vv, vectors, kSampleEvery / 2, count);
+    for (uint32_t i = 0; i < vectors; ++i) result[i] = _mm256_min_epu32(_mm256_add_epi32(first[i], count[i]), block_end[i]);
+  }
+  // Hits: the answer is inside the run and its token is v.
+  uint64_t mask = 0;
+  alignas(32) uint32_t pos[kMaxVectors * kLanes];
+  for (uint32_t i = 0; i < vectors; ++i) {
+    const __m256i inside = _mm256_cmpgt_epi32(end, result[i]);  // both below 2**31: signed is exact
+    const __m256i same = _mm256_cmpeq_epi32(run_tokens.at(_mm256_min_epu32(result[i], last_pos)), vv[i]);
+    const int lanes_hit = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(inside, same)));
+    mask |= uint64_t{static_cast<uint32_t>(lanes_hit)} << (i * kLanes);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pos) + i, result[i]);
+  }
+  *hits = m == 64 ? mask : mask & ((uint64_t{1} << m) - 1);
+  for (uint32_t j = 0; j < m; ++j) out[j] = lo + pos[j];
+  return true;
+}
+
+#else  // no AVX2 search on this platform
+
+bool simd_search_enabled() { return false; }
+bool find_many_avx2(const Level&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*, uint64_t*) { return false; }
+
+#endif
+
+}  // namespace ngram
