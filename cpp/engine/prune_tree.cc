@@ -80,18 +80,6 @@ inline Ext beam_key(float score, uint32_t gen, bool eos) {
   const uint32_t ordered = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
   return (uint64_t{!eos} << 63) | (uint64_t{ordered} << 31) | (kMaxGen - gen);
 }
-// Index of the smallest of n > 0 keys, with selects instead of branches (which
-// key is smallest is a coin toss for the predictor).
-inline uint32_t lowest(const Ext* keys, uint32_t n) {
-  uint32_t at = 0;
-  Ext low = keys[0];
-  for (uint32_t i = 1; i < n; ++i) {
-    const bool below = keys[i] < low;
-    low = below ? keys[i] : low;
-    at = below ? i : at;
-  }
-  return at;
-}
 inline uint32_t key_gen(Ext key) { return kMaxGen - static_cast<uint32_t>(key & kMaxGen); }
 inline float key_score(Ext key) {
   const uint32_t ordered = static_cast<uint32_t>(key >> 31);
@@ -137,32 +125,48 @@ NGRAM_NO_FP_CONTRACT void score_entry(float s, float lw, const float* logit, con
 
 // The last min(cap, available) tokens of prefix + the sequence ending at beam
 // node x, written to buf[0, n); returns n.
-// The DART-compatible probabilities of the level's (sorted) candidates after
-// ctx, into ws.q / ws.matched: conditional_probs_one, except that the
-// one-token backoff step is computed once per distinct last token.
-void lookup_context(const TrieIndex& t, PruneWorkspace& ws, const int32_t* ctx, uint32_t len, uint32_t k) {
-  const int32_t* w = ws.sorted_tokens.data();
-  std::fill(ws.q.begin(), ws.q.begin() + k, 0.0f);
+// The n-gram terms logf(q + 1e-10f) * lambda of the level's candidates after
+// ctx, into terms (in the level's candidate order), with q the
+// DART-compatible conditional probability (conditional_probs_one), except
+// that the one-token backoff step is computed once per distinct last token.
+// A matched candidate's q is count / count > 0, so q == 0 means unmatched.
+void ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const int32_t* ctx, uint32_t len, uint32_t k, float lambda,
+                 float zero_q_term, float* terms) {
+  float* q = ws.q.data();
+  std::fill(q, q + k, 0.0f);
   std::fill(ws.matched.begin(), ws.matched.begin() + k, 0);
   uint32_t left = k;
   for (uint32_t l = len; l >= 2 && left > 0; --l)
-    left -= lookup_suffix(t, ctx + (len - l), l, ws.candidates, ws.q.data(), ws.matched.data());
-  if (left == 0 || len == 0) return;
-  const int32_t last = ctx[len - 1];
-  size_t row = 0;
-  while (row < ws.backoff_token.size() && ws.backoff_token[row] != last) ++row;
-  if (row == ws.backoff_token.size()) {
-    ws.backoff_token.push_back(last);
-    ws.backoff_q.resize((row + 1) * k, 0.0f);
-    ws.backoff_matched.resize((row + 1) * k, 0);
-    lookup_suffix(t, &last, 1, w, k, ws.backoff_q.data() + row * k, ws.backoff_matched.data() + row * k);
+    left -= lookup_suffix(t, ctx + (len - l), l, ws.candidates, q, ws.matched.data());
+  const float* bq = nullptr;
+  if (left > 0 && len > 0) {
+    const int32_t last = ctx[len - 1];
+    size_t row = 0;
+    while (row < ws.backoff_token.size() && ws.backoff_token[row] != last) ++row;
+    if (row == ws.backoff_token.size()) {
+      ws.backoff_token.push_back(last);
+      ws.backoff_q.resize((row + 1) * k, 0.0f);
+      ws.backoff_matched.resize((row + 1) * k, 0);
+      lookup_suffix(t, &last, 1, ws.sorted_tokens.data(), k, ws.backoff_q.data() + row * k,
+                    ws.backoff_matched.data() + row * k);
+    }
+    bq = ws.backoff_q.data() + row * k;
   }
-  const float* bq = ws.backoff_q.data() + row * k;
-  const int32_t* bm = ws.backoff_matched.data() + row * k;
-  for (uint32_t j = 0; j < k; ++j) {  // selects, not branches
-    const bool fill = ws.matched[j] == 0;
-    ws.q[j] = fill ? bq[j] : ws.q[j];
-    ws.matched[j] = fill ? bm[j] : ws.matched[j];
+  // Backoff fills the unmatched, then logf only for the candidates found
+  // (compacted with selects, not a branch each: found or not is a coin toss
+  // for the predictor); the rest share one term.
+  uint32_t* found = ws.found.data();
+  uint32_t n_found = 0;
+  for (uint32_t i = 0; i < k; ++i) {
+    const float qi = bq && q[i] == 0.0f ? bq[i] : q[i];
+    q[i] = qi;
+    terms[i] = zero_q_term;
+    found[n_found] = i;
+    n_found += qi != 0.0f;
+  }
+  for (uint32_t f = 0; f < n_found; ++f) {
+    const uint32_t i = found[f];
+    terms[ws.sorted[i].second] = std::log(q[i] + kEps) * lambda;
   }
 }
 
@@ -406,20 +410,7 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
         float* terms = ws.ngram_terms.data() + static_cast<size_t>(row) * k;
         if (row == ws.row_entry.size()) {
           ws.row_entry.push_back(b);
-          lookup_context(t, ws, ctx, len, k);
-          // logf only for the candidates found (compacted without a branch
-          // each: found or not is unpredictable); the rest share one term.
-          uint32_t* found = ws.found.data();
-          uint32_t n_found = 0;
-          for (uint32_t i = 0; i < k; ++i) {
-            terms[i] = zero_q_term;
-            found[n_found] = i;
-            n_found += ws.q[i] != 0.0f;
-          }
-          for (uint32_t f = 0; f < n_found; ++f) {
-            const uint32_t i = found[f];
-            terms[ws.sorted[i].second] = std::log(ws.q[i] + kEps) * lambda;
-          }
+          ngram_terms(t, ws, ctx, len, k, lambda, zero_q_term, terms);
         }
         ngram = terms;
       }
@@ -429,35 +420,40 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
     }
     ws.ext.resize(n_ext);
 
-    // The next beam: the best beam_width extensions, sorted.
-    // A running threshold instead of nth_element: after the first few, an
-    // extension rarely beats the beam's worst, so this branch predicts well
-    // where a partition's comparisons are coin tosses. All extensions stay
-    // in ws.ext (the rest become pool candidates below); their order past
-    // n_beam does not matter, every later order being total.
+    // The next beam: the best beam_width extensions, kept sorted (largest
+    // key first) in ext[0, n_beam) while the rest stream past. After the
+    // first few an extension rarely beats the beam's worst, so this branch
+    // predicts well where a partition's comparisons are coin tosses; one that
+    // does is inserted from the bottom, usually a short way. The extension it
+    // displaces takes its slot, so every extension stays in ws.ext (the rest
+    // become pool candidates below; their order past n_beam does not matter,
+    // every later order being total).
     const uint32_t n_beam = std::min(beam_width, n_ext);
     Ext* ext = ws.ext.data();
-    if (n_beam < n_ext && n_beam > 0) {
-      uint32_t worst = lowest(ext, n_beam);
+    std::sort(ext, ext + n_beam, std::greater<Ext>());
+    if (n_beam > 0) {
       for (uint32_t i = n_beam; i < n_ext; ++i) {
-        if (ext[i] > ext[worst]) {
-          std::swap(ext[i], ext[worst]);
-          worst = lowest(ext, n_beam);
-        }
+        const Ext x = ext[i];
+        if (x <= ext[n_beam - 1]) continue;
+        ext[i] = ext[n_beam - 1];
+        uint32_t at = n_beam - 1;
+        for (; at > 0 && ext[at - 1] < x; --at) ext[at] = ext[at - 1];
+        ext[at] = x;
       }
     }
-    std::sort(ext, ext + n_beam, std::greater<Ext>());
 
     // Every extension is a candidate node; those entering the beam become
     // beam nodes (their children name them as parent).
     const uint32_t first_node = static_cast<uint32_t>(ws.beam_nodes.size());
     ws.next_beam.resize(n_beam);
+    // The threshold as the score bits of a key (scores compare as these do).
+    const uint32_t threshold_bits = static_cast<uint32_t>(beam_key(threshold + 0.0f, 0, false) >> 31);
     for (uint32_t i = 0; i < n_ext; ++i) {
-      const float score = key_score(ext[i]);
       // A full pool's worst entry precedes every candidate of this (deeper)
       // level with a rank not above its own: those cannot be kept, and only
       // beam entries need the bookkeeping below.
-      if (i >= n_beam && pool_full && !(score > threshold)) continue;
+      if (i >= n_beam && pool_full && static_cast<uint32_t>(ext[i] >> 31) <= threshold_bits) continue;
+      const float score = key_score(ext[i]);
       const uint32_t gen = key_gen(ext[i]);
       const uint32_t b = gen / k, j = gen - b * k;
       const uint32_t parent = ws.beam[b];
@@ -479,10 +475,12 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
     // Keep only the best max_nodes candidates so far: a prefix of the final
     // order, so trimming early changes nothing.
     if (ws.pool.size() > max_nodes) {
+      // The nth element is the worst kept: its rank is the lowest.
       std::nth_element(ws.pool.begin(), ws.pool.begin() + (max_nodes - 1), ws.pool.end(), kept_before);
       ws.pool.resize(max_nodes);
-    }
-    if (ws.pool.size() == max_nodes) {
+      pool_full = true;
+      threshold = ws.pool[max_nodes - 1].rank;
+    } else if (ws.pool.size() == max_nodes && !pool_full) {
       pool_full = true;
       threshold = ws.pool[0].rank;
       for (const Kept& kp : ws.pool) threshold = std::min(threshold, kp.rank);
