@@ -126,47 +126,78 @@ NGRAM_NO_FP_CONTRACT void score_entry(float s, float lw, const float* logit, con
 // The last min(cap, available) tokens of prefix + the sequence ending at beam
 // node x, written to buf[0, n); returns n.
 // The n-gram terms logf(q + 1e-10f) * lambda of the level's candidates after
-// ctx, into terms (in the level's candidate order), with q the
-// DART-compatible conditional probability (conditional_probs_one), except
-// that the one-token backoff step is computed once per distinct last token.
-// A matched candidate's q is count / count > 0, so q == 0 means unmatched.
-void ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const int32_t* ctx, uint32_t len, uint32_t k, float lambda,
-                 float zero_q_term, float* terms) {
-  float* q = ws.q.data();
-  std::fill(q, q + k, 0.0f);
-  std::fill(ws.matched.begin(), ws.matched.begin() + k, 0);
-  uint32_t left = k;
-  for (uint32_t l = len; l >= 2 && left > 0; --l)
-    left -= lookup_suffix(t, ctx + (len - l), l, ws.candidates, q, ws.matched.data());
-  const float* bq = nullptr;
-  if (left > 0 && len > 0) {
-    const int32_t last = ctx[len - 1];
-    size_t row = 0;
-    while (row < ws.backoff_token.size() && ws.backoff_token[row] != last) ++row;
-    if (row == ws.backoff_token.size()) {
-      ws.backoff_token.push_back(last);
-      ws.backoff_q.resize((row + 1) * k, 0.0f);
-      ws.backoff_matched.resize((row + 1) * k, 0);
-      lookup_suffix(t, &last, 1, ws.sorted_tokens.data(), k, ws.backoff_q.data() + row * k,
-                    ws.backoff_matched.data() + row * k);
+// each row's context (ws.row_entry: one beam entry per distinct context),
+// into ws.ngram_terms (row r at r * k, in the level's candidate order), with q
+// the DART-compatible conditional probability (conditional_probs_one). The
+// one-token backoff step is computed once per distinct last token. Each step
+// runs over all rows before the next (first every run is found, then every
+// run searched), so that the memory reads of different rows overlap instead
+// of each row waiting for its own chain of them. A matched candidate's q is
+// count / count > 0, so q == 0 means unmatched.
+void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, uint32_t cap, uint32_t k, float lambda,
+                       float zero_q_term) {
+  const uint32_t rows = static_cast<uint32_t>(ws.row_entry.size());
+  ws.row_q.assign(static_cast<size_t>(rows) * k, 0.0f);
+  ws.row_matched.assign(static_cast<size_t>(rows) * k, 0);
+  ws.row_left.assign(rows, k);
+  ws.runs.resize(std::max(rows, 1u));
+  ws.run_found.resize(std::max(rows, 1u));
+  auto ctx_of = [&](uint32_t r) { return ws.contexts.data() + static_cast<size_t>(ws.row_entry[r]) * cap; };
+  auto len_of = [&](uint32_t r) { return ws.ctx_lens[ws.row_entry[r]]; };
+  for (uint32_t len = cap; len >= 2; --len) {
+    for (uint32_t r = 0; r < rows; ++r)
+      ws.run_found[r] = ws.row_left[r] > 0 && len_of(r) >= len &&
+                        find_run(t, ctx_of(r) + (len_of(r) - len), len, &ws.runs[r]);
+    for (uint32_t r = 0; r < rows; ++r) {
+      if (!ws.run_found[r]) continue;
+      const size_t at = static_cast<size_t>(r) * k;
+      ws.row_left[r] -= lookup_in_run(t, len, ws.runs[r], ws.candidates, ws.row_q.data() + at, ws.row_matched.data() + at);
     }
-    bq = ws.backoff_q.data() + row * k;
   }
+
+  // Backoff: the distinct last tokens of the rows that still miss some.
+  ws.backoff_token.clear();
+  ws.row_backoff.assign(rows, -1);
+  for (uint32_t r = 0; r < rows; ++r) {
+    if (ws.row_left[r] == 0 || len_of(r) == 0) continue;
+    const int32_t last = ctx_of(r)[len_of(r) - 1];
+    uint32_t i = 0;
+    while (i < ws.backoff_token.size() && ws.backoff_token[i] != last) ++i;
+    if (i == ws.backoff_token.size()) ws.backoff_token.push_back(last);
+    ws.row_backoff[r] = static_cast<int32_t>(i);
+  }
+  const uint32_t tokens = static_cast<uint32_t>(ws.backoff_token.size());
+  ws.backoff_q.assign(static_cast<size_t>(tokens) * k, 0.0f);
+  ws.backoff_matched.assign(static_cast<size_t>(tokens) * k, 0);
+  ws.runs.resize(std::max({rows, tokens, 1u}));
+  ws.run_found.resize(std::max({rows, tokens, 1u}));
+  for (uint32_t i = 0; i < tokens; ++i) ws.run_found[i] = find_run(t, &ws.backoff_token[i], 1, &ws.runs[i]);
+  for (uint32_t i = 0; i < tokens; ++i) {
+    if (!ws.run_found[i]) continue;
+    const size_t at = static_cast<size_t>(i) * k;
+    lookup_in_run(t, 1, ws.runs[i], ws.candidates, ws.backoff_q.data() + at, ws.backoff_matched.data() + at);
+  }
+
   // Backoff fills the unmatched, then logf only for the candidates found
   // (compacted with selects, not a branch each: found or not is a coin toss
   // for the predictor); the rest share one term.
   uint32_t* found = ws.found.data();
-  uint32_t n_found = 0;
-  for (uint32_t i = 0; i < k; ++i) {
-    const float qi = bq && q[i] == 0.0f ? bq[i] : q[i];
-    q[i] = qi;
-    terms[i] = zero_q_term;
-    found[n_found] = i;
-    n_found += qi != 0.0f;
-  }
-  for (uint32_t f = 0; f < n_found; ++f) {
-    const uint32_t i = found[f];
-    terms[ws.sorted[i].second] = std::log(q[i] + kEps) * lambda;
+  for (uint32_t r = 0; r < rows; ++r) {
+    float* q = ws.row_q.data() + static_cast<size_t>(r) * k;
+    float* terms = ws.ngram_terms.data() + static_cast<size_t>(r) * k;
+    const float* bq = ws.row_backoff[r] < 0 ? nullptr : ws.backoff_q.data() + static_cast<size_t>(ws.row_backoff[r]) * k;
+    uint32_t n_found = 0;
+    for (uint32_t i = 0; i < k; ++i) {
+      const float qi = bq && q[i] == 0.0f ? bq[i] : q[i];
+      q[i] = qi;
+      terms[i] = zero_q_term;
+      found[n_found] = i;
+      n_found += qi != 0.0f;
+    }
+    for (uint32_t f = 0; f < n_found; ++f) {
+      const uint32_t i = found[f];
+      terms[ws.sorted[i].second] = std::log(q[i] + kEps) * lambda;
+    }
   }
 }
 
@@ -381,39 +412,39 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
       ws.candidates.build(ws.sorted_tokens.data(), k);
       ws.contexts.resize(static_cast<size_t>(b_count) * (cap ? cap : 1));
       ws.ctx_lens.resize(b_count);
-      ws.ngram_terms.resize(static_cast<size_t>(b_count) * k);
+      ws.ctx_keys.resize(b_count);
+      ws.entry_row.resize(b_count);
       ws.row_entry.clear();
-      ws.q.resize(k);
-      ws.matched.resize(k);
       ws.found.resize(k);
-      ws.backoff_token.clear();
-      ws.backoff_q.clear();
-      ws.backoff_matched.clear();
+      // Every beam entry's context, deduplicated into rows (a 64-bit key of
+      // the tokens first, then the tokens themselves).
+      for (uint32_t b = 0; b < b_count; ++b) {
+        int32_t* ctx = ws.contexts.data() + static_cast<size_t>(b) * cap;
+        const uint32_t len = context_of(ws, ws.beam[b], in.prefix, in.prefix_len, cap, ctx);
+        uint64_t key = len;
+        for (uint32_t i = 0; i < len; ++i) key = (key ^ static_cast<uint32_t>(ctx[i])) * 0x9E3779B97F4A7C15ull;
+        ws.ctx_lens[b] = len;
+        ws.ctx_keys[b] = key;
+        uint32_t row = 0;
+        const uint32_t rows = static_cast<uint32_t>(ws.row_entry.size());
+        for (; row < rows; ++row) {
+          const uint32_t c = ws.row_entry[row];
+          if (ws.ctx_keys[c] != key || ws.ctx_lens[c] != len) continue;
+          const int32_t* other = ws.contexts.data() + static_cast<size_t>(c) * cap;
+          uint32_t i = 0;
+          while (i < len && other[i] == ctx[i]) ++i;
+          if (i == len) break;
+        }
+        if (row == rows) ws.row_entry.push_back(b);
+        ws.entry_row[b] = row;
+      }
+      ws.ngram_terms.resize(ws.row_entry.size() * k);
+      level_ngram_terms(t, ws, cap, k, lambda, zero_q_term);
     }
     for (uint32_t b = 0; b < b_count; ++b) {
       const uint32_t x = ws.beam[b];
       const float s = x == kRoot ? 0.0f : ws.beam_nodes[x].score;
-      const float* ngram = nullptr;
-      if (use_ngram) {
-        int32_t* ctx = ws.contexts.data() + static_cast<size_t>(b) * cap;
-        const uint32_t len = context_of(ws, x, in.prefix, in.prefix_len, cap, ctx);
-        ws.ctx_lens[b] = len;
-        uint32_t row = static_cast<uint32_t>(ws.row_entry.size());
-        for (uint32_t r = 0; r < ws.row_entry.size(); ++r) {
-          const uint32_t c = ws.row_entry[r];
-          if (ws.ctx_lens[c] == len &&
-              std::memcmp(ws.contexts.data() + static_cast<size_t>(c) * cap, ctx, len * sizeof(int32_t)) == 0) {
-            row = r;
-            break;
-          }
-        }
-        float* terms = ws.ngram_terms.data() + static_cast<size_t>(row) * k;
-        if (row == ws.row_entry.size()) {
-          ws.row_entry.push_back(b);
-          ngram_terms(t, ws, ctx, len, k, lambda, zero_q_term, terms);
-        }
-        ngram = terms;
-      }
+      const float* ngram = use_ngram ? ws.ngram_terms.data() + static_cast<size_t>(ws.entry_row[b]) * k : nullptr;
       Ext* e = ws.ext.data() + n_ext;
       score_entry(s, lw[l], logit, ngram, k, toks, eos, b * k, e);
       n_ext += k;

@@ -100,13 +100,21 @@ struct PruneWorkspace {
   std::vector<Kept> pool;
   std::vector<int32_t> contexts;      // per beam entry: its context (order-1 tokens)
   std::vector<uint32_t> ctx_lens;
-  std::vector<uint32_t> row_entry;    // per row of ngram_terms: the beam entry whose context it is
+  std::vector<uint64_t> ctx_keys;     // a hash of the context, to find equal ones fast
+  std::vector<uint32_t> entry_row;    // per beam entry: the row of its context
+  std::vector<uint32_t> row_entry;    // per row (distinct context): the first beam entry with it
   std::vector<std::pair<int32_t, uint32_t>> sorted;  // the level's (token, j) by token
   std::vector<int32_t> sorted_tokens;
   CandidateTable candidates;          // the level's sorted_tokens, hashed
-  std::vector<float> ngram_terms;     // per distinct context: logf(q + 1e-10f) * lambda, K entries
-  std::vector<float> q;
-  std::vector<int32_t> matched;
+  // Per row, K entries each, in sorted-candidate order: q and the matched
+  // length so far, and how many candidates are still unmatched.
+  std::vector<float> row_q;
+  std::vector<int32_t> row_matched;
+  std::vector<uint32_t> row_left;
+  std::vector<int32_t> row_backoff;   // per row: its backoff token's index, -1 for none
+  std::vector<Run> runs;              // per row (then per backoff token): its run of continuations
+  std::vector<uint8_t> run_found;
+  std::vector<float> ngram_terms;     // per row: logf(q + 1e-10f) * lambda, K entries in lattice order
   std::vector<uint32_t> found;        // indices of candidates with q != 0
   // Per level: the one-token-context lookups, shared by every context that
   // ends in the same token (DART's backoff step).

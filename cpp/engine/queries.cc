@@ -66,25 +66,22 @@ uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, f
   return found;
 }
 
-// Finds the run of continuations of suffix; false when it has none.
-bool continuations(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint64_t* lo, uint64_t* hi,
-                   float* inv) {
+}  // namespace
+
+bool find_run(const TrieIndex& t, const int32_t* suffix, uint32_t len, Run* run) {
   uint64_t node;
   if (!t.find(suffix, len, &node)) return false;
-  t.children(len, node, lo, hi);
-  if (*lo == *hi) return false;
-  *inv = 1.0f / static_cast<float>(t.level(len).count(node));
+  t.children(len, node, &run->lo, &run->hi);
+  if (run->lo == run->hi) return false;
+  run->inv = 1.0f / static_cast<float>(t.level(len).count(node));
   return true;
 }
 
-}  // namespace
-
 uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* w, uint32_t k,
                        float* p, int32_t* m) {
-  uint64_t lo, hi;
-  float inv;
-  if (!continuations(t, suffix, len, &lo, &hi, &inv)) return 0;
-  return search_run(t.level(len + 1), lo, hi, len, inv, w, k, p, m);
+  Run run;
+  if (!find_run(t, suffix, len, &run)) return 0;
+  return search_run(t.level(len + 1), run.lo, run.hi, len, run.inv, w, k, p, m);
 }
 
 void CandidateTable::build(const int32_t* w, uint32_t k) {
@@ -103,11 +100,10 @@ void CandidateTable::build(const int32_t* w, uint32_t k) {
   }
 }
 
-uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const CandidateTable& table,
-                       float* p, int32_t* m) {
-  uint64_t lo, hi;
-  float inv;
-  if (!continuations(t, suffix, len, &lo, &hi, &inv)) return 0;
+uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const CandidateTable& table, float* p,
+                       int32_t* m) {
+  const uint64_t lo = run.lo, hi = run.hi;
+  const float inv = run.inv;
   const Level& next = t.level(len + 1);
   if (hi - lo > 4 * uint64_t{table.count})
     return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);

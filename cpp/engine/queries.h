@@ -28,7 +28,8 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
 // One query of the above on already validated int32 ids: the context's last
 // min(order-1, ctx_len) tokens, k candidates. The single definition of the
 // DART-compatible semantics, a loop over lookup_suffix (below), whose steps
-// tree pruning calls directly to share the backoff step between contexts.
+// (find_run, lookup_in_run) tree pruning calls directly, to share the
+// backoff step between contexts.
 void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,
                            const int32_t* candidates, uint32_t k, float* probs, int32_t* matched);
 
@@ -53,10 +54,22 @@ struct CandidateTable {
   }
 };
 
-// lookup_suffix over a table's candidates: the same answers; short runs are
-// scanned instead of searched.
-uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const CandidateTable& table,
-                       float* probs, int32_t* matched);
+// The continuations of an n-gram `suffix` of `len` tokens: the run [lo, hi)
+// of level len + 1, and 1 / count(suffix).
+struct Run {
+  uint64_t lo = 0, hi = 0;
+  float inv = 0.0f;
+};
+
+// Finds the run; false when the n-gram does not occur or has no continuations.
+bool find_run(const TrieIndex& t, const int32_t* suffix, uint32_t len, Run* run);
+
+// lookup_suffix once the run is found, over a table's candidates: the same
+// answers; short runs are scanned instead of searched. Splitting the two
+// lets tree pruning find the runs of many contexts first, then search them,
+// so that the memory reads of different contexts overlap.
+uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const CandidateTable& table, float* probs,
+                       int32_t* matched);
 
 struct TopK {
   std::vector<int32_t> tokens;  // most frequent first; ties by ascending token id
