@@ -145,13 +145,20 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, uint32_t cap, uin
   auto ctx_of = [&](uint32_t r) { return ws.contexts.data() + static_cast<size_t>(ws.row_entry[r]) * cap; };
   auto len_of = [&](uint32_t r) { return ws.ctx_lens[ws.row_entry[r]]; };
   for (uint32_t len = cap; len >= 2; --len) {
-    for (uint32_t r = 0; r < rows; ++r)
-      ws.run_found[r] = ws.row_left[r] > 0 && len_of(r) >= len &&
-                        find_run(t, ctx_of(r) + (len_of(r) - len), len, &ws.runs[r]);
+    ws.suffixes.clear();
+    ws.suffix_row.clear();
     for (uint32_t r = 0; r < rows; ++r) {
-      if (!ws.run_found[r]) continue;
+      if (ws.row_left[r] == 0 || len_of(r) < len) continue;
+      ws.suffixes.push_back(ctx_of(r) + (len_of(r) - len));
+      ws.suffix_row.push_back(r);
+    }
+    const uint32_t n = static_cast<uint32_t>(ws.suffixes.size());
+    find_runs(t, ws.suffixes.data(), n, len, ws.runs.data(), ws.run_found.data());
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!ws.run_found[i]) continue;
+      const uint32_t r = ws.suffix_row[i];
       const size_t at = static_cast<size_t>(r) * k;
-      ws.row_left[r] -= lookup_in_run(t, len, ws.runs[r], ws.candidates, ws.row_q.data() + at, ws.row_matched.data() + at);
+      ws.row_left[r] -= lookup_in_run(t, len, ws.runs[i], ws.candidates, ws.row_q.data() + at, ws.row_matched.data() + at);
     }
   }
 
@@ -171,7 +178,9 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, uint32_t cap, uin
   ws.backoff_matched.assign(static_cast<size_t>(tokens) * k, 0);
   ws.runs.resize(std::max({rows, tokens, 1u}));
   ws.run_found.resize(std::max({rows, tokens, 1u}));
-  for (uint32_t i = 0; i < tokens; ++i) ws.run_found[i] = find_run(t, &ws.backoff_token[i], 1, &ws.runs[i]);
+  ws.suffixes.clear();
+  for (uint32_t i = 0; i < tokens; ++i) ws.suffixes.push_back(&ws.backoff_token[i]);
+  find_runs(t, ws.suffixes.data(), tokens, 1, ws.runs.data(), ws.run_found.data());
   for (uint32_t i = 0; i < tokens; ++i) {
     if (!ws.run_found[i]) continue;
     const size_t at = static_cast<size_t>(i) * k;

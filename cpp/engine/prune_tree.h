@@ -112,7 +112,9 @@ struct PruneWorkspace {
   std::vector<int32_t> row_matched;
   std::vector<uint32_t> row_left;
   std::vector<int32_t> row_backoff;   // per row: its backoff token's index, -1 for none
-  std::vector<Run> runs;              // per row (then per backoff token): its run of continuations
+  std::vector<const int32_t*> suffixes;  // the suffixes looked up in one step, and their rows
+  std::vector<uint32_t> suffix_row;
+  std::vector<Run> runs;              // per suffix looked up: its run of continuations
   std::vector<uint8_t> run_found;
   std::vector<float> ngram_terms;     // per row: logf(q + 1e-10f) * lambda, K entries in lattice order
   std::vector<uint32_t> found;        // indices of candidates with q != 0

@@ -77,6 +77,44 @@ bool find_run(const TrieIndex& t, const int32_t* suffix, uint32_t len, Run* run)
   return true;
 }
 
+void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, uint32_t len, Run* runs,
+               uint8_t* found) {
+  for (uint32_t done = 0; done < n; done += Level::kMaxBatch) {
+    const uint32_t m = std::min(n - done, Level::kMaxBatch);
+    const int32_t* const* sfx = suffixes + done;
+    uint64_t node[Level::kMaxBatch], lo[Level::kMaxBatch], hi[Level::kMaxBatch], pos[Level::kMaxBatch];
+    uint32_t v[Level::kMaxBatch];
+    bool ok[Level::kMaxBatch];
+    const Level& first = t.level(1);
+    for (uint32_t i = 0; i < m; ++i) {
+      node[i] = static_cast<uint32_t>(sfx[i][0]);
+      ok[i] = node[i] < first.size && first.count(node[i]) != 0;
+    }
+    for (uint32_t k = 1; k < len; ++k) {
+      for (uint32_t i = 0; i < m; ++i) {
+        lo[i] = hi[i] = 0;
+        if (ok[i]) t.children(k, node[i], &lo[i], &hi[i]);
+        v[i] = static_cast<uint32_t>(sfx[i][k]);
+      }
+      const Level& next = t.level(k + 1);
+      next.lower_bound_runs(lo, hi, v, m, pos);
+      for (uint32_t i = 0; i < m; ++i) {
+        ok[i] = ok[i] && pos[i] < hi[i] && next.tokens[pos[i]] == v[i];
+        node[i] = pos[i];
+      }
+    }
+    const Level& last = t.level(len);
+    for (uint32_t i = 0; i < m; ++i) {
+      Run& r = runs[done + i];
+      r = Run{};
+      if (ok[i]) t.children(len, node[i], &r.lo, &r.hi);
+      found[done + i] = ok[i] && r.lo < r.hi;
+    }
+    for (uint32_t i = 0; i < m; ++i)
+      if (found[done + i]) runs[done + i].inv = 1.0f / static_cast<float>(last.count(node[i]));
+  }
+}
+
 uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* w, uint32_t k,
                        float* p, int32_t* m) {
   Run run;

@@ -64,6 +64,12 @@ struct Run {
 // Finds the run; false when the n-gram does not occur or has no continuations.
 bool find_run(const TrieIndex& t, const int32_t* suffix, uint32_t len, Run* run);
 
+// find_run for n suffixes of `len` tokens each (suffixes[i], validated ids):
+// each step (a level's child offsets, the search in the next level, the
+// counts) runs over all of them before the next, so their reads overlap.
+void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, uint32_t len, Run* runs,
+               uint8_t* found);
+
 // lookup_suffix once the run is found, over a table's candidates: the same
 // answers; short runs are scanned instead of searched. Splitting the two
 // lets tree pruning find the runs of many contexts first, then search them,

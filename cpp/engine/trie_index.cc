@@ -291,6 +291,60 @@ void Level::lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* 
   }
 }
 
+void Level::lower_bound_runs(const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m,
+                             uint64_t* out) const {
+  // Long runs first narrow to one block of kSampleEvery through the samples
+  // (the bisection of lower_bound_many_portable, each lane its own range;
+  // a lane whose range is down to one sample adds zero).
+  uint64_t base[kMaxBatch], n[kMaxBatch];
+  bool is_long[kMaxBatch];
+  bool any_long = false;
+  for (uint32_t j = 0; j < m; ++j) {
+    const uint64_t s_lo = (lo[j] + kSampleEvery - 1) / kSampleEvery;
+    const uint64_t s_hi = std::min((hi[j] - (hi[j] > 0)) / kSampleEvery + 1, sample_count);
+    const bool long_run = hi[j] > lo[j] && hi[j] - lo[j] > 2 * kSampleEvery && s_hi > s_lo;
+    base[j] = long_run ? s_lo : 0;
+    n[j] = long_run ? s_hi - s_lo : 1;
+    is_long[j] = long_run;
+    any_long |= long_run;
+  }
+  if (any_long) {
+    for (bool more = true; more;) {
+      more = false;
+      for (uint32_t j = 0; j < m; ++j) {
+        const uint64_t half = n[j] / 2;
+        base[j] += half & -static_cast<uint64_t>(token_samples[base[j] + half] < v[j]);
+        n[j] -= half;
+        more |= n[j] > 1;
+      }
+    }
+  }
+  for (uint32_t j = 0; j < m; ++j) {
+    uint64_t b_lo = lo[j], b_hi = std::max(lo[j], hi[j]);
+    if (is_long[j]) {
+      const uint64_t a = base[j] + (token_samples[base[j]] < v[j]);
+      const uint64_t top = a * kSampleEvery + 1;
+      b_lo = std::max(lo[j], top - std::min(top, kSampleEvery));
+      b_hi = std::min(hi[j], top);
+    }
+    base[j] = b_lo;
+    n[j] = b_hi - b_lo;
+  }
+  // Then a bisection of the tokens of each lane's block (or short run).
+  for (bool more = true; more;) {
+    more = false;
+    for (uint32_t j = 0; j < m; ++j) {
+      const uint64_t half = n[j] / 2;
+      base[j] += half & -static_cast<uint64_t>(tokens[base[j] + half] < v[j]);
+      n[j] -= half;
+      more |= n[j] > 1;
+    }
+  }
+  // tokens[base] is in bounds also when a run is empty (base <= size, and
+  // the packed section ends with a spare word).
+  for (uint32_t j = 0; j < m; ++j) out[j] = base[j] + ((n[j] > 0) & (tokens[base[j]] < v[j]));
+}
+
 uint64_t TrieIndex::ngram_count(uint32_t k) const {
   if (k != 1) return levels_[k - 1].size;
   total_tokens();

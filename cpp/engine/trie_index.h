@@ -54,6 +54,11 @@ struct Level {
   static constexpr uint32_t kMaxBatch = 64;
   uint64_t find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const;
 
+  // lower_bound of v[j] in its own run [lo[j], hi[j]) for m <= kMaxBatch
+  // runs at once, in lockstep (as below), so that the reads of different
+  // runs overlap.
+  void lower_bound_runs(const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m, uint64_t* out) const;
+
   // The same answers on any CPU. The searches run in lockstep, so their
   // independent memory reads overlap instead of each waiting for the last;
   // steps are arithmetic masks, not branches (the compiler turns a ternary
