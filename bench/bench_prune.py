@@ -5,7 +5,10 @@
 Measures, on the 200 golden queries (D = 8, K = 25, beam 20, 60 nodes, N = 3):
   - NgramIndex.prune per call, one thread: median and p99 in microseconds
     (Python call included; DART's own searcher takes about 1.0 ms);
-  - the engine alone (prune_batch, threads=1), microseconds per tree;
+  - the engine alone (prune_batch, threads=1), microseconds per tree, with
+    the AVX2 search and, in a child process with NGRAM_ENGINE_SIMD=0, the
+    portable one (their ratio is the vector search's gain, on one machine in
+    one run);
   - prune_batch throughput on --threads threads (default 2), trees/s;
   - how many trees equal DART's (same set of token paths).
 Prints a table and writes bench/results/prune.json.
@@ -24,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -66,6 +69,23 @@ def ensure_trie(path: Path, explicit: bool) -> Path:
     return path
 
 
+def _engine_simd() -> bool:
+    from ngram_service import _engine
+
+    return bool(_engine.simd_search())
+
+
+def engine_us(idx: Any, reqs: list, params: dict, rounds: int) -> float:
+    """The engine alone: one batch on one thread (CPU time of this thread),
+    the best of several passes, microseconds per tree."""
+    engine = []
+    for _ in range(max(3, rounds // 2)):
+        t0 = time.thread_time_ns()
+        idx.prune_batch(reqs, threads=1, **params)
+        engine.append((time.thread_time_ns() - t0) / 1e3 / len(reqs))
+    return round(min(engine), 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trie", type=Path, default=None, help=f"trie file (default {DEFAULT_TRIE}, built if missing)")
@@ -73,6 +93,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads for the prune_batch throughput")
     ap.add_argument("--mode", choices=["mmap", "ram"], default="mmap", help="how to open the trie")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "prune.json")
+    ap.add_argument("--engine-only", action="store_true",
+                    help="print only the engine's microseconds per tree (how the portable search is measured)")
     args = ap.parse_args()
 
     if not GOLDEN.is_file():
@@ -96,6 +118,11 @@ def main() -> None:
                   ngram_weight=float(g["ngram_weight"]), level_weights=g["level_weights"],
                   logit_weights=g["logit_weights"], eos_token_id=int(g["eos_token"]))
 
+    if args.engine_only:
+        print(json.dumps({"engine_us_per_tree_min": engine_us(idx, reqs, params, args.rounds),
+                          "simd_search": _engine_simd()}))
+        return
+
     # Identical trees: the same set of token paths as DART's.
     trees = idx.prune_batch(reqs, threads=args.threads, **params)
     identical = 0
@@ -114,12 +141,13 @@ def main() -> None:
             lat.append(time.perf_counter_ns() - t0)
     lat_us = np.array(lat) / 1e3
 
-    # The engine alone: one batch on one thread (CPU time of this thread).
-    engine = []
-    for _ in range(max(3, args.rounds // 2)):
-        t0 = time.thread_time_ns()
-        idx.prune_batch(reqs, threads=1, **params)
-        engine.append((time.thread_time_ns() - t0) / 1e3 / n)
+    engine = engine_us(idx, reqs, params, args.rounds)
+    child = subprocess.run([sys.executable, __file__, "--engine-only", "--trie", str(trie), "--mode", args.mode,
+                            "--rounds", str(args.rounds)], capture_output=True, text=True, check=False,
+                           env={**os.environ, "NGRAM_ENGINE_SIMD": "0"})
+    if child.returncode != 0:
+        fail(f"the portable-search run failed:\n{child.stderr[-2000:]}")
+    portable = json.loads(child.stdout.splitlines()[-1])
 
     # Throughput on `threads` threads.
     batch = reqs * args.rounds
@@ -142,7 +170,9 @@ def main() -> None:
         "prune_us_median": round(float(np.median(lat_us)), 1),
         "prune_us_p99": round(float(np.percentile(lat_us, 99)), 1),
         "prune_us_mean": round(float(lat_us.mean()), 1),
-        "engine_us_per_tree_min": round(min(engine), 1),
+        "engine_us_per_tree_min": engine,
+        "engine_simd_search": _engine_simd(),
+        "engine_portable_us_per_tree_min": portable["engine_us_per_tree_min"],
         "batch_threads": args.threads,
         "batch_trees_per_s": round(max(tps)),
         "dart_searcher_us": DART_SEARCHER_US,
@@ -154,7 +184,9 @@ def main() -> None:
         (f"identical trees (of {n})", f"{identical}"),
         ("prune() median, 1 thread", f"{result['prune_us_median']:.1f} us"),
         ("prune() p99, 1 thread", f"{result['prune_us_p99']:.1f} us"),
-        ("engine only, 1 thread", f"{result['engine_us_per_tree_min']:.1f} us/tree"),
+        ("engine only, 1 thread" + (" (AVX2)" if result["engine_simd_search"] else ""),
+         f"{result['engine_us_per_tree_min']:.1f} us/tree"),
+        ("engine only, portable search", f"{result['engine_portable_us_per_tree_min']:.1f} us/tree"),
         (f"prune_batch, {args.threads} threads", f"{result['batch_trees_per_s']:,} trees/s"),
         ("DART searcher (reference)", f"{DART_SEARCHER_US:.0f} us"),
         ("load average (1 min)", f"{result['machine']['load_avg_1m']}"),
