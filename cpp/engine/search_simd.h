@@ -10,7 +10,7 @@ namespace ngram {
 
 struct Level;
 
-// Whether lower_bound_many takes the AVX2 path: the CPU has AVX2 and the
+// Whether find_many takes the AVX2 path: the CPU has AVX2 and the
 // environment variable NGRAM_ENGINE_SIMD is not "0" (read once, at first use).
 bool simd_search_enabled();
 
