@@ -238,6 +238,36 @@ uint64_t TrieIndex::total_tokens() const {
   return total_tokens_;
 }
 
+namespace {
+
+// Per lane j, a branch-free bisection of the sorted values at(base[j]) ..
+// at(base[j] + n[j] - 1) towards v[j], all lanes in lockstep until each has
+// one candidate left; lanes already at n[j] <= 1 add zero.
+template <typename At>
+void bisect_lanes(At at, const uint32_t* v, uint32_t m, uint64_t* base, uint64_t* n) {
+  for (bool more = true; more;) {
+    more = false;
+    for (uint32_t j = 0; j < m; ++j) {
+      const uint64_t half = n[j] / 2;
+      base[j] += half & -static_cast<uint64_t>(at(base[j] + half) < v[j]);
+      n[j] -= half;
+      more |= n[j] > 1;
+    }
+  }
+}
+
+// Samples before index a are below v, the one at a (if any) is not: the
+// answer lies in ((a-1) * S, a * S] clipped to the run [lo, hi) (min/max,
+// not branches: at the run's first sample the lower end falls below lo, past
+// its last the upper end above hi).
+void sample_block(uint64_t lo, uint64_t hi, uint64_t a, uint64_t* b_lo, uint64_t* b_hi) {
+  const uint64_t top = a * kSampleEvery + 1;
+  *b_lo = std::max(lo, top - std::min(top, kSampleEvery));
+  *b_hi = std::min(hi, top);
+}
+
+}  // namespace
+
 // Below 8 tokens the vector search's spare lanes cost more than it saves.
 uint64_t Level::find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const {
   uint64_t hits = 0;
@@ -281,12 +311,8 @@ void Level::lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* 
   }
   for (uint32_t j = 0; j < m; ++j) {
     a[j] += token_samples[a[j]] < v[j];
-    // Samples [s_lo, a) are < v, [a, s_hi) are >= v: the answer lies in
-    // ((a-1) * S, a * S] clipped to the run (min/max, not branches: at a ==
-    // s_lo the lower end falls below lo, at a == s_hi the upper end above hi).
-    const uint64_t top = a[j] * kSampleEvery + 1;
-    const uint64_t b_lo = std::max(lo, top - std::min(top, kSampleEvery));
-    const uint64_t b_hi = std::min(hi, top);
+    uint64_t b_lo, b_hi;
+    sample_block(lo, hi, a[j], &b_lo, &b_hi);
     out[j] = tokens.lower_bound(b_lo, b_hi, v[j]);
   }
 }
@@ -309,37 +335,18 @@ void Level::lower_bound_runs(const uint64_t* lo, const uint64_t* hi, const uint3
     any_long |= long_run;
   }
   if (any_long) {
-    for (bool more = true; more;) {
-      more = false;
-      for (uint32_t j = 0; j < m; ++j) {
-        const uint64_t half = n[j] / 2;
-        base[j] += half & -static_cast<uint64_t>(token_samples[base[j] + half] < v[j]);
-        n[j] -= half;
-        more |= n[j] > 1;
-      }
-    }
+    bisect_lanes([this](uint64_t i) { return uint64_t{token_samples[i]}; }, v, m, base, n);
   }
   for (uint32_t j = 0; j < m; ++j) {
     uint64_t b_lo = lo[j], b_hi = std::max(lo[j], hi[j]);
     if (is_long[j]) {
-      const uint64_t a = base[j] + (token_samples[base[j]] < v[j]);
-      const uint64_t top = a * kSampleEvery + 1;
-      b_lo = std::max(lo[j], top - std::min(top, kSampleEvery));
-      b_hi = std::min(hi[j], top);
+      sample_block(lo[j], hi[j], base[j] + (token_samples[base[j]] < v[j]), &b_lo, &b_hi);
     }
     base[j] = b_lo;
     n[j] = b_hi - b_lo;
   }
   // Then a bisection of the tokens of each lane's block (or short run).
-  for (bool more = true; more;) {
-    more = false;
-    for (uint32_t j = 0; j < m; ++j) {
-      const uint64_t half = n[j] / 2;
-      base[j] += half & -static_cast<uint64_t>(tokens[base[j] + half] < v[j]);
-      n[j] -= half;
-      more |= n[j] > 1;
-    }
-  }
+  bisect_lanes([this](uint64_t i) { return tokens[i]; }, v, m, base, n);
   // tokens[base] is in bounds also when a run is empty (base <= size, and
   // the packed section ends with a spare word).
   for (uint32_t j = 0; j < m; ++j) out[j] = base[j] + ((n[j] > 0) & (tokens[base[j]] < v[j]));
