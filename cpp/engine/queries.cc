@@ -44,6 +44,20 @@ namespace {
 uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, float inv, const int32_t* w,
                     uint32_t k, float* p, int32_t* m) {
   uint32_t found = 0;
+  // The first lookup of a query (nothing matched yet, the common case in
+  // tree pruning) searches the candidates where they lie.
+  bool fresh = k <= Level::kMaxBatch;
+  for (uint32_t j = 0; j < k && fresh; ++j) fresh = m[j] == 0;
+  if (fresh) {
+    uint64_t pos[Level::kMaxBatch];
+    for (uint64_t hits = next.find_many(lo, hi, reinterpret_cast<const uint32_t*>(w), k, pos); hits != 0;
+         hits &= hits - 1, ++found) {
+      const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(hits));
+      p[i] = static_cast<float>(next.count(pos[i])) * inv;
+      m[i] = static_cast<int32_t>(len);
+    }
+    return found;
+  }
   // Unmatched candidates, searched in lockstep batches.
   for (uint32_t start = 0; start < k;) {
     uint32_t idx[Level::kMaxBatch], tok[Level::kMaxBatch];

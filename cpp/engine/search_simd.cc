@@ -54,9 +54,10 @@ struct RunTokens {
 // the last token and so keeps the sequence sorted) are below v. A
 // branch-free binary search of steps top_step, ..., 2, 1; the vectors
 // advance in lockstep so that their gathers overlap.
-__attribute__((target("avx2"))) void count_below(const RunTokens& run, const __m256i* first, const __m256i* last,
-                                                 const __m256i* v, uint32_t vectors, uint32_t top_step,
-                                                 __m256i* count) {
+template <uint32_t vectors>
+__attribute__((target("avx2"), always_inline)) inline void count_below(const RunTokens& run, const __m256i* first,
+                                                                      const __m256i* last, const __m256i* v,
+                                                                      uint32_t top_step, __m256i* count) {
   for (uint32_t i = 0; i < vectors; ++i) count[i] = _mm256_setzero_si256();
   for (uint32_t step = top_step; step >= 1; step >>= 1) {
     const __m256i st = _mm256_set1_epi32(static_cast<int>(step));
@@ -75,38 +76,36 @@ uint32_t steps_covering(uint32_t n) {
   return p;
 }
 
-}  // namespace
-
-__attribute__((target("avx2"))) bool find_many_avx2(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v,
-                                                    uint32_t m, uint64_t* out, uint64_t* hits) {
+// find_many_avx2 for m <= vectors * 8 tokens: a compile-time vector count
+// keeps the lanes' state in registers.
+template <uint32_t vectors>
+__attribute__((target("avx2"))) bool find_vectors(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v,
+                                                  uint32_t m, uint64_t* out, uint64_t* hits) {
   const uint32_t width = level.tokens.width();
   const uint64_t run = hi - lo;
-  // Bit offsets relative to the run's first byte stay below 2**31.
-  if (width > kMaxWidth || m == 0 || m > Level::kMaxBatch || run > (uint64_t{1} << 31) / 32) return false;
   const uint64_t first_bit = lo * width;
   const RunTokens run_tokens(level.tokens.data() + (first_bit >> 3), static_cast<uint32_t>(first_bit & 7), width);
 
   // Tokens as lanes; every stored token is below 2**width <= 2**25, so
   // capping v there keeps the signed compares exact. Spare lanes repeat the
   // last token and are not written back.
-  const uint32_t vectors = (m + kLanes - 1) / kLanes;
-  alignas(32) uint32_t lanes[kMaxVectors * kLanes];
+  alignas(32) uint32_t lanes[vectors * kLanes];
   for (uint32_t j = 0; j < vectors * kLanes; ++j) lanes[j] = std::min(v[j < m ? j : m - 1], 1u << kMaxWidth);
-  __m256i vv[kMaxVectors], first[kMaxVectors], last[kMaxVectors], count[kMaxVectors];
+  __m256i vv[vectors], first[vectors], last[vectors], count[vectors];
   for (uint32_t i = 0; i < vectors; ++i) vv[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes) + i);
 
   const uint32_t n_run = static_cast<uint32_t>(run);
   const __m256i end = _mm256_set1_epi32(static_cast<int>(n_run));
   const __m256i last_pos = _mm256_set1_epi32(static_cast<int>(n_run - 1));
   const __m256i one = _mm256_set1_epi32(1);
-  __m256i result[kMaxVectors];  // per lane: the answer's run position
+  __m256i result[vectors];  // per lane: the answer's run position
   if (run <= 2 * kSampleEvery) {
     // A short run: one search over all of it.
     for (uint32_t i = 0; i < vectors; ++i) {
       first[i] = _mm256_setzero_si256();
       last[i] = last_pos;
     }
-    count_below(run_tokens, first, last, vv, vectors, steps_covering(n_run), count);
+    count_below<vectors>(run_tokens, first, last, vv, steps_covering(n_run), count);
     for (uint32_t i = 0; i < vectors; ++i) result[i] = _mm256_min_epu32(count[i], end);
   } else {
     // Samples inside the run: [s_lo, s_hi), at least two (as in the
@@ -116,7 +115,7 @@ __attribute__((target("avx2"))) bool find_many_avx2(const Level& level, uint64_t
     if (s_hi > level.sample_count) s_hi = level.sample_count;  // only in a corrupted file
     if (s_hi <= s_lo + 1) return false;
     const int* samples = reinterpret_cast<const int*>(level.token_samples + s_lo);
-    __m256i a[kMaxVectors];
+    __m256i a[vectors];
     for (uint32_t i = 0; i < vectors; ++i) a[i] = _mm256_setzero_si256();
     for (uint32_t n = static_cast<uint32_t>(s_hi - s_lo); n > 1;) {
       const uint32_t half = n / 2;
@@ -140,19 +139,19 @@ __attribute__((target("avx2"))) bool find_many_avx2(const Level& level, uint64_t
     const __m256i d1 = _mm256_set1_epi32(static_cast<int>(s_lo * kSampleEvery - lo + 1));
     const __m256i s16 = _mm256_set1_epi32(static_cast<int>(kSampleEvery));
     const __m256i zero = _mm256_setzero_si256();
-    __m256i block_end[kMaxVectors];
+    __m256i block_end[vectors];
     for (uint32_t i = 0; i < vectors; ++i) {
       const __m256i top = _mm256_add_epi32(d1, _mm256_slli_epi32(a[i], 4));
       first[i] = _mm256_max_epi32(_mm256_sub_epi32(top, s16), zero);
       block_end[i] = _mm256_min_epu32(top, end);
       last[i] = _mm256_sub_epi32(block_end[i], one);
     }
-    count_below(run_tokens, first, last, vv, vectors, kSampleEvery / 2, count);
+    count_below<vectors>(run_tokens, first, last, vv, kSampleEvery / 2, count);
     for (uint32_t i = 0; i < vectors; ++i) result[i] = _mm256_min_epu32(_mm256_add_epi32(first[i], count[i]), block_end[i]);
   }
   // Hits: the answer is inside the run and its token is v.
   uint64_t mask = 0;
-  alignas(32) uint32_t pos[kMaxVectors * kLanes];
+  alignas(32) uint32_t pos[vectors * kLanes];
   for (uint32_t i = 0; i < vectors; ++i) {
     const __m256i inside = _mm256_cmpgt_epi32(end, result[i]);  // both below 2**31: signed is exact
     const __m256i same = _mm256_cmpeq_epi32(run_tokens.at(_mm256_min_epu32(result[i], last_pos)), vv[i]);
@@ -163,6 +162,25 @@ __attribute__((target("avx2"))) bool find_many_avx2(const Level& level, uint64_t
   *hits = m == 64 ? mask : mask & ((uint64_t{1} << m) - 1);
   for (uint32_t j = 0; j < m; ++j) out[j] = lo + pos[j];
   return true;
+}
+
+}  // namespace
+
+__attribute__((target("avx2"))) bool find_many_avx2(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v,
+                                                    uint32_t m, uint64_t* out, uint64_t* hits) {
+  // Bit offsets relative to the run's first byte stay below 2**31.
+  if (level.tokens.width() > kMaxWidth || m == 0 || m > Level::kMaxBatch || hi - lo > (uint64_t{1} << 31) / 32)
+    return false;
+  switch ((m + kLanes - 1) / kLanes) {
+    case 1: return find_vectors<1>(level, lo, hi, v, m, out, hits);
+    case 2: return find_vectors<2>(level, lo, hi, v, m, out, hits);
+    case 3: return find_vectors<3>(level, lo, hi, v, m, out, hits);
+    case 4: return find_vectors<4>(level, lo, hi, v, m, out, hits);
+    case 5: return find_vectors<5>(level, lo, hi, v, m, out, hits);
+    case 6: return find_vectors<6>(level, lo, hi, v, m, out, hits);
+    case 7: return find_vectors<7>(level, lo, hi, v, m, out, hits);
+    default: return find_vectors<8>(level, lo, hi, v, m, out, hits);
+  }
 }
 
 #else  // no AVX2 search on this platform
