@@ -54,8 +54,15 @@ struct RunTokens {
 // the last token and so keeps the sequence sorted) are below v. A
 // branch-free binary search of steps top_step, ..., 2, 1; the vectors
 // advance in lockstep so that their gathers overlap.
-template <uint32_t vectors>
-__attribute__((target("avx2"), always_inline)) inline void count_below(const RunTokens& run, const __m256i* first,
+// A run's samples at sample positions pos (8 lanes), as RunTokens for
+// count_below.
+struct RunSamples {
+  const int* base;  // the run's first sample
+  __attribute__((target("avx2"))) __m256i at(__m256i pos) const { return _mm256_i32gather_epi32(base, pos, 4); }
+};
+
+template <uint32_t vectors, class Run>
+__attribute__((target("avx2"), always_inline)) inline void count_below(const Run& run, const __m256i* first,
                                                                       const __m256i* last, const __m256i* v,
                                                                       uint32_t top_step, __m256i* count) {
   for (uint32_t i = 0; i < vectors; ++i) count[i] = _mm256_setzero_si256();
@@ -105,7 +112,7 @@ __attribute__((target("avx2"))) bool find_vectors(const Level& level, uint64_t l
       first[i] = _mm256_setzero_si256();
       last[i] = last_pos;
     }
-    count_below<vectors>(run_tokens, first, last, vv, steps_covering(n_run), count);
+    count_below<vectors, RunTokens>(run_tokens, first, last, vv, steps_covering(n_run), count);
     for (uint32_t i = 0; i < vectors; ++i) result[i] = _mm256_min_epu32(count[i], end);
   } else {
     // Samples inside the run: [s_lo, s_hi), at least two (as in the
@@ -115,21 +122,28 @@ __attribute__((target("avx2"))) bool find_vectors(const Level& level, uint64_t l
     if (s_hi > level.sample_count) s_hi = level.sample_count;  // only in a corrupted file
     if (s_hi <= s_lo + 1) return false;
     const int* samples = reinterpret_cast<const int*>(level.token_samples + s_lo);
+    // Fifteen pivots split the samples into 16 groups of g; how many of them
+    // are below v picks each lane's group. Every lane reads the same pivots,
+    // so they are plain loads, not the first four rounds of gathers. Then a
+    // search inside the group. Positions past the last sample repeat it
+    // (the sequence stays sorted), hence the final min with n.
+    const uint32_t n = static_cast<uint32_t>(s_hi - s_lo);
+    const uint32_t g = (n + 15) / 16;
     __m256i a[vectors];
     for (uint32_t i = 0; i < vectors; ++i) a[i] = _mm256_setzero_si256();
-    for (uint32_t n = static_cast<uint32_t>(s_hi - s_lo); n > 1;) {
-      const uint32_t half = n / 2;
-      const __m256i h = _mm256_set1_epi32(static_cast<int>(half));
-      for (uint32_t i = 0; i < vectors; ++i) {
-        const __m256i s = _mm256_i32gather_epi32(samples, _mm256_add_epi32(a[i], h), 4);
-        a[i] = _mm256_add_epi32(a[i], _mm256_and_si256(_mm256_cmpgt_epi32(vv[i], s), h));
-      }
-      n -= half;
+    for (uint32_t j = 1; j < 16; ++j) {
+      const __m256i pivot = _mm256_set1_epi32(samples[std::min(j * g, n) - 1]);
+      for (uint32_t i = 0; i < vectors; ++i) a[i] = _mm256_sub_epi32(a[i], _mm256_cmpgt_epi32(vv[i], pivot));
     }
+    const __m256i group = _mm256_set1_epi32(static_cast<int>(g));
+    const __m256i last_sample = _mm256_set1_epi32(static_cast<int>(n - 1));
+    const __m256i n_samples = _mm256_set1_epi32(static_cast<int>(n));
     for (uint32_t i = 0; i < vectors; ++i) {
-      const __m256i s = _mm256_i32gather_epi32(samples, a[i], 4);
-      a[i] = _mm256_add_epi32(a[i], _mm256_and_si256(_mm256_cmpgt_epi32(vv[i], s), one));
+      first[i] = _mm256_mullo_epi32(a[i], group);
+      last[i] = last_sample;
     }
+    count_below<vectors, RunSamples>(RunSamples{samples}, first, last, vv, steps_covering(g), count);
+    for (uint32_t i = 0; i < vectors; ++i) a[i] = _mm256_min_epu32(_mm256_add_epi32(first[i], count[i]), n_samples);
     // Samples before a are below v, the one at a (if any) is not: the answer
     // lies in the block ((s_lo + a - 1) * S, (s_lo + a) * S] clipped to the
     // run. In run positions, with d = s_lo * S - lo in [0, S): top = d + a*S + 1,
@@ -146,7 +160,7 @@ __attribute__((target("avx2"))) bool find_vectors(const Level& level, uint64_t l
       block_end[i] = _mm256_min_epu32(top, end);
       last[i] = _mm256_sub_epi32(block_end[i], one);
     }
-    count_below<vectors>(run_tokens, first, last, vv, kSampleEvery / 2, count);
+    count_below<vectors, RunTokens>(run_tokens, first, last, vv, kSampleEvery / 2, count);
     for (uint32_t i = 0; i < vectors; ++i) result[i] = _mm256_min_epu32(_mm256_add_epi32(first[i], count[i]), block_end[i]);
   }
   // Hits: the answer is inside the run and its token is v.
