@@ -157,7 +157,7 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
   const uint64_t lo = run.lo, hi = run.hi;
   const float inv = run.inv;
   const Level& next = t.level(len + 1);
-  if (hi - lo > 4 * uint64_t{table.count})
+  if (hi - lo > 2 * uint64_t{table.count})
     return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);
   // A short run: read each continuation once and look it up among the
   // candidates, instead of a binary search per candidate.
