@@ -122,13 +122,15 @@ __attribute__((target("avx2"))) bool find_vectors(const Level& level, uint64_t l
     if (s_hi > level.sample_count) s_hi = level.sample_count;  // only in a corrupted file
     if (s_hi <= s_lo + 1) return false;
     const int* samples = reinterpret_cast<const int*>(level.token_samples + s_lo);
-    // Fifteen pivots split the samples into 16 groups of g; how many of them
-    // are below v picks each lane's group. Every lane reads the same pivots,
-    // so they are plain loads, not the first four rounds of gathers. Then a
-    // search inside the group. Positions past the last sample repeat it
-    // (the sequence stays sorted), hence the final min with n.
+    // Fifteen pivots, the samples at g - 1, 2g - 1, ..., 15g - 1 with
+    // 16g > n, split the samples into 16 groups; how many pivots are below
+    // v picks each lane's group. Every lane reads the same pivots, so they
+    // are plain loads, not the first four rounds of gathers. Then a search
+    // of the group's first g - 1 samples (its last, the next pivot, is not
+    // below v). Positions past the last sample repeat it (the sequence
+    // stays sorted), hence the final min with n.
     const uint32_t n = static_cast<uint32_t>(s_hi - s_lo);
-    const uint32_t g = (n + 15) / 16;
+    const uint32_t g = n / 16 + 1;
     __m256i a[vectors];
     for (uint32_t i = 0; i < vectors; ++i) a[i] = _mm256_setzero_si256();
     for (uint32_t j = 1; j < 16; ++j) {
@@ -142,7 +144,7 @@ __attribute__((target("avx2"))) bool find_vectors(const Level& level, uint64_t l
       first[i] = _mm256_mullo_epi32(a[i], group);
       last[i] = last_sample;
     }
-    count_below<vectors, RunSamples>(RunSamples{samples}, first, last, vv, steps_covering(g), count);
+    count_below<vectors, RunSamples>(RunSamples{samples}, first, last, vv, steps_covering(g - 1), count);
     for (uint32_t i = 0; i < vectors; ++i) a[i] = _mm256_min_epu32(_mm256_add_epi32(first[i], count[i]), n_samples);
     // Samples before a are below v, the one at a (if any) is not: the answer
     // lies in the block ((s_lo + a - 1) * S, (s_lo + a) * S] clipped to the
