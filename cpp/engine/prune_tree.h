@@ -6,7 +6,6 @@
 // single definition in code.
 #pragma once
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "queries.h"
@@ -92,7 +91,7 @@ struct PruneWorkspace {
   };
   static constexpr uint32_t kRoot = 0xffffffffu;
 
-  std::vector<int32_t> tokens;        // the lattice narrowed to int32
+  std::vector<int32_t> tokens;        // the lattice narrowed to int32 (validate_prune fills it)
   std::vector<float> logit_terms;     // per lattice entry: logf(p + 1e-10f) * gw[l]
   std::vector<Ext> ext;
   std::vector<BeamNode> beam_nodes;
@@ -103,8 +102,10 @@ struct PruneWorkspace {
   std::vector<uint64_t> ctx_keys;     // a hash of the context, to find equal ones fast
   std::vector<uint32_t> entry_row;    // per beam entry: the row of its context
   std::vector<uint32_t> row_entry;    // per row (distinct context): the first beam entry with it
-  std::vector<std::pair<int32_t, uint32_t>> sorted;  // the level's (token, j) by token
-  std::vector<int32_t> sorted_tokens;
+  // Per lattice entry, within each level: the level's candidate indices in
+  // token order (validate_prune fills it).
+  std::vector<uint32_t> order;
+  std::vector<int32_t> sorted_tokens;  // the level's candidates in that order
   CandidateTable candidates;          // the level's sorted_tokens, hashed
   // Per row, K entries each, in sorted-candidate order: q and the matched
   // length so far, and how many candidates are still unmatched.
@@ -129,8 +130,9 @@ struct PruneWorkspace {
 // Throws InvalidArgument naming the field at fault: shapes and limits, token
 // ids outside [0, vocab), probabilities that are not in [0, 1] (NaN
 // included), a token listed twice in one level, weights outside
-// [0, kMaxWeight] or not finite, eos_token_id outside [-1, vocab).
-void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params);
+// [0, kMaxWeight] or not finite, eos_token_id outside [-1, vocab). Leaves
+// the lattice's tokens (as int32) and each level's order by token in ws.
+void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws);
 
 // Validates, then prunes. `ws` may be reused across calls (one per thread).
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
