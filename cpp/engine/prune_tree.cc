@@ -89,6 +89,18 @@ inline float key_score(Ext key) {
   return score;
 }
 
+// The indices i in [from, to) with (keys[i] & mask) > bound, in order,
+// into out; returns how many. Selects, not a branch each: which keys pass is
+// a coin toss for the predictor.
+uint32_t list_above(const Ext* keys, uint32_t from, uint32_t to, Ext mask, Ext bound, uint32_t* out) {
+  uint32_t n = 0;
+  for (uint32_t i = from; i < to; ++i) {
+    out[n] = i;
+    n += (keys[i] & mask) > bound;
+  }
+  return n;
+}
+
 // Tree order: by rank descending; on equal ranks the shallower first (a parent
 // before its children), then in generation order.
 inline bool kept_before(const Kept& a, const Kept& b) {
@@ -495,8 +507,13 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
     const uint32_t n_beam = std::min(beam_width, n_ext);
     Ext* ext = ws.ext.data();
     std::sort(ext, ext + n_beam, std::greater<Ext>());
+    ws.listed.resize(n_ext);
+    uint32_t* listed = ws.listed.data();
     if (n_beam > 0) {
-      for (uint32_t i = n_beam; i < n_ext; ++i) {
+      // Only those above the first worst can enter (the worst only rises).
+      const uint32_t n_listed = list_above(ext, n_beam, n_ext, ~Ext{0}, ext[n_beam - 1], listed);
+      for (uint32_t f = 0; f < n_listed; ++f) {
+        const uint32_t i = listed[f];
         const Ext x = ext[i];
         if (x <= ext[n_beam - 1]) continue;
         ext[i] = ext[n_beam - 1];
@@ -507,16 +524,13 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
     }
 
     // Every extension is a candidate node; those entering the beam become
-    // beam nodes (their children name them as parent).
+    // beam nodes (their children name them as parent). A full pool's worst
+    // entry precedes every candidate of this (deeper) level with a rank not
+    // above its own: those cannot be kept, and only beam entries need the
+    // bookkeeping below. Scores compare as the score bits of their keys do.
     const uint32_t first_node = static_cast<uint32_t>(ws.beam_nodes.size());
     ws.next_beam.resize(n_beam);
-    // The threshold as the score bits of a key (scores compare as these do).
-    const uint32_t threshold_bits = static_cast<uint32_t>(beam_key(threshold + 0.0f, 0, false) >> 31);
-    for (uint32_t i = 0; i < n_ext; ++i) {
-      // A full pool's worst entry precedes every candidate of this (deeper)
-      // level with a rank not above its own: those cannot be kept, and only
-      // beam entries need the bookkeeping below.
-      if (i >= n_beam && pool_full && static_cast<uint32_t>(ext[i] >> 31) <= threshold_bits) continue;
+    auto visit = [&](uint32_t i) {
       const float score = key_score(ext[i]);
       const uint32_t gen = key_gen(ext[i]);
       const uint32_t b = gen / k, j = gen - b * k;
@@ -528,11 +542,18 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
         beam_id = static_cast<int32_t>(first_node + i);
         ws.beam_nodes.push_back(BeamNode{toks[j], parent, score, rank, -1});
         ws.next_beam[i] = first_node + i;
-        if (pool_full && !(rank > threshold)) continue;
-      } else if (pool_full && !(rank > threshold)) {
-        continue;
       }
+      if (pool_full && !(rank > threshold)) return;
       ws.pool.push_back(Kept{rank, score, l + 1, gen, parent, toks[j], beam_id});
+    };
+    for (uint32_t i = 0; i < n_beam; ++i) visit(i);
+    if (!pool_full) {
+      for (uint32_t i = n_beam; i < n_ext; ++i) visit(i);
+    } else {
+      const Ext score_bits = ~(Ext{1} << 63);  // the key less its EOS bit
+      const Ext bound = (beam_key(threshold + 0.0f, 0, false) & score_bits) | kMaxGen;
+      const uint32_t n_listed = list_above(ext, n_beam, n_ext, score_bits, bound, listed);
+      for (uint32_t f = 0; f < n_listed; ++f) visit(listed[f]);
     }
     std::swap(ws.beam, ws.next_beam);
 

@@ -96,6 +96,7 @@ struct PruneWorkspace {
   std::vector<Ext> ext;
   std::vector<BeamNode> beam_nodes;
   std::vector<uint32_t> beam, next_beam;  // beam node indices
+  std::vector<uint32_t> listed;       // indices into ext that pass a bound
   std::vector<Kept> pool;
   std::vector<int32_t> contexts;      // per beam entry: its context (order-1 tokens)
   std::vector<uint32_t> ctx_lens;
