@@ -155,6 +155,9 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
   ws.row_left.assign(rows, k);
   ws.runs.resize(std::max(rows, 1u));
   ws.run_found.resize(std::max(rows, 1u));
+  ws.run_q.resize(std::max(rows, 1u));
+  ws.run_matched.resize(std::max(rows, 1u));
+  ws.matched_count.resize(std::max(rows, 1u));
   auto ctx_of = [&](uint32_t r) { return ws.contexts.data() + static_cast<size_t>(ws.row_entry[r]) * cap; };
   auto len_of = [&](uint32_t r) { return ws.ctx_lens[ws.row_entry[r]]; };
   for (uint32_t len = cap; len >= 2; --len) {
@@ -167,12 +170,18 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
     }
     const uint32_t n = static_cast<uint32_t>(ws.suffixes.size());
     find_runs(t, ws.suffixes.data(), n, len, ws.runs.data(), ws.run_found.data());
+    uint32_t searched = 0;
     for (uint32_t i = 0; i < n; ++i) {
       if (!ws.run_found[i]) continue;
-      const uint32_t r = ws.suffix_row[i];
-      const size_t at = static_cast<size_t>(r) * k;
-      ws.row_left[r] -= lookup_in_run(t, len, ws.runs[i], ws.candidates, ws.row_q.data() + at, ws.row_matched.data() + at);
+      const size_t at = static_cast<size_t>(ws.suffix_row[i]) * k;
+      ws.runs[searched] = ws.runs[i];
+      ws.suffix_row[searched] = ws.suffix_row[i];
+      ws.run_q[searched] = ws.row_q.data() + at;
+      ws.run_matched[searched++] = ws.row_matched.data() + at;
     }
+    lookup_in_runs(t, len, ws.runs.data(), searched, ws.candidates, ws.run_q.data(), ws.run_matched.data(),
+                   ws.matched_count.data());
+    for (uint32_t i = 0; i < searched; ++i) ws.row_left[ws.suffix_row[i]] -= ws.matched_count[i];
   }
 
   // Backoff: the distinct last tokens of the rows that still miss some.
@@ -189,16 +198,25 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
   const uint32_t tokens = static_cast<uint32_t>(ws.backoff_token.size());
   ws.backoff_q.assign(static_cast<size_t>(tokens) * k, 0.0f);
   ws.backoff_matched.assign(static_cast<size_t>(tokens) * k, 0);
-  ws.runs.resize(std::max({rows, tokens, 1u}));
-  ws.run_found.resize(std::max({rows, tokens, 1u}));
+  const uint32_t most = std::max({rows, tokens, 1u});
+  ws.runs.resize(most);
+  ws.run_found.resize(most);
+  ws.run_q.resize(most);
+  ws.run_matched.resize(most);
+  ws.matched_count.resize(most);
   ws.suffixes.clear();
   for (uint32_t i = 0; i < tokens; ++i) ws.suffixes.push_back(&ws.backoff_token[i]);
   find_runs(t, ws.suffixes.data(), tokens, 1, ws.runs.data(), ws.run_found.data());
+  uint32_t searched = 0;
   for (uint32_t i = 0; i < tokens; ++i) {
     if (!ws.run_found[i]) continue;
     const size_t at = static_cast<size_t>(i) * k;
-    lookup_in_run(t, 1, ws.runs[i], ws.candidates, ws.backoff_q.data() + at, ws.backoff_matched.data() + at);
+    ws.runs[searched] = ws.runs[i];
+    ws.run_q[searched] = ws.backoff_q.data() + at;
+    ws.run_matched[searched++] = ws.backoff_matched.data() + at;
   }
+  lookup_in_runs(t, 1, ws.runs.data(), searched, ws.candidates, ws.run_q.data(), ws.run_matched.data(),
+                 ws.matched_count.data());
 
   // Backoff fills the unmatched, then logf only for the candidates found
   // (compacted with selects, not a branch each: found or not is a coin toss

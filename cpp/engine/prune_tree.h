@@ -118,6 +118,9 @@ struct PruneWorkspace {
   std::vector<uint32_t> suffix_row;
   std::vector<Run> runs;              // per suffix looked up: its run of continuations
   std::vector<uint8_t> run_found;
+  std::vector<float*> run_q;          // per run found: where its q go (lookup_in_runs)
+  std::vector<int32_t*> run_matched;  // and its matched lengths
+  std::vector<uint32_t> matched_count;
   std::vector<float> ngram_terms;     // per row: logf(q + 1e-10f) * lambda, K entries in lattice order
   std::vector<uint32_t> found;        // indices of candidates with q != 0
   // Per level: the one-token-context lookups, shared by every context that

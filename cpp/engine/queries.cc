@@ -40,6 +40,20 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
 
 namespace {
 
+// For each set bit j of hits (candidate j found at pos[j] of `next`):
+// p[j] = its count / the context's, m[j] = len. Returns how many. Walking
+// the set bits, not testing each: hits are a coin toss for the predictor.
+uint32_t record_hits(const Level& next, uint64_t hits, const uint64_t* pos, float inv, uint32_t len, float* p,
+                     int32_t* m) {
+  uint32_t found = 0;
+  for (; hits != 0; hits &= hits - 1, ++found) {
+    const uint32_t j = static_cast<uint32_t>(__builtin_ctzll(hits));
+    p[j] = static_cast<float>(next.count(pos[j])) * inv;
+    m[j] = static_cast<int32_t>(len);
+  }
+  return found;
+}
+
 // Searches every unmatched candidate in the run [lo, hi) of `next`.
 uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, float inv, const int32_t* w,
                     uint32_t k, float* p, int32_t* m) {
@@ -50,13 +64,7 @@ uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, f
   for (uint32_t j = 0; j < k && fresh; ++j) fresh = m[j] == 0;
   if (fresh) {
     uint64_t pos[Level::kMaxBatch];
-    for (uint64_t hits = next.find_many(lo, hi, reinterpret_cast<const uint32_t*>(w), k, pos); hits != 0;
-         hits &= hits - 1, ++found) {
-      const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(hits));
-      p[i] = static_cast<float>(next.count(pos[i])) * inv;
-      m[i] = static_cast<int32_t>(len);
-    }
-    return found;
+    return record_hits(next, next.find_many(lo, hi, reinterpret_cast<const uint32_t*>(w), k, pos), pos, inv, len, p, m);
   }
   // Unmatched candidates, searched in lockstep batches.
   for (uint32_t start = 0; start < k;) {
@@ -157,7 +165,7 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
   const uint64_t lo = run.lo, hi = run.hi;
   const float inv = run.inv;
   const Level& next = t.level(len + 1);
-  if (hi - lo > 2 * uint64_t{table.count})
+  if (hi - lo > kScanFactor * uint64_t{table.count})
     return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);
   // A short run: read each continuation once and look it up among the
   // candidates, instead of a binary search per candidate.
@@ -176,6 +184,40 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
     }
   }
   return found;
+}
+
+void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n, const CandidateTable& table,
+                    float* const* p, int32_t* const* m, uint32_t* matched) {
+  const Level& next = t.level(len + 1);
+  const uint32_t k = table.count;
+  // Searched (not scanned), nothing matched yet: such runs go in pairs.
+  auto pairable = [&](uint32_t i) {
+    if (runs[i].hi - runs[i].lo <= std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery) ||
+        k > Level::kMaxBatch)
+      return false;
+    for (uint32_t j = 0; j < k; ++j)
+      if (m[i][j] != 0) return false;
+    return true;
+  };
+  uint32_t waiting = n;  // a pairable run without its partner yet
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!pairable(i)) {
+      matched[i] = lookup_in_run(t, len, runs[i], table, p[i], m[i]);
+      continue;
+    }
+    if (waiting == n) {
+      waiting = i;
+      continue;
+    }
+    const uint32_t pair[2] = {waiting, i};
+    const uint64_t lo[2] = {runs[waiting].lo, runs[i].lo}, hi[2] = {runs[waiting].hi, runs[i].hi};
+    uint64_t pos[2 * Level::kMaxBatch], hits[2];
+    next.find_many_2(lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), k, pos, hits);
+    for (uint32_t r = 0; r < 2; ++r)
+      matched[pair[r]] = record_hits(next, hits[r], pos + r * k, runs[pair[r]].inv, len, p[pair[r]], m[pair[r]]);
+    waiting = n;
+  }
+  if (waiting != n) matched[waiting] = lookup_in_run(t, len, runs[waiting], table, p[waiting], m[waiting]);
 }
 
 void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,

@@ -77,6 +77,16 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
 uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const CandidateTable& table, float* probs,
                        int32_t* matched);
 
+// Runs up to this many times the candidates are scanned by lookup_in_run,
+// longer ones searched.
+constexpr uint64_t kScanFactor = 2;
+
+// lookup_in_run for n runs (runs[i] into p[i], m[i]; matched[i] = how many
+// it matched). Long runs with nothing matched yet are searched two at a time
+// (Level::find_many_2), so that the memory reads of both overlap.
+void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n, const CandidateTable& table,
+                    float* const* p, int32_t* const* m, uint32_t* matched);
+
 struct TopK {
   std::vector<int32_t> tokens;  // most frequent first; ties by ascending token id
   std::vector<float> probs;     // count(s+w) / count(s)
