@@ -186,12 +186,14 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
   return found;
 }
 
+constexpr uint32_t kRunsInLockstep = 4;
+
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n, const CandidateTable& table,
                     float* const* p, int32_t* const* m, uint32_t* matched) {
   const Level& next = t.level(len + 1);
   const uint32_t k = table.count;
-  // Searched (not scanned), nothing matched yet: such runs go in pairs.
-  auto pairable = [&](uint32_t i) {
+  // Searched (not scanned), nothing matched yet: such runs go in groups.
+  auto groupable = [&](uint32_t i) {
     if (runs[i].hi - runs[i].lo <= std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery) ||
         k > Level::kMaxBatch)
       return false;
@@ -199,25 +201,28 @@ void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t 
       if (m[i][j] != 0) return false;
     return true;
   };
-  uint32_t waiting = n;  // a pairable run without its partner yet
+  uint32_t group[Level::kMaxRuns];
+  uint32_t grouped = 0;
+  auto search_group = [&]() {
+    uint64_t lo[Level::kMaxRuns], hi[Level::kMaxRuns], hits[Level::kMaxRuns];
+    uint64_t pos[Level::kMaxRuns * Level::kMaxBatch];
+    for (uint32_t r = 0; r < grouped; ++r) lo[r] = runs[group[r]].lo, hi[r] = runs[group[r]].hi;
+    next.find_many_runs(grouped, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), k, pos, hits);
+    for (uint32_t r = 0; r < grouped; ++r) {
+      const uint32_t i = group[r];
+      matched[i] = record_hits(next, hits[r], pos + r * k, runs[i].inv, len, p[i], m[i]);
+    }
+    grouped = 0;
+  };
   for (uint32_t i = 0; i < n; ++i) {
-    if (!pairable(i)) {
+    if (!groupable(i)) {
       matched[i] = lookup_in_run(t, len, runs[i], table, p[i], m[i]);
       continue;
     }
-    if (waiting == n) {
-      waiting = i;
-      continue;
-    }
-    const uint32_t pair[2] = {waiting, i};
-    const uint64_t lo[2] = {runs[waiting].lo, runs[i].lo}, hi[2] = {runs[waiting].hi, runs[i].hi};
-    uint64_t pos[2 * Level::kMaxBatch], hits[2];
-    next.find_many_2(lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), k, pos, hits);
-    for (uint32_t r = 0; r < 2; ++r)
-      matched[pair[r]] = record_hits(next, hits[r], pos + r * k, runs[pair[r]].inv, len, p[pair[r]], m[pair[r]]);
-    waiting = n;
+    group[grouped++] = i;
+    if (grouped == Level::kMaxRuns) search_group();
   }
-  if (waiting != n) matched[waiting] = lookup_in_run(t, len, runs[waiting], table, p[waiting], m[waiting]);
+  if (grouped > 0) search_group();
 }
 
 void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,

@@ -82,8 +82,8 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
 constexpr uint64_t kScanFactor = 2;
 
 // lookup_in_run for n runs (runs[i] into p[i], m[i]; matched[i] = how many
-// it matched). Long runs with nothing matched yet are searched two at a time
-// (Level::find_many_2), so that the memory reads of both overlap.
+// it matched). Long runs with nothing matched yet are searched in groups
+// (Level::find_many_runs), so that the memory reads of a group overlap.
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n, const CandidateTable& table,
                     float* const* p, int32_t* const* m, uint32_t* matched);
 

@@ -230,17 +230,18 @@ bool find_many_avx2(const Level& level, uint64_t lo, uint64_t hi, const uint32_t
   return find_dispatch<1>(level, &lo, &hi, v, m, out, hits);
 }
 
-bool find_many_2runs_avx2(const Level& level, const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m,
-                          uint64_t* out, uint64_t* hits) {
-  return find_dispatch<2>(level, lo, hi, v, m, out, hits);
+bool find_many_runs_avx2(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
+                         uint32_t m, uint64_t* out, uint64_t* hits) {
+  static_assert(Level::kMaxRuns == 2, "one instance per run count");
+  return runs == 2 && find_dispatch<2>(level, lo, hi, v, m, out, hits);
 }
 
 #else  // no AVX2 search on this platform
 
 bool simd_search_enabled() { return false; }
 bool find_many_avx2(const Level&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*, uint64_t*) { return false; }
-bool find_many_2runs_avx2(const Level&, const uint64_t*, const uint64_t*, const uint32_t*, uint32_t, uint64_t*,
-                          uint64_t*) {
+bool find_many_runs_avx2(const Level&, uint32_t, const uint64_t*, const uint64_t*, const uint32_t*, uint32_t,
+                         uint64_t*, uint64_t*) {
   return false;
 }
 

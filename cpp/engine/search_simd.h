@@ -22,9 +22,10 @@ bool simd_search_enabled();
 bool find_many_avx2(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out,
                     uint64_t* hits);
 
-// The same search in two runs [lo[r], hi[r]) at once, both longer than
-// 2 * kSampleEvery: out[r * m + j], hits[r]. Their memory reads overlap.
-bool find_many_2runs_avx2(const Level& level, const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m,
-                          uint64_t* out, uint64_t* hits);
+// The same search in `runs` runs [lo[r], hi[r]) at once (2..kMaxRuns), each
+// longer than 2 * kSampleEvery: out[r * m + j], hits[r]. Their memory reads
+// overlap.
+bool find_many_runs_avx2(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
+                         uint32_t m, uint64_t* out, uint64_t* hits);
 
 }  // namespace ngram

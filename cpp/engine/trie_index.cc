@@ -278,10 +278,10 @@ uint64_t Level::find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t 
   return hits;
 }
 
-void Level::find_many_2(const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m, uint64_t* out,
-                        uint64_t* hits) const {
-  if (m >= 8 && simd_search_enabled() && find_many_2runs_avx2(*this, lo, hi, v, m, out, hits)) return;
-  for (uint32_t r = 0; r < 2; ++r) hits[r] = find_many(lo[r], hi[r], v, m, out + r * m);
+void Level::find_many_runs(uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m,
+                           uint64_t* out, uint64_t* hits) const {
+  if (runs > 1 && m >= 8 && simd_search_enabled() && find_many_runs_avx2(*this, runs, lo, hi, v, m, out, hits)) return;
+  for (uint32_t r = 0; r < runs; ++r) hits[r] = find_many(lo[r], hi[r], v, m, out + r * m);
 }
 
 void Level::lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const {
