@@ -186,8 +186,6 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
   return found;
 }
 
-constexpr uint32_t kRunsInLockstep = 4;
-
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n, const CandidateTable& table,
                     float* const* p, int32_t* const* m, uint32_t* matched) {
   const Level& next = t.level(len + 1);
