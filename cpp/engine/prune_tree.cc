@@ -122,8 +122,11 @@ inline bool output_before(const Kept& a, const Kept& b) {
 // ngram[j] = logf(q + 1e-10f) * lambda are computed by the caller). Adding
 // +0.0f turns a -0.0 score into +0.0 (equal as floats, so equal as keys)
 // and changes no other value.
-NGRAM_NO_FP_CONTRACT void score_entry(float s, float lw, const float* logit, const float* ngram, uint32_t k,
-                                      const int32_t* toks, int64_t eos, uint32_t gen0, Ext* out) {
+// Cloned for AVX2 where the CPU has it: the 64-bit keys fill four lanes,
+// not two (AVX2 brings no FMA, and contraction is off anyway).
+__attribute__((target_clones("avx2", "default"))) NGRAM_NO_FP_CONTRACT void score_entry(
+    float s, float lw, const float* logit, const float* ngram, uint32_t k, const int32_t* toks, int64_t eos,
+    uint32_t gen0, Ext* out) {
   NGRAM_FP_CONTRACT_OFF_PRAGMA
   if (ngram) {
     for (uint32_t j = 0; j < k; ++j) {
