@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ngram_service import _engine
+from ngram_service import _engine, tree
 from ngram_service._engine import TrieFormatError
 
 if TYPE_CHECKING:
@@ -120,14 +120,10 @@ class NgramIndex:
 
     def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> "PrunedTree":
         """DART tree pruning of one draft lattice; see ngram_service.tree.prune."""
-        from ngram_service import tree
-
         return tree.prune(self._t, prefix, topk_tokens, topk_probs, **params)
 
     def prune_batch(self, requests: Any, **params: Any) -> list["PrunedTree"]:
         """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch."""
-        from ngram_service import tree
-
         return tree.prune_batch(self._t, requests, **params)
 
     def info(self) -> dict[str, Any]:

@@ -73,6 +73,8 @@ class PrunedTree:
 def _ids(x: Any, field: str) -> np.ndarray:
     """Integer ids as an array; floats are refused rather than truncated."""
     a = np.asarray(x)
+    if a.dtype.char in "lqi":  # int64, int32: the common case, nothing to check
+        return a
     if a.dtype.kind not in "iu":
         if a.size == 0 and a.dtype.kind == "f":  # [] from an empty list
             return a.astype(np.int64)
