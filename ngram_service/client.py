@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ngram_service import _engine, tree
+from ngram_service import _engine, tree, wire
 from ngram_service.index import TopK, _int_array
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 from ngram_service.proto.ngram.v1 import ngram_pb2_grpc as pb_grpc
@@ -166,31 +166,27 @@ def _prune_params(params: dict[str, Any]) -> pb.PruneParams:
 
 
 def _prune_input(pre: np.ndarray, tok: np.ndarray, pr: np.ndarray, offsets: np.ndarray | None,
-                 field: str = "") -> pb.PruneInput:
+                 field: str = "") -> bytes:
     """One lattice as normalized by ngram_service.tree (2-D [D, K], or 1-D
-    levels concatenated with their offsets)."""
-    inp = pb.PruneInput()
+    levels concatenated with their offsets), as a serialized PruneInput."""
     if pre.ndim != 1:
         raise ValueError(f"{field}prefix must be 1-D [P], got shape {pre.shape}")
-    inp.prefix.extend(pre.tolist())
     if offsets is None:
         if tok.ndim != 2:
             raise ValueError(f"{field}topk_tokens must be 2-D [D, K], got shape {tok.shape}")
         if pr.shape != tok.shape:
             raise ValueError(f"{field}topk_probs has shape {pr.shape}, topk_tokens {tok.shape}: they must match")
-        inp.level_sizes.extend([tok.shape[1]] * tok.shape[0])
+        sizes = np.full(tok.shape[0], tok.shape[1], dtype=np.uint32)
     else:
-        inp.level_sizes.extend(np.diff(offsets.astype(np.int64)).tolist())
-    inp.tokens.extend(tok.ravel().tolist())
-    inp.probs.extend(pr.ravel().tolist())
-    return inp
+        sizes = np.diff(offsets.astype(np.int64))
+    return wire.prune_input(pre, sizes, tok.ravel(), pr.ravel())
 
 
-def _one_input(prefix: Any, topk_tokens: Any, topk_probs: Any) -> pb.PruneInput:
+def _one_input(prefix: Any, topk_tokens: Any, topk_probs: Any) -> bytes:
     return _prune_input(tree._ids(prefix, "prefix"), *tree._lattice(topk_tokens, topk_probs))
 
 
-def _batch_inputs(requests: Any) -> list[pb.PruneInput]:
+def _batch_inputs(requests: Any) -> list[bytes]:
     out = []
     for i, r in enumerate(requests):
         pre, tok, pr, off = tree._request(r, i)
@@ -207,12 +203,18 @@ def tree_from_nodes(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray 
     return tree.PrunedTree(*_engine.encode_tree(tokens, parents, scores))
 
 
-def _prune_result(resp: pb.PruneTreeResponse) -> list[Any]:
-    out = []
-    for t in resp.trees:
-        scores = np.array(t.scores, dtype=np.float32) if len(t.scores) else None
-        out.append(tree_from_nodes(np.array(t.tokens, dtype=np.int32), np.array(t.parents, dtype=np.int32), scores))
-    return out
+def _prune_result(resp: bytes) -> list[Any]:
+    """The trees of a serialized PruneTreeResponse."""
+    return [tree_from_nodes(tokens, parents, scores if len(scores) else None)
+            for tokens, parents, scores in wire.prune_tree_response(resp)]
+
+
+def _raw_method(channel: Any, name: str, stream: bool = False) -> Any:
+    """A PruneTree call that takes and returns serialized messages
+    (ngram_service.wire builds and reads them); the path comes from the
+    proto's descriptor."""
+    path = f"/{pb.DESCRIPTOR.services_by_name['NgramService'].full_name}/{name}"
+    return channel.stream_stream(path) if stream else channel.unary_unary(path)
 
 
 def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
@@ -294,9 +296,12 @@ class _ClientBase:
     def _deadline(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout
 
-    def _prune_tree_request(self, inputs: list[pb.PruneInput], params: dict[str, Any]) -> pb.PruneTreeRequest:
-        return pb.PruneTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
-                                   params=_prune_params(params), inputs=inputs, with_scores=self.with_scores)
+    def _prune_tree_request(self, inputs: list[bytes], params: dict[str, Any]) -> bytes:
+        """A serialized PruneTreeRequest: its small fields through protobuf,
+        the inputs (serialized by ngram_service.wire) appended as field 4."""
+        head = pb.PruneTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
+                                   params=_prune_params(params), with_scores=self.with_scores)
+        return head.SerializeToString() + b"".join(wire.length_delimited(4, i) for i in inputs)
 
 
 class NgramClient(_ClientBase):
@@ -310,10 +315,15 @@ class NgramClient(_ClientBase):
             for t in self.targets
         ]
         self._stubs = [pb_grpc.NgramServiceStub(c) for c in self._channels]
+        self._prune_calls = [_raw_method(c, "PruneTree") for c in self._channels]
+        self._prune_streams = [_raw_method(c, "PruneTreeStream", stream=True) for c in self._channels]
         self._streams = threading.local()
 
     def _stub(self) -> pb_grpc.NgramServiceStub:
         return self._stubs[next(self._turn)]
+
+    def _prune_call(self) -> Any:
+        return self._prune_calls[next(self._turn)]
 
     def close(self) -> None:
         for c in self._channels:
@@ -349,7 +359,7 @@ class NgramClient(_ClientBase):
               **params: Any) -> tree.PrunedTree:
         """One draft lattice -> its PrunedTree; see NgramIndex.prune (same parameters)."""
         req = self._prune_tree_request([_one_input(prefix, topk_tokens, topk_probs)], params)
-        return _prune_result(self._stub().PruneTree(req, timeout=self._deadline(timeout)))[0]
+        return _prune_result(self._prune_call()(req, timeout=self._deadline(timeout)))[0]
 
     def prune_batch(self, requests: Any, *, timeout: float | None = None, stream: bool = False,
                     threads: int | None = None, **params: Any) -> list[tree.PrunedTree]:
@@ -361,16 +371,16 @@ class NgramClient(_ClientBase):
         req = self._prune_tree_request(_batch_inputs(requests), params)
         if stream:
             return _prune_result(self._stream_call(req))
-        return _prune_result(self._stub().PruneTree(req, timeout=self._deadline(timeout)))
+        return _prune_result(self._prune_call()(req, timeout=self._deadline(timeout)))
 
-    def _stream_call(self, req: pb.PruneTreeRequest) -> pb.PruneTreeResponse:
+    def _stream_call(self, req: bytes) -> bytes:
         """One request/response on this thread's bidirectional stream (opened
         on first use, reopened after an error)."""
         for attempt in range(2):
             st = getattr(self._streams, "s", None)
             if st is None:
                 q: queue.Queue = queue.Queue()
-                responses = self._stub().PruneTreeStream(iter(q.get, None))
+                responses = self._prune_streams[next(self._turn)](iter(q.get, None))
                 st = self._streams.s = (q, responses)
             q, responses = st
             q.put(req)
@@ -405,9 +415,13 @@ class AsyncNgramClient(_ClientBase):
             for t in self.targets
         ]
         self._stubs = [pb_grpc.NgramServiceStub(c) for c in self._channels]
+        self._prune_calls = [_raw_method(c, "PruneTree") for c in self._channels]
 
     def _stub(self) -> pb_grpc.NgramServiceStub:
         return self._stubs[next(self._turn)]
+
+    def _prune_call(self) -> Any:
+        return self._prune_calls[next(self._turn)]
 
     async def close(self) -> None:
         for c in self._channels:
@@ -440,9 +454,9 @@ class AsyncNgramClient(_ClientBase):
     async def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
                     **params: Any) -> tree.PrunedTree:
         req = self._prune_tree_request([_one_input(prefix, topk_tokens, topk_probs)], params)
-        return _prune_result(await self._stub().PruneTree(req, timeout=self._deadline(timeout)))[0]
+        return _prune_result(await self._prune_call()(req, timeout=self._deadline(timeout)))[0]
 
     async def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
                           **params: Any) -> list[tree.PrunedTree]:
         req = self._prune_tree_request(_batch_inputs(requests), params)
-        return _prune_result(await self._stub().PruneTree(req, timeout=self._deadline(timeout)))
+        return _prune_result(await self._prune_call()(req, timeout=self._deadline(timeout)))
