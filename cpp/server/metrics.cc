@@ -109,15 +109,23 @@ class PrometheusMetrics final : public Metrics {
   }
 
   void observe(const std::string& method, int code, double seconds) override {
-    requests_.Add({{"method", method}, {"code", code_name(code)}}).Increment();
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = histograms_.find(method);
-    if (it == histograms_.end()) {
-      static const Histogram::BucketBoundaries b = {0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005,
-                                                    0.01,    0.02,   0.05,   0.1,    0.5,   1,     5};
-      it = histograms_.emplace(method, &latency_.Add({{"method", method}}, b)).first;
+    // A family's Add builds and hashes a label map under the family's lock:
+    // each (method, code) series is looked up once, then kept here.
+    Series* series;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Series& s = series_[method];
+      if (!s.latency) {
+        static const Histogram::BucketBoundaries b = {0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005,
+                                                      0.01,    0.02,   0.05,   0.1,    0.5,   1,     5};
+        s.latency = &latency_.Add({{"method", method}}, b);
+      }
+      const size_t c = code >= 0 && code < kCodes ? static_cast<size_t>(code) : kCodes - 1;
+      if (!s.requests[c]) s.requests[c] = &requests_.Add({{"method", method}, {"code", code_name(code)}});
+      series = &s;
+      series->requests[c]->Increment();
     }
-    it->second->Observe(seconds);
+    series->latency->Observe(seconds);
   }
   void in_flight(int delta) override { in_flight_.Increment(delta); }
   void rejected(const std::string& method) override { rejected_.Add({{"method", method}}).Increment(); }
@@ -135,8 +143,13 @@ class PrometheusMetrics final : public Metrics {
   Family<Counter>& reloads_;
   Family<Histogram>& latency_;
   Gauge& in_flight_;
+  static constexpr size_t kCodes = 18;  // gRPC's 17 status codes, then any other
+  struct Series {
+    Histogram* latency = nullptr;
+    Counter* requests[kCodes] = {};
+  };
   std::mutex mu_;
-  std::map<std::string, Histogram*> histograms_;
+  std::map<std::string, Series> series_;  // by method; nodes never move, so Series* stays valid
   std::string endpoint_;
 };
 #endif
