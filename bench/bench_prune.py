@@ -6,9 +6,10 @@ Measures, on the 200 golden queries (D = 8, K = 25, beam 20, 60 nodes, N = 3):
   - NgramIndex.prune per call, one thread: median and p99 in microseconds
     (Python call included; DART's own searcher takes about 1.0 ms);
   - the engine alone (prune_batch, threads=1), microseconds per tree, with
-    the AVX2 search and, in a child process with NGRAM_ENGINE_SIMD=0, the
-    portable one (their ratio is the vector search's gain, on one machine in
-    one run);
+    the widest vector search the CPU has and, in child processes, each
+    narrower one (NGRAM_ENGINE_SIMD=avx2 where AVX-512 is the default, and
+    NGRAM_ENGINE_SIMD=0, the portable search): their ratios are the vector
+    searches' gains, on one machine in one run;
   - prune_batch throughput on --threads threads (default 2), trees/s;
   - how many trees equal DART's (same set of token paths).
 Prints a table and writes bench/results/prune.json.
@@ -69,10 +70,10 @@ def ensure_trie(path: Path, explicit: bool) -> Path:
     return path
 
 
-def _engine_simd() -> bool:
+def _engine_simd() -> str:
     from ngram_service import _engine
 
-    return bool(_engine.simd_search())
+    return str(_engine.simd_search())
 
 
 def engine_us(idx: Any, reqs: list, params: dict, rounds: int) -> float:
@@ -94,7 +95,7 @@ def main() -> None:
     ap.add_argument("--mode", choices=["mmap", "ram"], default="mmap", help="how to open the trie")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "prune.json")
     ap.add_argument("--engine-only", action="store_true",
-                    help="print only the engine's microseconds per tree (how the portable search is measured)")
+                    help="print only the engine's microseconds per tree (how the narrower searches are measured)")
     args = ap.parse_args()
 
     if not GOLDEN.is_file():
@@ -142,12 +143,15 @@ def main() -> None:
     lat_us = np.array(lat) / 1e3
 
     engine = engine_us(idx, reqs, params, args.rounds)
-    child = subprocess.run([sys.executable, __file__, "--engine-only", "--trie", str(trie), "--mode", args.mode,
-                            "--rounds", str(args.rounds)], capture_output=True, text=True, check=False,
-                           env={**os.environ, "NGRAM_ENGINE_SIMD": "0"})
-    if child.returncode != 0:
-        fail(f"the portable-search run failed:\n{child.stderr[-2000:]}")
-    portable = json.loads(child.stdout.splitlines()[-1])
+    by_search = {_engine_simd(): engine}
+    for setting in (["avx2"] if _engine_simd() == "avx512" else []) + ["0"]:
+        child = subprocess.run([sys.executable, __file__, "--engine-only", "--trie", str(trie), "--mode", args.mode,
+                                "--rounds", str(args.rounds)], capture_output=True, text=True, check=False,
+                               env={**os.environ, "NGRAM_ENGINE_SIMD": setting})
+        if child.returncode != 0:
+            fail(f"the NGRAM_ENGINE_SIMD={setting} run failed:\n{child.stderr[-2000:]}")
+        out = json.loads(child.stdout.splitlines()[-1])
+        by_search[out["simd_search"]] = out["engine_us_per_tree_min"]
 
     # Throughput on `threads` threads.
     batch = reqs * args.rounds
@@ -172,7 +176,7 @@ def main() -> None:
         "prune_us_mean": round(float(lat_us.mean()), 1),
         "engine_us_per_tree_min": engine,
         "engine_simd_search": _engine_simd(),
-        "engine_portable_us_per_tree_min": portable["engine_us_per_tree_min"],
+        "engine_us_per_tree_min_by_search": by_search,
         "batch_threads": args.threads,
         "batch_trees_per_s": round(max(tps)),
         "dart_searcher_us": DART_SEARCHER_US,
@@ -184,9 +188,7 @@ def main() -> None:
         (f"identical trees (of {n})", f"{identical}"),
         ("prune() median, 1 thread", f"{result['prune_us_median']:.1f} us"),
         ("prune() p99, 1 thread", f"{result['prune_us_p99']:.1f} us"),
-        ("engine only, 1 thread" + (" (AVX2)" if result["engine_simd_search"] else ""),
-         f"{result['engine_us_per_tree_min']:.1f} us/tree"),
-        ("engine only, portable search", f"{result['engine_portable_us_per_tree_min']:.1f} us/tree"),
+        *((f"engine only, 1 thread, {name} search", f"{us:.1f} us/tree") for name, us in by_search.items()),
         (f"prune_batch, {args.threads} threads", f"{result['batch_trees_per_s']:,} trees/s"),
         ("DART searcher (reference)", f"{DART_SEARCHER_US:.0f} us"),
         ("load average (1 min)", f"{result['machine']['load_avg_1m']}"),

@@ -1,8 +1,9 @@
-"""The AVX2 search (cpp/engine/search_simd.cc) answers exactly as the portable one.
+"""The vector searches (cpp/engine/search_simd.cc) answer exactly as the portable one.
 
-The same queries run in this process (AVX2 where the CPU has it) and in a
-child process with NGRAM_ENGINE_SIMD=0 (the portable search); every
-probability, matched length and pruned tree must be identical.
+The same queries run in this process (the widest search the CPU has) and in
+child processes with NGRAM_ENGINE_SIMD=0 (the portable search) and, where the
+CPU has AVX-512, NGRAM_ENGINE_SIMD=avx2; every probability, matched length
+and pruned tree must be identical.
 """
 from __future__ import annotations
 
@@ -32,11 +33,19 @@ np.savez(args["out"], probs=probs, matched=matched, simd=_engine.simd_search(),
 """
 
 
-def cpu_has_avx2() -> bool:
+def cpu_flags() -> set[str]:
     try:
-        return " avx2" in Path("/proc/cpuinfo").read_text()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
     except OSError:
-        return False
+        pass
+    return set()
+
+
+def expected_search() -> str:
+    flags = cpu_flags()
+    return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "none"
 
 
 def _queries(idx: NgramIndex, rng: np.random.Generator, n: int, k: int) -> dict[str, np.ndarray]:
@@ -51,7 +60,7 @@ def _queries(idx: NgramIndex, rng: np.random.Generator, n: int, k: int) -> dict[
         return np.where(rng.random(shape) < 0.7, common, anywhere)
 
     candidates = np.stack([rng.choice(np.unique(draw((3 * k,))), k, replace=False) for _ in range(n)])
-    lattice = np.stack([np.stack([rng.choice(np.unique(draw((80,))), 12, replace=False) for _ in range(4)])
+    lattice = np.stack([np.stack([rng.choice(np.unique(draw((4 * k,))), k, replace=False) for _ in range(4)])
                         for _ in range(40)])
     return {
         "contexts": draw((n, 2)), "candidates": candidates,
@@ -60,33 +69,45 @@ def _queries(idx: NgramIndex, rng: np.random.Generator, n: int, k: int) -> dict[
     }
 
 
+def _run_child(trie: Path, queries: Path, out: Path, simd: str) -> np.lib.npyio.NpzFile:
+    env = {**os.environ, "NGRAM_ENGINE_SIMD": simd}
+    subprocess.run([sys.executable, "-c", CHILD, json.dumps(
+        {"trie": str(trie), "queries": str(queries), "out": str(out)})], env=env, check=True)
+    return np.load(out)
+
+
 @pytest.mark.parametrize("which", ["sample", "corpus"])
-def test_avx2_search_equals_portable(which: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_vector_searches_equal_portable(which: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     trie = request.getfixturevalue(f"{which}_trie")
     idx = NgramIndex.open(trie)
     rng = np.random.default_rng(7)
-    for k in (7, 8, 25, 64, 100):  # below the vector path, one batch, two batches of 64
+    # The other searches this CPU can run, each in a child process.
+    others = {"0": "none"}
+    if _engine.simd_search() == "avx512":
+        others["avx2"] = "avx2"
+    for k in (7, 8, 17, 25, 64, 100):  # below the vector path, one to four vectors, two batches of 64
         q = _queries(idx, rng, 300, k)
         np.savez(tmp_path / "q.npz", **q)
-        env = {**os.environ, "NGRAM_ENGINE_SIMD": "0"}
-        subprocess.run([sys.executable, "-c", CHILD, json.dumps(
-            {"trie": str(trie), "queries": str(tmp_path / "q.npz"), "out": str(tmp_path / "portable.npz")})],
-            env=env, check=True)
-        portable = np.load(tmp_path / "portable.npz")
-        assert not bool(portable["simd"])
         probs, matched = idx.conditional_probs(q["contexts"], q["candidates"])
         assert (matched > 0).any() and (matched == 0).any()
-        np.testing.assert_array_equal(matched, portable["matched"])
-        np.testing.assert_array_equal(probs, portable["probs"])
         trees = idx.prune_batch([(q["prefixes"][i], q["lattice"][i], q["lattice_probs"][i])
                                  for i in range(len(q["prefixes"]))], threads=1)
-        np.testing.assert_array_equal(np.concatenate([t.tokens for t in trees]), portable["tokens"])
-        np.testing.assert_array_equal(np.concatenate([t.parents for t in trees]), portable["parents"])
+        for env, name in others.items():
+            other = _run_child(trie, tmp_path / "q.npz", tmp_path / f"{name}.npz", env)
+            assert str(other["simd"]) == name
+            np.testing.assert_array_equal(matched, other["matched"])
+            np.testing.assert_array_equal(probs, other["probs"])
+            np.testing.assert_array_equal(np.concatenate([t.tokens for t in trees]), other["tokens"])
+            np.testing.assert_array_equal(np.concatenate([t.parents for t in trees]), other["parents"])
 
 
 def test_simd_switch_follows_cpu_and_environment() -> None:
-    out = subprocess.run([sys.executable, "-c", "from ngram_service import _engine; print(_engine.simd_search())"],
-                         env={**os.environ, "NGRAM_ENGINE_SIMD": "0"}, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-    if os.environ.get("NGRAM_ENGINE_SIMD") != "0":
-        assert _engine.simd_search() == cpu_has_avx2()
+    def child(value: str) -> str:
+        out = subprocess.run([sys.executable, "-c", "from ngram_service import _engine; print(_engine.simd_search())"],
+                             env={**os.environ, "NGRAM_ENGINE_SIMD": value}, capture_output=True, text=True,
+                             check=True)
+        return out.stdout.strip()
+
+    assert child("0") == "none"
+    assert child("avx2") == ("avx2" if "avx2" in cpu_flags() else "none")
+    assert child("") == expected_search()

@@ -271,7 +271,8 @@ void sample_block(uint64_t lo, uint64_t hi, uint64_t a, uint64_t* b_lo, uint64_t
 // Below 8 tokens the vector search's spare lanes cost more than it saves.
 uint64_t Level::find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const {
   uint64_t hits = 0;
-  if (m >= 8 && hi > lo && simd_search_enabled() && find_many_avx2(*this, lo, hi, v, m, out, &hits)) return hits;
+  if (m >= 8 && hi > lo && simd_search() != SimdSearch::kNone && find_many_simd(*this, lo, hi, v, m, out, &hits))
+    return hits;
   lower_bound_many_portable(lo, hi, v, m, out);
   // tokens[hi] is in bounds (the packed section's trailing word).
   for (uint32_t j = 0; j < m; ++j) hits |= static_cast<uint64_t>((out[j] < hi) & (tokens[out[j]] == v[j])) << j;
@@ -280,7 +281,9 @@ uint64_t Level::find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t 
 
 void Level::find_many_runs(uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m,
                            uint64_t* out, uint64_t* hits) const {
-  if (runs > 1 && m >= 8 && simd_search_enabled() && find_many_runs_avx2(*this, runs, lo, hi, v, m, out, hits)) return;
+  if (runs > 1 && m >= 8 && simd_search() != SimdSearch::kNone &&
+      find_many_runs_simd(*this, runs, lo, hi, v, m, out, hits))
+    return;
   for (uint32_t r = 0; r < runs; ++r) hits[r] = find_many(lo[r], hi[r], v, m, out + r * m);
 }
 

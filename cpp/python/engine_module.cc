@@ -72,8 +72,9 @@ PYBIND11_MODULE(_engine, m) {
     return py::make_tuple(d.order, arr(d.token), arr(d.parent), arr(d.freq), arr(d.depth));
   }, py::arg("path"), "Reads a DART TrieNgram::save file: (order, token, parent, freq, depth) per node.");
 
-  m.def("simd_search", &simd_search_enabled,
-        "Whether lookups use the AVX2 search (the CPU has AVX2 and NGRAM_ENGINE_SIMD is not 0).");
+  m.def("simd_search", [] { return std::string(simd_search_name(simd_search())); },
+        "The vector search lookups use: \"avx512\", \"avx2\" or \"none\" (the portable one); the widest the "
+        "CPU has unless NGRAM_ENGINE_SIMD is \"0\" or \"avx2\".");
 
   m.def("crc32c", [](py::bytes data) {
     std::string_view s = data;
