@@ -188,7 +188,8 @@ def main() -> None:
         (f"identical trees (of {n})", f"{identical}"),
         ("prune() median, 1 thread", f"{result['prune_us_median']:.1f} us"),
         ("prune() p99, 1 thread", f"{result['prune_us_p99']:.1f} us"),
-        *((f"engine only, 1 thread, {name} search", f"{us:.1f} us/tree") for name, us in by_search.items()),
+        *((f"engine only, 1 thread, {'portable' if name == 'none' else name} search", f"{us:.1f} us/tree")
+          for name, us in by_search.items()),
         (f"prune_batch, {args.threads} threads", f"{result['batch_trees_per_s']:,} trees/s"),
         ("DART searcher (reference)", f"{DART_SEARCHER_US:.0f} us"),
         ("load average (1 min)", f"{result['machine']['load_avg_1m']}"),
