@@ -40,15 +40,19 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
 
 namespace {
 
-// For each set bit j of hits (candidate j found at pos[j] of `next`):
-// p[j] = its count / the context's, m[j] = len. Returns how many. Walking
-// the set bits, not testing each: hits are a coin toss for the predictor.
-uint32_t record_hits(const Level& next, uint64_t hits, const uint64_t* pos, float inv, uint32_t len, float* p,
-                     int32_t* m) {
+// For each set bit i of hits (candidate idx[i] found at pos[i] of `next`;
+// idx null: candidate i): p = its count / the context's, m = len. Returns
+// how many. Walking the set bits, not testing each: hits are a coin toss
+// for the predictor.
+// Inlined into each caller, so that the idx test folds away.
+inline __attribute__((always_inline)) uint32_t record_hits(const Level& next, uint64_t hits, const uint64_t* pos,
+                                                           const uint32_t* idx, float inv, uint32_t len, float* p,
+                                                           int32_t* m) {
   uint32_t found = 0;
   for (; hits != 0; hits &= hits - 1, ++found) {
-    const uint32_t j = static_cast<uint32_t>(__builtin_ctzll(hits));
-    p[j] = static_cast<float>(next.count(pos[j])) * inv;
+    const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(hits));
+    const uint32_t j = idx ? idx[i] : i;
+    p[j] = static_cast<float>(next.count(pos[i])) * inv;
     m[j] = static_cast<int32_t>(len);
   }
   return found;
@@ -64,7 +68,8 @@ uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, f
   for (uint32_t j = 0; j < k && fresh; ++j) fresh = m[j] == 0;
   if (fresh) {
     uint64_t pos[Level::kMaxBatch];
-    return record_hits(next, next.find_many(lo, hi, reinterpret_cast<const uint32_t*>(w), k, pos), pos, inv, len, p, m);
+    const uint64_t hits = next.find_many(lo, hi, reinterpret_cast<const uint32_t*>(w), k, pos);
+    return record_hits(next, hits, pos, nullptr, inv, len, p, m);
   }
   // Unmatched candidates, searched in lockstep batches.
   for (uint32_t start = 0; start < k;) {
@@ -76,14 +81,7 @@ uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, f
       idx[n] = start;
       tok[n++] = static_cast<uint32_t>(w[start]);
     }
-    // Hits are a coin toss for the predictor: walk the mask's set bits.
-    uint32_t hit = 0;
-    for (uint64_t hits = next.find_many(lo, hi, tok, n, pos); hits != 0; hits &= hits - 1, ++hit) {
-      const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(hits));
-      p[idx[i]] = static_cast<float>(next.count(pos[i])) * inv;
-      m[idx[i]] = static_cast<int32_t>(len);
-    }
-    found += hit;
+    found += record_hits(next, next.find_many(lo, hi, tok, n, pos), pos, idx, inv, len, p, m);
   }
   return found;
 }
@@ -208,7 +206,7 @@ void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t 
     next.find_many_runs(grouped, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), k, pos, hits);
     for (uint32_t r = 0; r < grouped; ++r) {
       const uint32_t i = group[r];
-      matched[i] = record_hits(next, hits[r], pos + r * k, runs[i].inv, len, p[i], m[i]);
+      matched[i] = record_hits(next, hits[r], pos + r * k, nullptr, runs[i].inv, len, p[i], m[i]);
     }
     grouped = 0;
   };
