@@ -6,6 +6,8 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -22,8 +24,14 @@ class Admission {
   Admission(uint64_t max_inflight, unsigned workers) : max_inflight_(max_inflight), free_workers_(workers) {}
   bool enter();   // false: at the in-flight limit
   void leave();
-  // Waits for a compute slot until the call's deadline or cancellation.
-  grpc::Status acquire_worker(grpc::ServerContext* ctx);
+  // Runs `task` on this thread when a compute slot is free; else queues it,
+  // and the thread that frees the next slot runs it. A callback-API thread
+  // never blocks here (blocked, it could not read the next call).
+  void run(std::function<void()> task);
+  // For the synchronous stream: waits for a compute slot until the call's
+  // deadline or cancellation. Queued tasks get freed slots first.
+  grpc::Status acquire_worker(grpc::ServerContextBase* ctx);
+  // Runs the queued tasks, if any, then frees the slot.
   void release_worker();
   uint64_t in_flight() const { return in_flight_.load(); }
 
@@ -33,19 +41,27 @@ class Admission {
   std::mutex mu_;
   std::condition_variable cv_;
   unsigned free_workers_;
+  std::deque<std::function<void()>> queued_;
 };
 
-class NgramServiceImpl final : public v1::NgramService::Service {
+// The unary methods use the callback API (see unary() in service.cc); the
+// stream keeps the synchronous one.
+using NgramServiceBase = v1::NgramService::WithCallbackMethod_GetInfo<v1::NgramService::WithCallbackMethod_ConditionalProbs<
+    v1::NgramService::WithCallbackMethod_TopK<v1::NgramService::WithCallbackMethod_PruneTree<v1::NgramService::Service>>>>;
+
+class NgramServiceImpl final : public NgramServiceBase {
  public:
   NgramServiceImpl(const ServerConfig& config, IndexRegistry& registry, Metrics& metrics, Admission& admission)
       : config_(config), registry_(registry), metrics_(metrics), admission_(admission) {}
 
-  grpc::Status GetInfo(grpc::ServerContext* ctx, const v1::GetInfoRequest* req, v1::GetInfoResponse* resp) override;
-  grpc::Status ConditionalProbs(grpc::ServerContext* ctx, const v1::ConditionalProbsRequest* req,
-                                v1::ConditionalProbsResponse* resp) override;
-  grpc::Status TopK(grpc::ServerContext* ctx, const v1::TopKRequest* req, v1::TopKResponse* resp) override;
-  grpc::Status PruneTree(grpc::ServerContext* ctx, const v1::PruneTreeRequest* req,
-                         v1::PruneTreeResponse* resp) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest* req,
+                                    v1::GetInfoResponse* resp) override;
+  grpc::ServerUnaryReactor* ConditionalProbs(grpc::CallbackServerContext* ctx, const v1::ConditionalProbsRequest* req,
+                                             v1::ConditionalProbsResponse* resp) override;
+  grpc::ServerUnaryReactor* TopK(grpc::CallbackServerContext* ctx, const v1::TopKRequest* req,
+                                 v1::TopKResponse* resp) override;
+  grpc::ServerUnaryReactor* PruneTree(grpc::CallbackServerContext* ctx, const v1::PruneTreeRequest* req,
+                                      v1::PruneTreeResponse* resp) override;
   grpc::Status PruneTreeStream(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::PruneTreeResponse, v1::PruneTreeRequest>* stream) override;
@@ -56,9 +72,11 @@ class NgramServiceImpl final : public v1::NgramService::Service {
   void begin_drain();
 
  private:
-  // Admission, error mapping, metrics and the optional request log around `body`.
-  template <class Body>
-  grpc::Status serve(const char* method, grpc::ServerContext* ctx, Body&& body);
+  // A unary call: admission, a compute slot (Admission::run), then `body`
+  // (a Status() function), its errors mapped to status codes, metrics and
+  // the optional request log; the reactor finishes with the status.
+  grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx,
+                                  std::function<grpc::Status()> body);
   // The index a request names, checked against its tokenizer fingerprint.
   grpc::Status resolve(const std::string& name, const std::string& fingerprint,
                        std::shared_ptr<const LoadedIndex>* out) const;
