@@ -1,8 +1,9 @@
 // The gRPC services over the engine: NgramService (queries, tree pruning)
 // and NgramAdmin (reload). Every call goes through admission: a bounded
 // number in flight (beyond it RESOURCE_EXHAUSTED at once, never a queue that
-// grows) and a pool of compute slots sized to the cores, waited for no
-// longer than the call's deadline.
+// grows) and a pool of compute slots sized to the cores. A call waits for a
+// slot no longer than its deadline: one whose deadline passed (or that was
+// cancelled) while it waited is answered without running.
 #pragma once
 #include <atomic>
 #include <condition_variable>
