@@ -351,10 +351,13 @@ Status NgramServiceImpl::PruneTreeStream(
       } catch (const std::exception& e) {
         st = Status(StatusCode::INTERNAL, e.what());
       }
-      admission_.release_worker();
       metrics_.observe("PruneTreeStream.message", st.error_code(),
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count());
-      if (st.ok() && !stream->Write(resp)) break;
+      // The reply goes out before the slot is freed: freeing it may run
+      // queued calls on this thread first.
+      const bool written = st.ok() && stream->Write(resp);
+      admission_.release_worker();
+      if (st.ok() && !written) break;
       if (!set_busy(false)) break;  // draining: end the stream after this message
     }
     {
