@@ -55,9 +55,33 @@ PruneParams make_params(const TrieIndex& t, int64_t beam_width, int64_t max_node
   return p;
 }
 
+// Token ids as the engine's int64: an int64 array as it is; a C-contiguous
+// int32 one (the golden data's, and what tokenizers often give) widened
+// here, which costs less than numpy's conversion into a new array.
+struct Ids {
+  py::array array;             // the input (kept alive) or its int64 conversion
+  std::vector<int64_t> wide;   // the widened int32 ids
+  const int64_t* data = nullptr;
+
+  void load(const py::handle& h) {
+    if (py::isinstance<py::array_t<int32_t>>(h)) {
+      auto a = py::reinterpret_borrow<py::array_t<int32_t>>(h);
+      if (a.flags() & py::array::c_style) {
+        array = a;
+        wide.assign(a.data(), a.data() + a.size());
+        data = wide.data();
+        return;
+      }
+    }
+    I64Array a = py::cast<I64Array>(h);
+    array = a;
+    data = a.data();
+  }
+};
+
 // One request's arrays, kept alive while the engine reads them.
 struct Request {
-  I64Array prefix, tokens;
+  Ids prefix, tokens;
   F32Array probs;
   std::vector<uint64_t> offsets;
   PruneInput input;
@@ -67,16 +91,19 @@ struct Request {
 // levels concatenated) with level_offsets [D + 1].
 void make_request(const py::handle& prefix, const py::handle& tokens, const py::handle& probs,
                   const py::handle& level_offsets, Request& r) {
-  r.prefix = py::cast<I64Array>(prefix);
-  r.tokens = py::cast<I64Array>(tokens);
+  r.prefix.load(prefix);
+  r.tokens.load(tokens);
   r.probs = py::cast<F32Array>(probs);
-  if (r.prefix.ndim() != 1) throw InvalidArgument("prefix must be 1-D [P], got shape " + shape_str(r.prefix));
+  if (r.prefix.array.ndim() != 1)
+    throw InvalidArgument("prefix must be 1-D [P], got shape " + shape_str(r.prefix.array));
   if (level_offsets.is_none()) {
-    if (r.tokens.ndim() != 2) throw InvalidArgument("topk_tokens must be 2-D [D, K], got shape " + shape_str(r.tokens));
-    if (r.probs.ndim() != 2 || r.probs.shape(0) != r.tokens.shape(0) || r.probs.shape(1) != r.tokens.shape(1))
-      throw InvalidArgument("topk_probs has shape " + shape_str(r.probs) + ", topk_tokens " + shape_str(r.tokens) +
+    if (r.tokens.array.ndim() != 2)
+      throw InvalidArgument("topk_tokens must be 2-D [D, K], got shape " + shape_str(r.tokens.array));
+    if (r.probs.ndim() != 2 || r.probs.shape(0) != r.tokens.array.shape(0) ||
+        r.probs.shape(1) != r.tokens.array.shape(1))
+      throw InvalidArgument("topk_probs has shape " + shape_str(r.probs) + ", topk_tokens " + shape_str(r.tokens.array) +
                             ": they must match");
-    const uint64_t d = r.tokens.shape(0), k = r.tokens.shape(1);
+    const uint64_t d = r.tokens.array.shape(0), k = r.tokens.array.shape(1);
     if (d > PruneLimits::kMaxDepth)
       throw InvalidArgument("topk_tokens has " + std::to_string(d) + " levels (D): must be 1.." +
                             std::to_string(PruneLimits::kMaxDepth));
@@ -84,24 +111,24 @@ void make_request(const py::handle& prefix, const py::handle& tokens, const py::
     for (uint64_t l = 0; l <= d; ++l) r.offsets[l] = l * k;
   } else {
     U64Array off = py::cast<U64Array>(level_offsets);
-    if (r.tokens.ndim() != 1 || r.probs.ndim() != 1 || off.ndim() != 1 || off.shape(0) < 1)
+    if (r.tokens.array.ndim() != 1 || r.probs.ndim() != 1 || off.ndim() != 1 || off.shape(0) < 1)
       throw InvalidArgument("per-level candidates: topk_tokens and topk_probs must be 1-D and level_offsets 1-D [D + 1]");
-    if (r.probs.shape(0) != r.tokens.shape(0))
+    if (r.probs.shape(0) != r.tokens.array.shape(0))
       throw InvalidArgument("topk_probs has " + std::to_string(r.probs.shape(0)) + " entries, topk_tokens " +
-                            std::to_string(r.tokens.shape(0)) + ": they must match");
+                            std::to_string(r.tokens.array.shape(0)) + ": they must match");
     if (static_cast<uint64_t>(off.shape(0)) - 1 > PruneLimits::kMaxDepth)
       throw InvalidArgument("topk_tokens has " + std::to_string(off.shape(0) - 1) + " levels (D): must be 1.." +
                             std::to_string(PruneLimits::kMaxDepth));
     r.offsets.assign(off.data(), off.data() + off.shape(0));
     for (size_t l = 1; l < r.offsets.size(); ++l)
       if (r.offsets[l] < r.offsets[l - 1]) throw InvalidArgument("level_offsets must be non-decreasing");
-    if (r.offsets.back() != static_cast<uint64_t>(r.tokens.shape(0)))
+    if (r.offsets.back() != static_cast<uint64_t>(r.tokens.array.shape(0)))
       throw InvalidArgument("level_offsets ends at " + std::to_string(r.offsets.back()) + " but there are " +
-                            std::to_string(r.tokens.shape(0)) + " candidates");
+                            std::to_string(r.tokens.array.shape(0)) + " candidates");
   }
-  r.input.prefix = r.prefix.data();
-  r.input.prefix_len = r.prefix.shape(0);
-  r.input.tokens = r.tokens.data();
+  r.input.prefix = r.prefix.data;
+  r.input.prefix_len = r.prefix.array.shape(0);
+  r.input.tokens = r.tokens.data;
   r.input.probs = r.probs.data();
   r.input.level_offsets = r.offsets.data();
   r.input.depth = static_cast<uint32_t>(r.offsets.size() - 1);
