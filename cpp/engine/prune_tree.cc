@@ -74,11 +74,14 @@ void check_weights(const std::vector<float>& w, uint32_t depth, const char* fiel
 // then in generation order) as one unsigned integer, larger first, so that
 // selecting the beam compares integers. Scores are finite and never -0.0
 // (see score_entry), so the float order maps exactly onto the integer one.
-inline Ext beam_key(float score, uint32_t gen, bool eos) {
+// A finite float, never -0.0, as an unsigned integer of the same order.
+inline uint32_t ordered_bits(float x) {
   uint32_t u;
-  std::memcpy(&u, &score, sizeof u);
-  const uint32_t ordered = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
-  return (uint64_t{!eos} << 63) | (uint64_t{ordered} << 31) | (kMaxGen - gen);
+  std::memcpy(&u, &x, sizeof u);
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+}
+inline Ext beam_key(float score, uint32_t gen, bool eos) {
+  return (uint64_t{!eos} << 63) | (uint64_t{ordered_bits(score)} << 31) | (kMaxGen - gen);
 }
 inline uint32_t key_gen(Ext key) { return kMaxGen - static_cast<uint32_t>(key & kMaxGen); }
 inline float key_score(Ext key) {
@@ -102,12 +105,15 @@ uint32_t list_above(const Ext* keys, uint32_t from, uint32_t to, Ext mask, Ext b
 }
 
 // Tree order: by rank descending; on equal ranks the shallower first (a parent
-// before its children), then in generation order.
-inline bool kept_before(const Kept& a, const Kept& b) {
-  if (a.rank != b.rank) return a.rank > b.rank;
-  if (a.depth != b.depth) return a.depth < b.depth;
-  return a.gen < b.gen;
+// before its children), then in generation order. As one integer, larger
+// first (ranks are finite and never -0.0, like scores; depth <= 64 < 2**8,
+// gen < 2**20 < 2**24), so that trimming the pool compares integers.
+static_assert(PruneLimits::kMaxDepth < 0xffu && PruneLimits::kMaxBeamWidth * PruneLimits::kMaxCandidates <= 0xffffffu,
+              "depth and gen fit their fields of kept_key");
+inline uint64_t kept_key(float rank, uint32_t depth, uint32_t gen) {
+  return (uint64_t{ordered_bits(rank)} << 32) | ((0xffu - depth) << 24) | (0xffffffu - gen);
 }
+inline bool kept_before(const Kept& a, const Kept& b) { return a.key > b.key; }
 
 // Output order: by depth, then as kept_before.
 inline bool output_before(const Kept& a, const Kept& b) {
@@ -565,7 +571,7 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
         ws.next_beam[i] = first_node + i;
       }
       if (pool_full && !(rank > threshold)) return;
-      ws.pool.push_back(Kept{rank, score, l + 1, gen, parent, toks[j], beam_id});
+      ws.pool.push_back(Kept{kept_key(rank, l + 1, gen), rank, score, l + 1, gen, parent, toks[j], beam_id});
     };
     for (uint32_t i = 0; i < n_beam; ++i) visit(i);
     if (!pool_full) {

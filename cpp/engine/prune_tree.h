@@ -81,6 +81,7 @@ struct PruneWorkspace {
     int32_t kept;       // its index in the output tree, -1 while unknown
   };
   struct Kept {         // a candidate for the output tree
+    uint64_t key;       // its place in the tree order as one integer (kept_key)
     float rank;         // min(score, parent's rank): equals the score (see PRUNING.md)
     float score;
     uint32_t depth;     // 1..D
