@@ -284,8 +284,6 @@ void fill_nodes(PruneWorkspace& ws, uint32_t n_kept, int32_t root_token, PrunedT
     out.depths[i + 1] = static_cast<int32_t>(k.depth);
     out.scores[i + 1] = k.score;
   }
-
-  encode_tree(out, ws);
 }
 
 // Orders one level's k candidates by token: order[r] = the index of the
@@ -432,6 +430,12 @@ void encode_tree(PrunedTree& out, PruneWorkspace& ws) {
 
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
                 PrunedTree& out) {
+  prune_tree_nodes(t, in, params, ws, out);
+  encode_tree(out, ws);
+}
+
+void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                      PrunedTree& out) {
   validate_prune(t, in, params, ws);
   const uint32_t depth = in.depth;
   const uint64_t total = in.level_offsets[depth];

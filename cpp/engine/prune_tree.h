@@ -143,6 +143,11 @@ void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams&
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
                 PrunedTree& out);
 
+// prune_tree without the encoding: out's tokens, parents, depths and scores
+// only (what the server sends; its clients encode the tree themselves).
+void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                      PrunedTree& out);
+
 // DART's encoding of a tree given its tokens and parents (node 0 the root,
 // parents[0] = -1, every parent before its children): depths, tree_mask and
 // retrieve_indices (see PrunedTree). The single definition, used by

@@ -300,7 +300,7 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
     pin.level_offsets = offsets.data();
     pin.depth = static_cast<uint32_t>(depth);
     try {
-      ngram::prune_tree(t, pin, params, ws, tree);
+      ngram::prune_tree_nodes(t, pin, params, ws, tree);
     } catch (const InvalidArgument& e) {
       return invalid(field + ": " + e.what());
     }
