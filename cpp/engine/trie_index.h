@@ -49,8 +49,8 @@ struct Level {
 
   // lower_bound for m tokens at once (m <= kMaxBatch), out[j] for v[j];
   // returns a bit mask of the j whose token is there (tokens[out[j]] ==
-  // v[j]). With AVX2 gathers where the CPU has them (search_simd.h), else
-  // lower_bound_many_portable.
+  // v[j]). With vector gathers (AVX-512 or AVX2) where the CPU has them
+  // (search_simd.h), else lower_bound_many_portable.
   static constexpr uint32_t kMaxBatch = 64;
   uint64_t find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) const;
 
