@@ -203,18 +203,23 @@ def tree_from_nodes(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray 
     return tree.PrunedTree(*_engine.encode_tree(tokens, parents, scores))
 
 
-def _prune_result(resp: bytes) -> list[Any]:
-    """The trees of a serialized PruneTreeResponse."""
-    return [tree_from_nodes(tokens, parents, scores if len(scores) else None)
-            for tokens, parents, scores in wire.prune_tree_response(resp)]
+def _prune_result(resp: pb.PruneTreeResponse) -> list[Any]:
+    out = []
+    for t in resp.trees:
+        scores = np.array(t.scores, dtype=np.float32) if len(t.scores) else None
+        out.append(tree_from_nodes(np.array(t.tokens, dtype=np.int32), np.array(t.parents, dtype=np.int32), scores))
+    return out
 
 
 def _raw_method(channel: Any, name: str, stream: bool = False) -> Any:
-    """A PruneTree call that takes and returns serialized messages
-    (ngram_service.wire builds and reads them); the path comes from the
-    proto's descriptor."""
+    """A PruneTree call that takes a serialized request (built with
+    ngram_service.wire) and returns the parsed response; the path comes from
+    the proto's descriptor."""
     path = f"/{pb.DESCRIPTOR.services_by_name['NgramService'].full_name}/{name}"
-    return channel.stream_stream(path) if stream else channel.unary_unary(path)
+    parse = pb.PruneTreeResponse.FromString
+    if stream:
+        return channel.stream_stream(path, response_deserializer=parse)
+    return channel.unary_unary(path, response_deserializer=parse)
 
 
 def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
@@ -373,7 +378,7 @@ class NgramClient(_ClientBase):
             return _prune_result(self._stream_call(req))
         return _prune_result(self._prune_call()(req, timeout=self._deadline(timeout)))
 
-    def _stream_call(self, req: bytes) -> bytes:
+    def _stream_call(self, req: bytes) -> pb.PruneTreeResponse:
         """One request/response on this thread's bidirectional stream (opened
         on first use, reopened after an error)."""
         for attempt in range(2):
