@@ -155,18 +155,39 @@ __attribute__((target_clones("avx2", "default"))) NGRAM_NO_FP_CONTRACT void scor
 // run searched), so that the memory reads of different rows overlap instead
 // of each row waiting for its own chain of them. A matched candidate's q is
 // count / count > 0, so q == 0 means unmatched.
+// Searches the level's candidates in the runs found among ws.runs[0, n)
+// (ws.run_found), run i answering into q and m at row ws.suffix_row[i] * k.
+// Returns how many were searched; they move to the front, with their rows
+// in ws.suffix_row and their match counts in ws.matched_count.
+uint32_t search_found_runs(const TrieIndex& t, PruneWorkspace& ws, uint32_t len, uint32_t n, uint32_t k, float* q,
+                           int32_t* m) {
+  uint32_t searched = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!ws.run_found[i]) continue;
+    const size_t at = static_cast<size_t>(ws.suffix_row[i]) * k;
+    ws.runs[searched] = ws.runs[i];
+    ws.suffix_row[searched] = ws.suffix_row[i];
+    ws.run_q[searched] = q + at;
+    ws.run_matched[searched++] = m + at;
+  }
+  lookup_in_runs(t, len, ws.runs.data(), searched, ws.candidates, ws.run_q.data(), ws.run_matched.data(),
+                 ws.matched_count.data());
+  return searched;
+}
+
 void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* order, uint32_t cap, uint32_t k,
-                       float lambda,
-                       float zero_q_term) {
+                       float lambda, float zero_q_term) {
   const uint32_t rows = static_cast<uint32_t>(ws.row_entry.size());
   ws.row_q.assign(static_cast<size_t>(rows) * k, 0.0f);
   ws.row_matched.assign(static_cast<size_t>(rows) * k, 0);
   ws.row_left.assign(rows, k);
-  ws.runs.resize(std::max(rows, 1u));
-  ws.run_found.resize(std::max(rows, 1u));
-  ws.run_q.resize(std::max(rows, 1u));
-  ws.run_matched.resize(std::max(rows, 1u));
-  ws.matched_count.resize(std::max(rows, 1u));
+  // One run per row at most (the backoff tokens are some rows' last tokens).
+  const uint32_t most = std::max(rows, 1u);
+  ws.runs.resize(most);
+  ws.run_found.resize(most);
+  ws.run_q.resize(most);
+  ws.run_matched.resize(most);
+  ws.matched_count.resize(most);
   auto ctx_of = [&](uint32_t r) { return ws.contexts.data() + static_cast<size_t>(ws.row_entry[r]) * cap; };
   auto len_of = [&](uint32_t r) { return ws.ctx_lens[ws.row_entry[r]]; };
   for (uint32_t len = cap; len >= 2; --len) {
@@ -179,17 +200,7 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
     }
     const uint32_t n = static_cast<uint32_t>(ws.suffixes.size());
     find_runs(t, ws.suffixes.data(), n, len, ws.runs.data(), ws.run_found.data());
-    uint32_t searched = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!ws.run_found[i]) continue;
-      const size_t at = static_cast<size_t>(ws.suffix_row[i]) * k;
-      ws.runs[searched] = ws.runs[i];
-      ws.suffix_row[searched] = ws.suffix_row[i];
-      ws.run_q[searched] = ws.row_q.data() + at;
-      ws.run_matched[searched++] = ws.row_matched.data() + at;
-    }
-    lookup_in_runs(t, len, ws.runs.data(), searched, ws.candidates, ws.run_q.data(), ws.run_matched.data(),
-                   ws.matched_count.data());
+    const uint32_t searched = search_found_runs(t, ws, len, n, k, ws.row_q.data(), ws.row_matched.data());
     for (uint32_t i = 0; i < searched; ++i) ws.row_left[ws.suffix_row[i]] -= ws.matched_count[i];
   }
 
@@ -207,25 +218,14 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
   const uint32_t tokens = static_cast<uint32_t>(ws.backoff_token.size());
   ws.backoff_q.assign(static_cast<size_t>(tokens) * k, 0.0f);
   ws.backoff_matched.assign(static_cast<size_t>(tokens) * k, 0);
-  const uint32_t most = std::max({rows, tokens, 1u});
-  ws.runs.resize(most);
-  ws.run_found.resize(most);
-  ws.run_q.resize(most);
-  ws.run_matched.resize(most);
-  ws.matched_count.resize(most);
   ws.suffixes.clear();
-  for (uint32_t i = 0; i < tokens; ++i) ws.suffixes.push_back(&ws.backoff_token[i]);
-  find_runs(t, ws.suffixes.data(), tokens, 1, ws.runs.data(), ws.run_found.data());
-  uint32_t searched = 0;
+  ws.suffix_row.clear();
   for (uint32_t i = 0; i < tokens; ++i) {
-    if (!ws.run_found[i]) continue;
-    const size_t at = static_cast<size_t>(i) * k;
-    ws.runs[searched] = ws.runs[i];
-    ws.run_q[searched] = ws.backoff_q.data() + at;
-    ws.run_matched[searched++] = ws.backoff_matched.data() + at;
+    ws.suffixes.push_back(&ws.backoff_token[i]);
+    ws.suffix_row.push_back(i);  // token i answers into row i of backoff_q
   }
-  lookup_in_runs(t, 1, ws.runs.data(), searched, ws.candidates, ws.run_q.data(), ws.run_matched.data(),
-                 ws.matched_count.data());
+  find_runs(t, ws.suffixes.data(), tokens, 1, ws.runs.data(), ws.run_found.data());
+  search_found_runs(t, ws, 1, tokens, k, ws.backoff_q.data(), ws.backoff_matched.data());
 
   // Backoff fills the unmatched, then logf only for the candidates found
   // (compacted with selects, not a branch each: found or not is a coin toss

@@ -83,6 +83,23 @@ Status over_limit(const char* field, uint64_t value, const char* what, const cha
                  std::to_string(limit) + " (" + flag + ")");
 }
 
+// body(), its exceptions mapped to status codes: the one mapping of every
+// method's errors.
+template <class Body>
+Status status_of(Body&& body) {
+  try {
+    return body();
+  } catch (const InvalidArgument& e) {
+    return invalid(e.what());
+  } catch (const FormatError& e) {
+    return Status(StatusCode::INTERNAL, e.what());
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(StatusCode::INTERNAL, e.what());
+  }
+}
+
 bool past_deadline(grpc::ServerContextBase* ctx) {
   return std::chrono::system_clock::now() >= ctx->deadline();
 }
@@ -125,17 +142,7 @@ grpc::ServerUnaryReactor* NgramServiceImpl::unary(const char* method, grpc::Call
     } else if (past_deadline(ctx)) {
       st = Status(StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call started");
     } else {
-      try {
-        st = body();
-      } catch (const InvalidArgument& e) {
-        st = invalid(e.what());
-      } catch (const FormatError& e) {
-        st = Status(StatusCode::INTERNAL, e.what());
-      } catch (const std::bad_alloc&) {
-        st = Status(StatusCode::RESOURCE_EXHAUSTED, "out of memory");
-      } catch (const std::exception& e) {
-        st = Status(StatusCode::INTERNAL, e.what());
-      }
+      st = status_of(body);
     }
     metrics_.in_flight(-1);
     admission_.leave();
@@ -344,13 +351,7 @@ Status NgramServiceImpl::PruneTreeStream(
       st = admission_.acquire_worker(ctx);
       if (!st.ok()) break;
       v1::PruneTreeResponse resp;
-      try {
-        st = prune_tree(req, &resp);
-      } catch (const InvalidArgument& e) {
-        st = invalid(e.what());
-      } catch (const std::exception& e) {
-        st = Status(StatusCode::INTERNAL, e.what());
-      }
+      st = status_of([&] { return prune_tree(req, &resp); });
       metrics_.observe("PruneTreeStream.message", st.error_code(),
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count());
       // The reply goes out before the slot is freed: freeing it may run
