@@ -1,51 +1,89 @@
-"""The build's map and reduce tasks.
+"""The build's sample, map and reduce tasks.
 
-Both are plain functions of a picklable task description, writing their
-outputs under the build's work directory and returning a small result, so
-any executor (a local process pool, a Ray cluster) can run them unchanged.
-A task that finds its done-marker returns the recorded result: a killed
-build resumes from the tasks already finished.
+Each is a plain function of a picklable task description that reads its
+inputs from, and writes its outputs to, the build's work ``Store`` (a local
+folder or an object-storage prefix) and returns a small result, so any
+executor (a local process pool, a Ray cluster) runs them unchanged. A task
+computes in a local scratch folder and moves only finished files into the
+store; it records its result last (``map/NNNNN.json``, ``reduce/NNNNN.json``),
+so a retried or resumed task either finds that record or starts afresh, and
+a build that is re-run resumes from the tasks already finished.
 
-map:    one shard -> per order k, runs of (w0..w{k-1}, c) as zstd Parquet,
-        each sorted, counted with DuckDB in bounded memory.
+sample: the first tokens of one shard -> unigram counts and distinct k-grams
+        per order (to cut the first-token ranges and size them before the map).
+map:    one shard -> per order k and per reduce range r, runs of
+        (w0..w{k-1}, c), counted with DuckDB in bounded memory, written to
+        ``shuffle/rRRRRR/<attempt>/oK-<run>-<i>.parquet`` (zstd). The shuffle
+        happens here: a reduce task reads only its range's files.
 reduce: one range [lo, hi) of first tokens -> per order k, the merged counts
         of every k-gram starting in the range with count >= min_count, sorted,
-        with each entry's number of children in order k+1.
+        with each entry's number of children in order k+1; then it deletes
+        the runs it merged.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from indexer.kgrams import column_list, kgram_table, tokens_left
+from indexer.storage import Store, local_scratch
+
+#: Sets faults for tests: ``PHASE:INDEX:MODE[,...]``, e.g. ``map:1:kill``.
+#: kill: the task's process exits on its first attempt (as if the node died);
+#: raise: its first attempt raises an OSError (a transient failure);
+#: fail: every attempt raises (a task that cannot succeed).
+FAULT_ENV = "NGRAM_BUILD_FAULT"
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+class InjectedFault(OSError):
+    """A transient failure injected by NGRAM_BUILD_FAULT (retried by Ray)."""
 
 
-def _finished_or_fresh(out: Path, result_type: type) -> Any:
-    """A task's recorded result if it finished before (resume); otherwise an
-    empty output folder (a killed attempt's leftovers are removed)."""
-    done = out / "done.json"
-    if done.exists():
-        r = result_type(**json.loads(done.read_text()))
-        r.resumed = True
-        return r
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    return None
+class PermanentFault(RuntimeError):
+    """A failure injected by NGRAM_BUILD_FAULT on every attempt."""
+
+
+class MissingRunsError(RuntimeError):
+    """The work directory lost runs a reduce task needs."""
+
+
+def inject_fault(store: Store, fault: tuple[str, str] | None) -> None:
+    """Fails as ``fault = (mode, marker key)`` says; the marker in the store
+    makes kill and raise happen once, whichever node runs the retry."""
+    if fault is None:
+        return
+    mode, marker = fault
+    if mode == "fail":
+        raise PermanentFault(f"injected permanent fault ({FAULT_ENV})")
+    if store.exists(marker):
+        return
+    store.write_bytes(marker, b"")
+    if mode == "kill":
+        os._exit(17)
+    raise InjectedFault(f"injected transient fault ({FAULT_ENV})")
+
+
+def faults_from_env(value: str | None) -> dict[tuple[str, int], str]:
+    """``map:1:kill,reduce:0:raise`` -> {("map", 1): "kill", ("reduce", 0): "raise"}."""
+    faults = {}
+    for item in filter(None, (value or "").split(",")):
+        phase, index, mode = (item.split(":") + ["kill"])[:3]
+        if phase not in ("sample", "map", "reduce") or mode not in ("kill", "raise", "fail") or not index.isdigit():
+            raise ValueError(f"{FAULT_ENV}: {item!r} is not PHASE:INDEX:MODE (PHASE sample|map|reduce, "
+                             "MODE kill|raise|fail)")
+        faults[(phase, int(index))] = mode
+    return faults
 
 
 def _connect(memory_limit_bytes: int, tmp_dir: Path) -> duckdb.DuckDBPyConnection:
@@ -57,79 +95,284 @@ def _connect(memory_limit_bytes: int, tmp_dir: Path) -> duckdb.DuckDBPyConnectio
     return con
 
 
+class DiskMeter:
+    """Samples the bytes under a folder in a background thread; ``peak`` is
+    the largest seen (DuckDB's spill files come and go within a statement)."""
+
+    def __init__(self, path: Path, interval: float = 0.2) -> None:
+        self.path, self.interval, self.peak = path, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _size(self) -> int:
+        total = 0
+        for root, _dirs, files in os.walk(self.path):
+            for name in files:
+                try:
+                    total += os.stat(os.path.join(root, name)).st_size
+                except OSError:
+                    pass  # removed while we looked
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self._size())
+
+    def __enter__(self) -> "DiskMeter":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.peak = max(self.peak, self._size())
+        self._stop.set()
+        self._thread.join()
+
+
+# --------------------------------------------------------------------------
+# Reading documents as token arrays
+
+
+@dataclass
+class ReadSpec:
+    """How a task turns a shard into token ids (text or pre-tokenized)."""
+
+    tokenizer: Any | None  # indexer.tokenizer.Tokenizer (picklable); None: pre-tokenized inputs only
+    vocab_size: int
+    eos_id: int
+    text_field: str = "text"
+    token_field: str = "input_ids"
+    token_dtype: str | None = None
+    skip_bad: bool = False
+
+
+class _TextDocuments:
+    """A text shard tokenized in batches."""
+
+    pretokenized = False
+
+    def __init__(self, location: str, spec: ReadSpec) -> None:
+        from indexer.shards import ShardReader
+
+        self._reader = ShardReader(location, spec.text_field, skip_bad=spec.skip_bad)
+        self._tokenizer = spec.tokenizer
+        self.tokenize_seconds = 0.0
+
+    @property
+    def stats(self) -> Any:
+        return self._reader.stats
+
+    def fraction_read(self) -> float:
+        return self._reader.fraction_read()
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for texts in self._reader:
+            t0 = time.perf_counter()
+            arrays = self._tokenizer.encode_to_arrays(texts)
+            self.tokenize_seconds += time.perf_counter() - t0
+            yield arrays
+
+
+def open_documents(location: str, spec: ReadSpec) -> Any:
+    """An iterable of ``(ids int32, lengths int64)`` batches over one shard,
+    with ``stats``, ``fraction_read()`` and ``pretokenized``."""
+    from indexer.shards import ShardError
+    from indexer.token_shards import pretokenized_reader
+
+    reader = pretokenized_reader(location, token_field=spec.token_field, vocab_size=spec.vocab_size,
+                                 eos_id=spec.eos_id, token_dtype=spec.token_dtype, skip_bad=spec.skip_bad)
+    if reader is not None:
+        reader.pretokenized = True
+        reader.tokenize_seconds = 0.0
+        return reader
+    if spec.tokenizer is None:
+        what = f"no column {spec.token_field!r} of token ids" if location.lower().endswith(".parquet") else "text"
+        raise ShardError(location, None, f"holds {what}: give --tokenizer to read text shards")
+    return _TextDocuments(location, spec)
+
+
+# --------------------------------------------------------------------------
+# sample
+
+
+@dataclass
+class SampleTask:
+    location: str
+    spec: ReadSpec
+    order: int
+    max_tokens: int = 1_000_000
+
+
+@dataclass
+class SampleResult:
+    location: str
+    tokens: int
+    fraction: float  # of the shard the sample read
+    unigrams: list[list[int]]  # [token id, count]
+    distinct: list[int]  # distinct k-grams in the sample, per order
+
+
+def run_sample(task: SampleTask) -> SampleResult:
+    docs = open_documents(task.location, task.spec)
+    flats, lengths, n = [], [], 0
+    for flat, lens in docs:
+        flats.append(flat)
+        lengths.append(lens)
+        n += int(flat.size)
+        if n >= task.max_tokens:
+            break
+    if not flats:
+        return SampleResult(task.location, 0, docs.fraction_read(), [], [0] * task.order)
+    flat, lens = np.concatenate(flats), np.concatenate(lengths)
+    left = tokens_left(lens)
+    ids, counts = np.unique(flat, return_counts=True)
+    con = duckdb.connect(":memory:")
+    con.execute("SET threads = 1")
+    distinct = []
+    for k in range(1, task.order + 1):
+        con.register("grams", kgram_table(flat, left, k))
+        distinct.append(con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {column_list(k)} FROM grams)").fetchall()[0][0])
+        con.unregister("grams")
+    con.close()
+    return SampleResult(task.location, n, max(docs.fraction_read(), 1e-9),
+                        [[int(i), int(c)] for i, c in zip(ids, counts)], distinct)
+
+
+# --------------------------------------------------------------------------
+# map
+
+
 @dataclass
 class MapTask:
-    shard: str
-    out_dir: str  # this shard's run folder
+    index: int
+    location: str  # the shard: local path or URI
+    name: str  # as the manifest records it
+    store: Store
+    edges: list[int]  # reduce range r holds first tokens [edges[r], edges[r+1])
     order: int
-    tokenizer: Any  # indexer.tokenizer.Tokenizer (picklable)
-    text_field: str = "text"
-    skip_bad: bool = False
+    spec: ReadSpec
     chunk_tokens: int = 4_000_000
     memory_limit_bytes: int = 512 << 20
+    fault: tuple[str, str] | None = None
 
 
 @dataclass
 class MapResult:
-    shard: str
+    index: int
+    name: str
     bytes: int
     documents: int
     tokens: int  # including one EOS per document
+    attempt: str = ""  # the shuffle folder name of the attempt that finished
+    range_bytes: list[int] = field(default_factory=list)  # run bytes written per reduce range
+    pretokenized: bool = False
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
     runs: int = 0
     tokenize_seconds: float = 0.0
     seconds: float = 0.0
+    scratch_peak_bytes: int = 0
     resumed: bool = False
 
 
-def run_map(task: MapTask) -> MapResult:
-    from indexer.shards import ShardReader
+def map_done_key(index: int) -> str:
+    return f"map/{index:05d}.json"
 
-    out = Path(task.out_dir)
-    if (finished := _finished_or_fresh(out, MapResult)) is not None:
+
+def shuffle_prefix(range_index: int) -> str:
+    return f"shuffle/r{range_index:05d}"
+
+
+def _recorded(store: Store, key: str, result_type: type) -> Any:
+    """A task's recorded result if it finished before (resume), else None."""
+    if not store.exists(key):
+        return None
+    r = result_type(**json.loads(store.read_bytes(key)))
+    r.resumed = True
+    return r
+
+
+def _record(store: Store, key: str, result: Any) -> None:
+    store.write_bytes(key, json.dumps(asdict(result), sort_keys=True).encode())
+
+
+def run_map(task: MapTask) -> MapResult:
+    store = task.store
+    if (finished := _recorded(store, map_done_key(task.index), MapResult)) is not None:
         return finished
+    inject_fault(store, task.fault)
     t_start = time.perf_counter()
-    con = _connect(task.memory_limit_bytes, out)
-    result = MapResult(shard=task.shard, bytes=os.path.getsize(task.shard), documents=0, tokens=0)
+    # A fresh folder name per attempt: a killed attempt's files are never
+    # mistaken for this one's (reduce reads only the recorded attempt).
+    attempt = f"m{task.index:05d}-{uuid.uuid4().hex[:8]}"
+    scratch = local_scratch(store, attempt)
+    parts = len(task.edges) - 1
+    inner_edges = np.asarray(task.edges[1:-1], dtype=np.int64)
+    result = MapResult(index=task.index, name=task.name, bytes=0, documents=0, tokens=0, attempt=attempt,
+                       range_bytes=[0] * parts)
+    docs = open_documents(task.location, task.spec)
+    result.pretokenized = docs.pretokenized
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     pending_tokens = 0
 
-    def flush() -> None:
-        nonlocal pending, pending_tokens
-        if not pending:
-            return
-        flat = np.concatenate([p[0] for p in pending])
-        left = tokens_left(np.concatenate([p[1] for p in pending]))
-        for k in range(1, task.order + 1):
-            con.register("grams", kgram_table(flat, left, k))
-            cols = column_list(k)
-            con.execute(
-                f"COPY (SELECT {cols}, count(*)::UBIGINT AS c FROM grams GROUP BY ALL ORDER BY {cols}) "
-                f"TO '{out / f'order{k}-{result.runs:05d}.parquet'}' (FORMAT parquet, COMPRESSION zstd)"
-            )
-            con.unregister("grams")
-        result.runs += 1
-        pending, pending_tokens = [], 0
+    with DiskMeter(scratch) as meter:
+        con = _connect(task.memory_limit_bytes, scratch / "spill")
 
-    reader = ShardReader(task.shard, task.text_field, skip_bad=task.skip_bad)
-    for texts in reader:
-        t0 = time.perf_counter()
-        flat, lengths = task.tokenizer.encode_to_arrays(texts)
-        result.tokenize_seconds += time.perf_counter() - t0
-        result.documents += len(lengths)
-        result.tokens += int(flat.size)
-        pending.append((flat, lengths))
-        pending_tokens += int(flat.size)
-        if pending_tokens >= task.chunk_tokens:
-            flush()
-    flush()
-    result.skipped = reader.stats.skipped
-    result.errors = list(reader.stats.errors[:10])
-    con.close()
+        def flush() -> None:
+            nonlocal pending, pending_tokens
+            if not pending:
+                return
+            flat = np.concatenate([p[0] for p in pending])
+            left = tokens_left(np.concatenate([p[1] for p in pending]))
+            pending, pending_tokens = [], 0
+            for k in range(1, task.order + 1):
+                grams = kgram_table(flat, left, k)
+                part = np.searchsorted(inner_edges, grams.column("w0").to_numpy(), side="right")
+                con.register("grams", grams.append_column("p", pa.array(part.astype(np.int32))))
+                cols = column_list(k)
+                run_dir = scratch / f"o{k}-{result.runs:05d}"
+                con.execute(
+                    f"COPY (SELECT p, {cols}, count(*)::UBIGINT AS c FROM grams GROUP BY ALL ORDER BY {cols}) "
+                    f"TO '{run_dir}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (p), "
+                    f"FILENAME_PATTERN 'f{{i}}')"
+                )
+                con.unregister("grams")
+                for part_dir in sorted(run_dir.glob("p=*")):
+                    r = int(part_dir.name[2:])
+                    for i, f in enumerate(sorted(part_dir.glob("*.parquet"))):
+                        key = f"{shuffle_prefix(r)}/{attempt}/o{k}-{result.runs:05d}-{i}.parquet"
+                        result.range_bytes[r] += store.put(f, key)
+                shutil.rmtree(run_dir)
+            result.runs += 1
+
+        for flat, lengths in docs:
+            result.documents += len(lengths)
+            result.tokens += int(flat.size)
+            pending.append((flat, lengths))
+            pending_tokens += int(flat.size)
+            if pending_tokens >= task.chunk_tokens:
+                flush()
+        flush()
+        con.close()
+    shutil.rmtree(scratch, ignore_errors=True)
+    result.bytes = _size_of(task.location)
+    result.skipped = docs.stats.skipped
+    result.errors = list(docs.stats.errors[:10])
+    result.tokenize_seconds = docs.tokenize_seconds
+    result.scratch_peak_bytes = meter.peak
     result.seconds = time.perf_counter() - t_start
-    _write_json_atomic(out / "done.json", asdict(result))
+    _record(store, map_done_key(task.index), result)
     return result
+
+
+def _size_of(location: str) -> int:
+    from indexer.storage import filesystem
+
+    fs, path = filesystem(location)
+    return int(fs.get_file_info(path).size or 0)
+
+
+# --------------------------------------------------------------------------
+# reduce
 
 
 @dataclass
@@ -137,11 +380,12 @@ class ReduceTask:
     index: int
     lo: int  # first tokens in [lo, hi)
     hi: int
-    run_dirs: list[str]
-    out_dir: str
+    attempts: list[str]  # the finished map attempts that wrote runs for this range
+    store: Store
     order: int
     min_count: int = 1
     memory_limit_bytes: int = 512 << 20
+    fault: tuple[str, str] | None = None
 
 
 @dataclass
@@ -149,51 +393,79 @@ class ReduceResult:
     index: int
     sizes: list[int]  # entries per level
     count_values: list[list[list[int]]]  # per level: [count value, entries with it] pairs
+    input_bytes: int = 0  # run bytes read (and deleted afterwards)
+    output_bytes: int = 0
+    scratch_peak_bytes: int = 0
     seconds: float = 0.0
     resumed: bool = False
 
 
-def level_file(out_dir: str | Path, k: int) -> Path:
+def reduce_done_key(index: int) -> str:
+    return f"reduce/{index:05d}.json"
+
+
+def level_key(range_index: int, k: int) -> str:
     """Reduce output for level k: columns w (last token, int32), c (count), n (children)."""
-    return Path(out_dir) / f"level{k}.parquet"
+    return f"reduce/r{range_index:05d}/level{k}.parquet"
 
 
 def run_reduce(task: ReduceTask) -> ReduceResult:
-    out = Path(task.out_dir)
-    if (finished := _finished_or_fresh(out, ReduceResult)) is not None:
+    store = task.store
+    if (finished := _recorded(store, reduce_done_key(task.index), ReduceResult)) is not None:
         return finished
+    inject_fault(store, task.fault)
     t_start = time.perf_counter()
-    # In-memory tables spill to temp_directory beyond memory_limit, and are
-    # faster than a database file for these write-once intermediates.
-    con = _connect(task.memory_limit_bytes, out / "spill")
+    wanted = set(task.attempts)
+    runs = [f for f in store.list(shuffle_prefix(task.index)) if f.key.split("/")[2] in wanted]
+    missing = wanted - {f.key.split("/")[2] for f in runs}
+    if missing:
+        raise MissingRunsError(f"range {task.index}: the runs of map attempt(s) {sorted(missing)} are gone from "
+                               f"the work directory {store.root}; re-run with --no-resume")
+    scratch = local_scratch(store, f"r{task.index:05d}")
     n = task.order
-    for k in range(1, n + 1):
-        files = [str(Path(d) / f"order{k}-*.parquet") for d in task.run_dirs]
-        cols = column_list(k)
-        con.execute(
-            f"CREATE TABLE lvl{k} AS SELECT {cols}, sum(c)::UBIGINT AS c "
-            f"FROM read_parquet({files!r}) WHERE w0 >= {task.lo} AND w0 < {task.hi} "
-            f"GROUP BY ALL HAVING sum(c) >= {task.min_count}"
-        )
     sizes, values = [], []
-    for k in range(1, n + 1):
-        cols = column_list(k)
-        if k < n:
-            children = (
-                f"LEFT JOIN (SELECT {cols}, count(*) AS n FROM lvl{k + 1} GROUP BY ALL) b "
-                f"USING ({cols})"
+    with DiskMeter(scratch) as meter:
+        by_order: dict[int, list[str]] = {k: [] for k in range(1, n + 1)}
+        for f in runs:
+            k = int(f.key.rsplit("/", 1)[1].split("-")[0][1:])
+            by_order[k].append(str(store.fetch(f.key, scratch)))
+        # In-memory tables spill to temp_directory beyond memory_limit, and are
+        # faster than a database file for these write-once intermediates.
+        con = _connect(task.memory_limit_bytes, scratch / "spill")
+        for k in range(1, n + 1):
+            cols = column_list(k)
+            if by_order[k]:
+                con.execute(
+                    f"CREATE TABLE lvl{k} AS SELECT {cols}, sum(c)::UBIGINT AS c "
+                    f"FROM read_parquet({by_order[k]!r}) GROUP BY ALL HAVING sum(c) >= {task.min_count}"
+                )
+            else:
+                con.execute(f"CREATE TABLE lvl{k} ({', '.join(f'w{j} INTEGER' for j in range(k))}, c UBIGINT)")
+        output_bytes = 0
+        for k in range(1, n + 1):
+            cols = column_list(k)
+            if k < n:
+                children = (
+                    f"LEFT JOIN (SELECT {cols}, count(*) AS n FROM lvl{k + 1} GROUP BY ALL) b "
+                    f"USING ({cols})"
+                )
+                n_expr = "coalesce(b.n, 0)::UBIGINT"
+            else:
+                children, n_expr = "", "0::UBIGINT"
+            local = scratch / f"level{k}.parquet"
+            con.execute(
+                f"COPY (SELECT a.w{k - 1}::INTEGER AS w, a.c AS c, {n_expr} AS n FROM lvl{k} a {children} "
+                f"ORDER BY {column_list(k, 'a.')}) TO '{local}' (FORMAT parquet, COMPRESSION zstd)"
             )
-            n_expr = "coalesce(b.n, 0)::UBIGINT"
-        else:
-            children, n_expr = "", "0::UBIGINT"
-        con.execute(
-            f"COPY (SELECT a.w{k - 1}::INTEGER AS w, a.c AS c, {n_expr} AS n FROM lvl{k} a {children} "
-            f"ORDER BY {column_list(k, 'a.')}) TO '{level_file(out, k)}' (FORMAT parquet, COMPRESSION zstd)"
-        )
-        sizes.append(con.execute(f"SELECT count(*) FROM lvl{k}").fetchone()[0])
-        values.append(sorted([v, f] for v, f in con.execute(f"SELECT c, count(*) FROM lvl{k} GROUP BY c").fetchall()))
-    con.close()
-    shutil.rmtree(out / "spill", ignore_errors=True)
-    result = ReduceResult(task.index, sizes, values, seconds=time.perf_counter() - t_start)
-    _write_json_atomic(out / "done.json", asdict(result))
+            output_bytes += store.put(local, level_key(task.index, k))
+            sizes.append(con.execute(f"SELECT count(*) FROM lvl{k}").fetchall()[0][0])
+            values.append(sorted([v, f] for v, f in con.execute(f"SELECT c, count(*) FROM lvl{k} GROUP BY c").fetchall()))
+        con.close()
+    shutil.rmtree(scratch, ignore_errors=True)
+    result = ReduceResult(task.index, sizes, values, input_bytes=sum(f.size for f in runs),
+                          output_bytes=output_bytes, scratch_peak_bytes=meter.peak,
+                          seconds=time.perf_counter() - t_start)
+    _record(store, reduce_done_key(task.index), result)
+    # The runs are merged: free their space now (a retry finds the record above).
+    store.delete(shuffle_prefix(task.index))
     return result

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,12 +14,24 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 2
           "T": 1 << 40, "TB": 1 << 40, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
 
 
+#: Below this, DuckDB's per-connection floor and the map's token chunks
+#: leave nothing to share among workers.
+MIN_MEMORY_LIMIT = 256 << 20
+
+
 def parse_size(text: str) -> int:
     """'2GB', '512MiB', '1.5G', '1000000' -> bytes (binary units)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).upper() not in _UNITS:
         raise click.BadParameter(f"{text!r} is not a size such as 2GB, 512MB or 1073741824")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _memory_limit(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
+    size = parse_size(value)
+    if size < MIN_MEMORY_LIMIT:
+        raise click.BadParameter(f"{value!r} is below the minimum of {MIN_MEMORY_LIMIT >> 20}MB")
+    return size
 
 
 def _eos(value: str | None) -> int | str | None:
@@ -31,21 +42,35 @@ def _eos(value: str | None) -> int | str | None:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("inputs", nargs=-1, metavar="[INPUT]...")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
-              help="Trie file to write (written atomically).")
+@click.option("--out", "-o", required=True,
+              help="Trie file to write (written atomically), a path or s3:// / gs:// URI.")
 @click.option("--tokenizer", "-t", default=None,
               help="Hugging Face hub id, folder with tokenizer.json, a tokenizer.json file, or a "
-                   "tiktoken rank file. Default with no INPUT: the bundled sample tokenizer.")
+                   "tiktoken rank file. Default with no INPUT: the bundled sample tokenizer. Optional "
+                   "when every INPUT is pre-tokenized (then give --vocab-size and --eos).")
 @click.option("--order", "-n", default=3, show_default=True, type=click.IntRange(1, 16),
               help="N: count k-grams for k = 1..N.")
 @click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
               help="Drop every n-gram seen fewer than C times (and so all its extensions).")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default="all cores", type=click.IntRange(1),
               help="Parallel map/reduce tasks (processes).")
-@click.option("--memory-limit", default="2GB", show_default=True,
-              help="Memory for all workers together (DuckDB spills to --tmp-dir beyond it).")
-@click.option("--tmp-dir", type=click.Path(file_okay=False),
-              help="Work directory for count runs [default: OUT.build next to OUT].")
+@click.option("--memory-limit", default="2GB", show_default=True, callback=_memory_limit,
+              help="Memory for all concurrent tasks together (with Ray: the cluster's CPUs), at least "
+                   "256MB; DuckDB spills beyond it, and it sets the number of reduce ranges.")
+@click.option("--tmp-dir",
+              help="Work directory for count runs, a path or s3:// / gs:// URI [default: OUT.build next "
+                   "to OUT; removed after success].")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool of --workers; ray: Ray tasks on a Ray cluster (pip install "
+                   "'ngram-trie-host[ray]').")
+@click.option("--ray-address", default=None,
+              help="With --executor ray: the cluster to join [default: RAY_ADDRESS, else a local one].")
+@click.option("--token-field", default="input_ids", show_default=True,
+              help="Parquet column of token id lists (pre-tokenized); Parquet files without it are read "
+                   "as text.")
+@click.option("--token-dtype", type=click.Choice(["uint16", "uint32"]), default=None,
+              help="Id type of headerless .npy token arrays [default: uint16 when the vocabulary fits, "
+                   "else uint32, as Dolma writes them].")
 @click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column with the text.")
 @click.option("--eos", default=None, help="EOS token id or string appended to every document "
                                           "[default: the tokenizer's].")
@@ -62,18 +87,22 @@ def _eos(value: str | None) -> int | str | None:
 @click.option("--from-dart-trie", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Convert a trie saved by DART's TrieNgram::save instead of building from shards.")
 @click.option("--vocab-size", type=click.IntRange(1), default=None,
-              help="With --from-dart-trie: vocabulary size [default: the tokenizer's, else max id + 1].")
+              help="Vocabulary size: needed for pre-tokenized INPUT without --tokenizer; with "
+                   "--from-dart-trie [default: the tokenizer's, else max id + 1].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, workers: int,
-         memory_limit: str, tmp_dir: str | None, text_field: str, eos: str | None, skip_bad: bool,
+         memory_limit: int, tmp_dir: str | None, executor: str, ray_address: str | None, token_field: str,
+         token_dtype: str | None, text_field: str, eos: str | None, skip_bad: bool,
          compress: bool, resume: bool, keep_tmp: bool, tokenizer_backend: str, name: str | None,
          from_dart_trie: str | None, vocab_size: int | None, quiet: bool) -> None:
     """Build an n-gram trie from corpus shards.
 
-    INPUT: shard files, folders or glob patterns: .jsonl, .json.gz, .jsonl.gz,
-    .jsonl.zst, .json.zst (Dolma documents, one JSON object a line) and
-    .parquet. With no INPUT (and no --tokenizer), the bundled sample corpus and
-    tokenizer are used:
+    INPUT: shard files, folders or glob patterns, local or s3:// / gs://:
+    .jsonl, .json, .json.gz, .jsonl.gz, .jsonl.zst, .json.zst (Dolma
+    documents, one JSON object a line) and .parquet (a text column, or a
+    --token-field column of token id lists); pre-tokenized .npy token arrays
+    (Dolma / OLMo, EOS-separated). With no INPUT (and no --tokenizer), the
+    bundled sample corpus and tokenizer are used:
 
         ngram-build --out sample.ngt
 
@@ -81,11 +110,12 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
     counted within documents. Progress goes to stderr.
     """
     from indexer.pipeline import BuildConfig, BuildError, build
+    from indexer.progress import ProgressPrinter
     from indexer.shards import ShardError
 
-    progress = (lambda _m: None) if quiet else (lambda m: click.echo(m, err=True))
+    progress = (lambda _m: None) if quiet else ProgressPrinter(sys.stderr)
+    mem = memory_limit
     try:
-        mem = parse_size(memory_limit)
         if from_dart_trie:
             from indexer.dart_convert import convert_dart_trie
 
@@ -100,19 +130,25 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
             inputs = (str(SAMPLE_DIR / "corpus"),)
             tokenizer = str(SAMPLE_DIR / "tokenizer.json")
             progress(f"no INPUT: building the bundled sample corpus {inputs[0]}")
-        elif tokenizer is None:
-            raise click.UsageError("--tokenizer is required with INPUT")
+        elif tokenizer is None and (vocab_size is None or eos is None):
+            raise click.UsageError("--tokenizer is required with INPUT (or, for pre-tokenized INPUT, "
+                                   "--vocab-size and --eos)")
         cfg = BuildConfig(inputs=list(inputs), out=out, tokenizer=tokenizer, order=order, min_count=min_count,
                           workers=workers, memory_limit_bytes=mem, tmp_dir=tmp_dir, text_field=text_field,
                           eos=_eos(eos), skip_bad=skip_bad, compress=compress, keep_tmp=keep_tmp,
-                          tokenizer_backend=tokenizer_backend, name=name)
+                          tokenizer_backend=tokenizer_backend, name=name, token_field=token_field,
+                          token_dtype=token_dtype, vocab_size=vocab_size, executor=executor,
+                          ray_address=ray_address)
         if not resume:
             from indexer.pipeline import work_dir
+            from indexer.storage import Store
 
-            shutil.rmtree(work_dir(cfg), ignore_errors=True)
+            Store(work_dir(cfg)).delete("")
         build(cfg, progress=progress)
-    except (BuildError, ShardError, ValueError, OSError) as e:
-        click.echo(f"ngram-build: error: {e}", err=True)
+    except (BuildError, ShardError, ValueError, OSError, RuntimeError) as e:
+        # RuntimeError: a worker process died (BrokenProcessPool), a task failed on every retry.
+        click.echo(f"ngram-build: error: {type(e).__name__ + ': ' if isinstance(e, RuntimeError) else ''}{e}",
+                   err=True)
         sys.exit(1)
 
 

@@ -4,12 +4,13 @@ An executor only needs ``map_unordered(fn, tasks)``, yielding results as
 tasks finish, and ``close()``. LocalExecutor keeps one process pool (spawned,
 so workers share nothing implicit with the driver) for all the build's
 phases, so each worker imports its modules and builds its tokenizer once;
-``workers=1`` runs tasks in process. A cluster executor (Ray) implements the
-same methods.
+``workers=1`` runs tasks in process. RayExecutor runs the same functions as
+Ray tasks on a cluster.
 """
 from __future__ import annotations
 
 import multiprocessing
+import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
@@ -61,3 +62,69 @@ class LocalExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RayExecutor:
+    """Runs tasks as Ray tasks on a Ray cluster, one CPU each.
+
+    Joins the cluster at ``address`` (or the one ``RAY_ADDRESS`` names, or
+    one this process already joined); with neither, starts a local one.
+    ``workers`` is the cluster's CPU count, so the build sizes its
+    per-task memory and its number of reduce ranges for that many
+    concurrent tasks. Ray retries a task whose worker died (``max_retries``)
+    or that raised an ``OSError`` (a transient read or write failure); every
+    task writes its outputs under a fresh attempt and records them only when
+    finished, so a retry gives the same bytes.
+    """
+
+    def __init__(self, address: str | None = None, max_retries: int = 3) -> None:
+        try:
+            import ray
+        except ImportError as e:  # the optional extra
+            raise RuntimeError("--executor ray needs Ray: pip install 'ngram-trie-host[ray]'") from e
+        self._ray = ray
+        self._owns_connection = False
+        if not ray.is_initialized():
+            ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, log_to_driver=False,
+                     include_dashboard=False, configure_logging=False)
+            self._owns_connection = True
+        self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
+        self.max_retries = max_retries
+
+    def map_unordered(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        ray = self._ray
+        remote = ray.remote(fn).options(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[OSError])
+        pending = [remote.remote(t) for t in tasks]
+        try:
+            while pending:
+                finished, pending = ray.wait(pending, num_returns=1)
+                try:
+                    yield ray.get(finished[0])
+                except ray.exceptions.RayTaskError as e:
+                    # The task's own exception (a ShardError naming file and
+                    # line), not Ray's wrapper with a remote traceback.
+                    raise e.cause if e.cause is not None else e
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+
+    def close(self) -> None:
+        if self._owns_connection:
+            self._ray.shutdown()
+            self._owns_connection = False
+
+    def __enter__(self) -> "RayExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def make_executor(kind: str, workers: int, ray_address: str | None = None) -> LocalExecutor | RayExecutor:
+    """The executor ``--executor`` names: ``local`` (a process pool) or ``ray``."""
+    if kind == "local":
+        return LocalExecutor(workers)
+    if kind == "ray":
+        return RayExecutor(ray_address)
+    raise ValueError(f"--executor must be local or ray, got {kind!r}")

@@ -1,42 +1,62 @@
 """The build: corpus shards -> k-gram counts -> one trie file.
 
-    expand inputs -> map tasks (shard -> sorted count runs)
-                  -> partition plan (ranges of first tokens, balanced by unigram mass)
-                  -> reduce tasks (range -> its slice of every order)
-                  -> assembly (slices streamed, in order, into TrieWriter)
+    find shards -> sample tasks (the start of a few shards: unigram mass,
+                   distinct k-grams per token) -> range plan (first-token
+                   ranges of equal mass, as many as memory needs)
+                -> map tasks (shard -> count runs already split by range)
+                -> reduce tasks (range -> its slice of every order, from only
+                   its range's runs)
+                -> assembly (slices streamed, in order, into TrieWriter)
 
-Work lives under a work directory keyed by everything that determines the
-runs, so re-running the same command resumes from finished tasks.
+Work lives in a work store (a local folder or an object-storage prefix)
+keyed by everything that determines the result, so re-running the same
+command resumes from finished tasks. docs/BUILD.md has the cost model.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 
 from indexer import __version__
 from indexer.build_tasks import (
+    FAULT_ENV,
     MapResult,
     MapTask,
+    ReadSpec,
     ReduceResult,
     ReduceTask,
-    level_file,
+    SampleResult,
+    SampleTask,
+    faults_from_env,
+    level_key,
     run_map,
     run_reduce,
+    run_sample,
 )
-from indexer.executor import Executor, LocalExecutor
-from indexer.shards import expand_inputs
+from indexer.executor import Executor, LocalExecutor, make_executor
+from indexer.progress import PhaseProgress, Progress, format_bytes
+from indexer.shards import Shard, find_shards
+from indexer.storage import Store, is_uri, join, upload_atomic
 from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, write_trie
+
+#: At most this many reduce ranges (each map writes up to one file per range
+#: and order; docs/BUILD.md). Beyond it, reduce tasks spill to disk instead.
+MAX_RANGES = 8192
+#: Sample this many tokens from the start of each of up to SAMPLE_SHARDS shards.
+SAMPLE_TOKENS = 1_000_000
+SAMPLE_SHARDS = 4
+#: A task gets at least this much memory (DuckDB's floor is 64 MB a connection).
+MIN_TASK_MEMORY = 128 << 20
 
 
 class BuildError(Exception):
@@ -47,7 +67,7 @@ class BuildError(Exception):
 class BuildConfig:
     inputs: list[str]
     out: str
-    tokenizer: str
+    tokenizer: str | None
     order: int = 3
     min_count: int = 1
     workers: int = 1
@@ -60,6 +80,11 @@ class BuildConfig:
     keep_tmp: bool = False
     tokenizer_backend: str = "auto"
     name: str | None = None
+    token_field: str = "input_ids"
+    token_dtype: str | None = None
+    vocab_size: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None
 
 
 @dataclass
@@ -74,9 +99,14 @@ class BuildReport:
     tokenize_seconds: float
     shards_resumed: int
     phase_seconds: dict[str, float]
-
-
-Progress = Callable[[str], None]
+    ranges: int = 0
+    map_tokens_per_second: float = 0.0  # tokens / map phase wall time
+    peak_work_bytes: int = 0  # runs and reduce outputs in the work store at once
+    peak_task_scratch_bytes: int = 0  # the largest local scratch (DuckDB spill, runs before upload) of one task
+    peak_tmp_bytes: int = 0  # peak_work_bytes + one task's scratch per concurrent task
+    reduce_input_bytes: list[int] | None = None  # run bytes each reduce task read
+    map_scratch_peak_bytes: list[int] | None = None
+    reduce_scratch_peak_bytes: list[int] | None = None
 
 
 def _stderr(msg: str) -> None:
@@ -87,10 +117,10 @@ def _key(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def work_dir(cfg: BuildConfig) -> Path:
-    """Where a build keeps its runs: --tmp-dir, else OUT.build beside OUT."""
-    out = Path(cfg.out)
-    return Path(cfg.tmp_dir) if cfg.tmp_dir else out.with_name(out.name + ".build")
+def work_dir(cfg: BuildConfig) -> str:
+    """Where a build keeps its work: --tmp-dir, else OUT.build beside OUT
+    (a local path or a URI)."""
+    return cfg.tmp_dir if cfg.tmp_dir else cfg.out.rstrip("/") + ".build"
 
 
 def _load_tokenizer_task(cfg: BuildConfig | None) -> Any:
@@ -121,127 +151,243 @@ def _release_freed_memory() -> None:
 
 
 def build(cfg: BuildConfig, executor: Executor | None = None, progress: Progress = _stderr) -> BuildReport:
-    """Runs the whole build; with no executor, a LocalExecutor of cfg.workers processes."""
+    """Runs the whole build; with no executor, the one cfg.executor names
+    (a LocalExecutor of cfg.workers processes, or Ray)."""
     if executor is not None:
         return _build(cfg, executor, progress)
-    with LocalExecutor(cfg.workers) as local:
-        return _build(cfg, local, progress)
+    _check_config(cfg)
+    with make_executor(cfg.executor, cfg.workers, cfg.ray_address) as ex:
+        return _build(cfg, ex, progress)
 
 
-def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildReport:
-    t_start = time.perf_counter()
+def _check_config(cfg: BuildConfig) -> None:
     if cfg.order < 1 or cfg.order > 16:
         raise BuildError(f"--order must be in 1..16, got {cfg.order}")
     if cfg.min_count < 1:
         raise BuildError(f"--min-count must be >= 1, got {cfg.min_count}")
-    shards = expand_inputs(cfg.inputs)
+    if cfg.tokenizer is None and (cfg.vocab_size is None or not isinstance(cfg.eos, int)):
+        raise BuildError("without --tokenizer (pre-tokenized input), give --vocab-size and --eos as a token id")
+
+
+@dataclass
+class _Vocabulary:
+    """What the build needs of the tokenizer, or of --vocab-size/--eos."""
+
+    tokenizer: Any | None
+    name: str
+    fingerprint: str
+    vocab_size: int
+    eos_id: int
+    describe: str
+
+
+def _vocabulary(cfg: BuildConfig, executor: Executor) -> _Vocabulary:
+    if cfg.tokenizer is None:
+        if not 0 <= int(cfg.eos) < int(cfg.vocab_size):  # type: ignore[arg-type]
+            raise BuildError(f"--eos {cfg.eos} is outside [0, --vocab-size {cfg.vocab_size})")
+        return _Vocabulary(None, "", "", int(cfg.vocab_size), int(cfg.eos),  # type: ignore[arg-type]
+                           f"no tokenizer (pre-tokenized; vocab {cfg.vocab_size}, eos {cfg.eos})")
     # Loaded (and checked for the fastest exact backend) in one worker while
     # the others start: the driver keeps only the picklable facts, not the
     # vocabulary, and one load at a time keeps the peak memory down (the
     # check builds both backends); other workers build just the chosen
     # backend with their first shard.
-    loaded = executor.map_unordered(_load_tokenizer_task, [cfg] + [None] * (executor.workers - 1))
+    warmups = executor.workers - 1 if isinstance(executor, LocalExecutor) else 0
+    loaded = executor.map_unordered(_load_tokenizer_task, [cfg] + [None] * warmups)
     tok = next(t for t in loaded if t is not None)
-    progress(
-        f"ngram-build: {len(shards)} shard(s), order {cfg.order}, tokenizer {tok.name} "
-        f"({tok.backend}, vocab {tok.vocab_size}, eos {tok.eos_id}), {executor.workers} worker(s)"
-    )
+    if cfg.vocab_size is not None and cfg.vocab_size != tok.vocab_size:
+        raise BuildError(f"--vocab-size {cfg.vocab_size} differs from the tokenizer's {tok.vocab_size}")
+    return _Vocabulary(tok, tok.name, tok.fingerprint, tok.vocab_size, tok.eos_id,
+                       f"tokenizer {tok.name} ({tok.backend}, vocab {tok.vocab_size}, eos {tok.eos_id})")
 
-    out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stat = [(str(s), s.stat().st_size, s.stat().st_mtime_ns) for s in shards]
-    run_key = _key([tok.fingerprint, tok.eos_id, cfg.order, cfg.text_field, cfg.skip_bad, stat])
-    work = work_dir(cfg) / f"runs-{run_key}"
-    work.mkdir(parents=True, exist_ok=True)
 
+@dataclass
+class RangePlan:
+    """The reduce ranges: range r holds first tokens [edges[r], edges[r+1])."""
+
+    edges: list[int]
+    estimated_tokens: int
+    estimated_run_rows: int
+    estimated_reduce_bytes: int  # DuckDB memory all ranges together would want
+
+    @property
+    def ranges(self) -> int:
+        return len(self.edges) - 1
+
+
+def plan_ranges(samples: list[SampleResult], sampled_bytes: int, total_bytes: int, *, vocab_size: int,
+                order: int, workers: int, reduce_memory_bytes: int) -> RangePlan:
+    """Cuts the first-token space into ranges before the map.
+
+    The corpus' tokens are estimated from the samples (tokens per input byte,
+    scaled to all shards); a reduce task's input rows from the distinct
+    k-grams per token of a sample (a map run holds each distinct k-gram of its
+    chunk once; the ratio only falls as chunks grow, so this overestimates);
+    each row held by DuckDB costs about 8k + 32 bytes. Enough ranges that
+    each reduce's share fits its memory, at least 4 per worker for balance;
+    cut where the sampled unigram mass (a proxy for the n-grams starting
+    there) is equal. The trie does not depend on the cuts.
+    """
+    sample_tokens = sum(s.tokens for s in samples)
+    shard_tokens = sum(s.tokens / s.fraction for s in samples)
+    tokens = int(shard_tokens * total_bytes / max(sampled_bytes, 1))
+    rows_per_token = [sum(s.distinct[k] for s in samples) / max(sample_tokens, 1) for k in range(order)]
+    rows = int(tokens * sum(rows_per_token))
+    need = int(tokens * sum(r * (8 * (k + 1) + 32) for k, r in enumerate(rows_per_token)))
+    mass: dict[int, int] = {}
+    for s in samples:
+        for t, c in s.unigrams:
+            mass[t] = mass.get(t, 0) + c
+    first = np.array(sorted(mass), dtype=np.int64)
+    parts = max(4 * workers, -(-need // max(reduce_memory_bytes, 1)))
+    parts = int(min(parts, MAX_RANGES, max(len(first), 1)))
+    if parts <= 1 or not len(first):
+        return RangePlan([0, vocab_size], tokens, rows, need)
+    cum = np.cumsum(np.array([mass[t] for t in first], dtype=np.float64))
+    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
+    bounds = sorted({int(first[min(c, len(first) - 1)]) for c in cuts} - {0})
+    return RangePlan([0] + bounds + [vocab_size], tokens, rows, need)
+
+
+def _plan(store: Store, shards: list[Shard], spec: ReadSpec, cfg: BuildConfig, executor: Executor,
+          reduce_memory: int, faults: dict[tuple[str, int], str], progress: Progress) -> RangePlan:
+    """The range plan, sampled once and kept in the store (a resumed build
+    must split its remaining maps exactly like its finished ones)."""
+    if store.exists("plan.json"):
+        return RangePlan(**json.loads(store.read_bytes("plan.json")))
+    step = max(len(shards) / SAMPLE_SHARDS, 1.0)
+    picked = sorted({int(i * step) for i in range(min(SAMPLE_SHARDS, len(shards)))})
+    tasks = [SampleTask(shards[i].location, spec, cfg.order, SAMPLE_TOKENS) for i in picked]
+    for i in picked:
+        if ("sample", i) in faults:
+            raise BuildError(f"{FAULT_ENV}: sample tasks take no faults")
+    samples = sorted(executor.map_unordered(run_sample, tasks), key=lambda s: s.location)
+    plan = plan_ranges(samples, sum(shards[i].size for i in picked), sum(s.size for s in shards),
+                       vocab_size=spec.vocab_size, order=cfg.order, workers=executor.workers,
+                       reduce_memory_bytes=reduce_memory)
+    progress(f"[plan] sampled {sum(s.tokens for s in samples):,} tokens of {len(samples)} shard(s): about "
+             f"{plan.estimated_tokens:,} tokens in all, {plan.ranges} reduce range(s) "
+             f"(reduce memory wanted {format_bytes(plan.estimated_reduce_bytes)}, "
+             f"{format_bytes(reduce_memory)} a task)")
+    store.write_bytes("plan.json", json.dumps(plan.__dict__).encode())
+    return plan
+
+
+def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildReport:
+    t_start = time.perf_counter()
+    _check_config(cfg)
+    shards = find_shards(cfg.inputs)
+    vocab = _vocabulary(cfg, executor)
+    progress(f"ngram-build: {len(shards)} shard(s), order {cfg.order}, {vocab.describe}, "
+             f"{executor.workers} worker(s)")
+    faults = faults_from_env(os.environ.get(FAULT_ENV))
+    spec = ReadSpec(vocab.tokenizer, vocab.vocab_size, vocab.eos_id, cfg.text_field, cfg.token_field,
+                    cfg.token_dtype, cfg.skip_bad)
+    run_key = _key([FORMAT_VERSION, vocab.fingerprint, vocab.vocab_size, vocab.eos_id, cfg.order, cfg.min_count,
+                    cfg.text_field, cfg.token_field, cfg.token_dtype, cfg.skip_bad,
+                    [(s.location, s.size, s.mtime_ns) for s in shards]])
+    store = Store(join(work_dir(cfg), f"build-{run_key}"))
+    try:
+        report = _run(cfg, executor, progress, shards, vocab, spec, store, faults, t_start)
+    except BaseException:
+        if store.exists(""):
+            progress(f"ngram-build: the work directory {store.root} was kept: run the same command again "
+                     "to resume from the finished tasks (--no-resume starts afresh)")
+        raise
+    if not cfg.keep_tmp:
+        store.delete("")
+        if not cfg.tmp_dir:  # OUT.build is ours; a --tmp-dir is the user's
+            Store(work_dir(cfg)).delete("")
+    return report
+
+
+def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[Shard], vocab: _Vocabulary,
+         spec: ReadSpec, store: Store, faults: dict[tuple[str, int], str], t_start: float) -> BuildReport:
     # Memory: each concurrent task gets an equal share; DuckDB gets half of
     # it, the k-gram arrays of one chunk (about 4 * N(N+1)/2 + 16 bytes a
     # token) the other half.
-    per_task = cfg.memory_limit_bytes // executor.workers
+    per_task = max(cfg.memory_limit_bytes // executor.workers, MIN_TASK_MEMORY)
     bytes_per_token = 4 * cfg.order * (cfg.order + 1) // 2 + 24
     chunk_tokens = int(min(max(per_task // 2 // bytes_per_token, 1 << 16), 8_000_000))
+    plan = _plan(store, shards, spec, cfg, executor, per_task // 2, faults, progress)
+
+    def fault(phase: str, index: int) -> tuple[str, str] | None:
+        mode = faults.get((phase, index))
+        return (mode, f"faults/{phase}-{index:05d}") if mode else None
+
     map_tasks = [
-        MapTask(
-            shard=str(s),
-            out_dir=str(work / "map" / f"{i:05d}-{_key(str(s))}"),
-            order=cfg.order,
-            tokenizer=tok,
-            text_field=cfg.text_field,
-            skip_bad=cfg.skip_bad,
-            chunk_tokens=chunk_tokens,
-            memory_limit_bytes=per_task // 2,
-        )
+        MapTask(index=i, location=s.location, name=s.name, store=store, edges=plan.edges, order=cfg.order,
+                spec=spec, chunk_tokens=chunk_tokens, memory_limit_bytes=per_task // 2, fault=fault("map", i))
         for i, s in enumerate(shards)
     ]
     t_map = time.perf_counter()
-    map_results = _run_maps(executor, map_tasks, progress)
+    map_results = _run_maps(executor, map_tasks, shards, progress)
     t_reduce = time.perf_counter()
     documents = sum(r.documents for r in map_results)
     tokens = sum(r.tokens for r in map_results)
     skipped = sum(r.skipped for r in map_results)
     if documents == 0:
         raise BuildError("no documents in the input: nothing to count")
+    work_live = work_peak = sum(sum(r.range_bytes) for r in map_results)
 
-    run_dirs = [t.out_dir for t, r in zip(map_tasks, map_results) if r.runs > 0]
-    ranges = _partition(run_dirs, tok.vocab_size, executor.workers, per_task)
-    red_dir = work / f"reduce-{_key([cfg.min_count, ranges])}"
     reduce_tasks = [
-        ReduceTask(i, lo, hi, run_dirs, str(red_dir / f"part-{i:05d}"), cfg.order, cfg.min_count, per_task // 2)
-        for i, (lo, hi) in enumerate(ranges)
+        ReduceTask(i, lo, hi, [r.attempt for r in map_results if r.range_bytes[i]], store, cfg.order,
+                   cfg.min_count, per_task // 2, fault("reduce", i))
+        for i, (lo, hi) in enumerate(zip(plan.edges[:-1], plan.edges[1:]))
     ]
-    reduce_results = _run_reduces(executor, reduce_tasks, progress)
+    reduce_results: dict[int, ReduceResult] = {}
+    phase = PhaseProgress("reduce", len(reduce_tasks), progress)
+    for r in executor.map_unordered(run_reduce, reduce_tasks):
+        reduce_results[r.index] = r
+        work_peak = max(work_peak, work_live + r.output_bytes)
+        work_live += r.output_bytes - (0 if r.resumed else r.input_bytes)
+        phase.task_done(f"part {r.index}: {sum(r.sizes):,} n-grams from {format_bytes(r.input_bytes)} of runs",
+                        work=1, resumed=r.resumed)
+    reduces = [reduce_results[t.index] for t in reduce_tasks]
     t_write = time.perf_counter()
 
     plans = [LevelPlan() for _ in range(cfg.order)]
-    for r in reduce_results:
+    for r in reduces:
         for k in range(cfg.order):
             plans[k].size += r.sizes[k]
             plans[k].count_values.update(dict(r.count_values[k]))
+    name = cfg.name or cfg.out.rstrip("/").rsplit("/", 1)[-1].split(".")[0]
+    build_meta: dict[str, Any] = {
+        "tool": f"ngram-build {__version__}",
+        "order": cfg.order,
+        "min_count": cfg.min_count,
+        "text_field": cfg.text_field,
+        "eos_id": vocab.eos_id,
+        "skip_bad": cfg.skip_bad,
+    }
+    if any(r.pretokenized for r in map_results):
+        build_meta["token_field"] = cfg.token_field
     meta = {
         "format_version": FORMAT_VERSION,
-        "name": cfg.name or out.name.split(".")[0],
-        "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size},
+        "name": name,
+        "tokenizer": {"name": vocab.name, "fingerprint": vocab.fingerprint, "vocab_size": vocab.vocab_size},
         "corpus": {
             "documents": documents,
             "tokens": tokens,
             "skipped_documents": skipped,
+            # Names relative to the INPUT that found them: the same shards
+            # elsewhere (another folder, node or bucket) give the same file.
             "shards": [
-                {"path": r.shard, "bytes": r.bytes, "documents": r.documents, "tokens": r.tokens}
+                {"path": r.name, "bytes": r.bytes, "documents": r.documents, "tokens": r.tokens}
                 for r in map_results
             ],
         },
-        "build": {
-            "tool": f"ngram-build {__version__}",
-            "order": cfg.order,
-            "min_count": cfg.min_count,
-            "text_field": cfg.text_field,
-            "eos_id": tok.eos_id,
-            "skip_bad": cfg.skip_bad,
-        },
+        "build": build_meta,
     }
-    progress(f"[write] {sum(p.size for p in plans[1:]) + plans[0].size:,} n-grams -> {out}")
-    plain = out.with_name(out.name + ".plain.tmp") if cfg.compress else out
-    size = write_trie(
-        plain,
-        order=cfg.order,
-        vocab_size=tok.vocab_size,
-        eos_id=tok.eos_id,
-        meta=meta,
-        plans=plans,
-        chunks=_reduce_chunks(reduce_tasks, cfg.order),
-    )
-    if cfg.compress:
-        size = compress_file(plain, out)
-        plain.unlink()
-    if not cfg.keep_tmp:
-        shutil.rmtree(work, ignore_errors=True)
-        if not cfg.tmp_dir:  # OUT.build is ours; a --tmp-dir is the user's
-            shutil.rmtree(work.parent, ignore_errors=True)
+    progress(f"[write] {sum(p.size for p in plans):,} n-grams -> {cfg.out}")
+    size = _write_output(cfg, store, meta, plans, vocab, len(reduce_tasks))
     t_end = time.perf_counter()
     seconds = t_end - t_start
     phases = {"start": t_map - t_start, "map": t_reduce - t_map, "reduce": t_write - t_reduce, "write": t_end - t_write}
+    scratch = max([r.scratch_peak_bytes for r in map_results + reduces] or [0])
+    concurrency = min(executor.workers, max(len(map_tasks), len(reduce_tasks)))
     report = BuildReport(
-        out=str(out),
+        out=cfg.out,
         file_bytes=size,
         documents=documents,
         tokens=tokens,
@@ -251,70 +397,80 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
         tokenize_seconds=sum(r.tokenize_seconds for r in map_results),
         shards_resumed=sum(r.resumed for r in map_results),
         phase_seconds=phases,
+        ranges=len(reduce_tasks),
+        map_tokens_per_second=tokens / max(phases["map"], 1e-9),
+        peak_work_bytes=work_peak,
+        peak_task_scratch_bytes=scratch,
+        peak_tmp_bytes=work_peak + concurrency * scratch,
+        reduce_input_bytes=[r.input_bytes for r in reduces],
+        map_scratch_peak_bytes=[r.scratch_peak_bytes for r in map_results],
+        reduce_scratch_peak_bytes=[r.scratch_peak_bytes for r in reduces],
     )
     progress(
-        f"done: {out} ({size:,} bytes), {documents:,} documents, {tokens:,} tokens, "
-        f"n-grams per order {report.ngrams}, {seconds:.1f} s ({tokens / max(seconds, 1e-9) / 1e6:.2f} M tokens/s; "
-        + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + ")"
+        f"done: {cfg.out} ({size:,} bytes), {documents:,} documents, {tokens:,} tokens, "
+        f"n-grams per order {report.ngrams}, {seconds:.1f} s (end to end {tokens / max(seconds, 1e-9) / 1e6:.2f} "
+        f"M tokens/s; " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + "), "
+        f"{report.ranges} reduce ranges, peak temporary {format_bytes(report.peak_tmp_bytes)} "
+        f"(work {format_bytes(work_peak)}, one task's scratch {format_bytes(scratch)})"
         + (f", {skipped:,} bad documents skipped" if skipped else "")
     )
     return report
 
 
-def _run_maps(executor: Executor, tasks: list[MapTask], progress: Progress) -> list[MapResult]:
-    by_shard: dict[str, MapResult] = {}
-    t0 = time.perf_counter()
-    docs = toks = 0
+def _write_output(cfg: BuildConfig, store: Store, meta: dict[str, Any], plans: list[LevelPlan],
+                  vocab: _Vocabulary, ranges: int) -> int:
+    """Writes the trie atomically to a local path, or locally and then uploaded
+    whole to a URI (an object appears only once its upload completes)."""
+    chunks = _reduce_chunks(store, ranges, cfg.order)
+    if not is_uri(cfg.out):
+        out = Path(cfg.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        plain = out.with_name(out.name + ".plain.tmp") if cfg.compress else out
+        size = write_trie(plain, order=cfg.order, vocab_size=vocab.vocab_size, eos_id=vocab.eos_id, meta=meta,
+                          plans=plans, chunks=chunks)
+        if cfg.compress:
+            size = compress_file(plain, out)
+            plain.unlink()
+        return size
+    with tempfile.TemporaryDirectory(prefix="ngram-out-") as tmp:
+        local = Path(tmp) / "trie.ngt"
+        size = write_trie(local, order=cfg.order, vocab_size=vocab.vocab_size, eos_id=vocab.eos_id, meta=meta,
+                          plans=plans, chunks=chunks)
+        if cfg.compress:
+            packed = Path(tmp) / "trie.ngt.zst"
+            size = compress_file(local, packed)
+            local.unlink()
+            local = packed
+        upload_atomic(local, cfg.out)
+        return size
+
+
+def _run_maps(executor: Executor, tasks: list[MapTask], shards: list[Shard], progress: Progress) -> list[MapResult]:
+    by_index: dict[int, MapResult] = {}
+    phase = PhaseProgress("map", len(tasks), progress, total_work=sum(s.size for s in shards))
     # Largest shards first, so that no big shard runs alone at the end.
-    for r in executor.map_unordered(run_map, sorted(tasks, key=lambda t: -os.path.getsize(t.shard))):
-        by_shard[r.shard] = r
-        docs += r.documents
-        toks += r.tokens
-        el = time.perf_counter() - t0
+    for r in executor.map_unordered(run_map, sorted(tasks, key=lambda t: -shards[t.index].size)):
+        by_index[r.index] = r
         note = " (resumed)" if r.resumed else ""
         skipped = f", {r.skipped} bad skipped" if r.skipped else ""
-        progress(
-            f"[map {len(by_shard)}/{len(tasks)}] {Path(r.shard).name}{note}: {r.documents:,} docs, "
-            f"{r.tokens:,} tokens{skipped} | total {docs:,} docs, {toks:,} tokens, "
-            f"{toks / max(el, 1e-9) / 1e6:.2f} M tokens/s"
-        )
+        phase.task_done(f"{r.name.rsplit('/', 1)[-1]}{note}: {r.documents:,} docs, {r.tokens:,} tokens{skipped}",
+                        work=shards[r.index].size, documents=r.documents, tokens=r.tokens, resumed=r.resumed)
         for e in r.errors[:3]:
             progress(f"  skipped: {e}")
-    return [by_shard[t.shard] for t in tasks]
+    return [by_index[t.index] for t in tasks]
 
 
-def _run_reduces(executor: Executor, tasks: list[ReduceTask], progress: Progress) -> list[ReduceResult]:
-    results: dict[int, ReduceResult] = {}
-    for r in executor.map_unordered(run_reduce, tasks):
-        results[r.index] = r
-        progress(f"[reduce {len(results)}/{len(tasks)}] part {r.index}: {sum(r.sizes):,} n-grams")
-    return [results[t.index] for t in tasks]
-
-
-def _partition(run_dirs: list[str], vocab_size: int, workers: int, per_task_bytes: int) -> list[tuple[int, int]]:
-    """Ranges of first tokens with about equal unigram mass (a proxy for the
-    number of n-grams that start there), enough of them that each reduce
-    works on a bounded share of the runs."""
-    files = [str(Path(d) / "order1-*.parquet") for d in run_dirs]
-    con = duckdb.connect()
-    con.execute("SET threads = 1")
-    tokens, mass = con.execute(
-        f"SELECT w0, sum(c)::DOUBLE FROM read_parquet({files!r}) GROUP BY w0 ORDER BY w0"
-    ).fetchnumpy().values()
-    run_bytes = sum(f.stat().st_size for d in run_dirs for f in Path(d).glob("order*.parquet"))
-    parts = max(4 * workers, -(-run_bytes // max(per_task_bytes // 8, 1 << 20)))
-    parts = int(min(parts, len(tokens), 4096)) or 1
-    cum = np.cumsum(mass)
-    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
-    bounds = sorted(set(int(tokens[min(c, len(tokens) - 1)]) for c in cuts) - {int(tokens[0])})
-    edges = [0] + bounds + [vocab_size]
-    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
-
-
-def _reduce_chunks(tasks: list[ReduceTask], order: int) -> Iterator[tuple[int, LevelChunk]]:
+def _reduce_chunks(store: Store, ranges: int, order: int) -> Iterator[tuple[int, LevelChunk]]:
     for k in range(1, order + 1):
-        for t in tasks:
-            pf = pq.ParquetFile(level_file(t.out_dir, k))
+        for i in range(ranges):
+            location = store.location(level_key(i, k))
+            if store.remote:
+                from indexer.storage import filesystem
+
+                fs, path = filesystem(location)
+                pf = pq.ParquetFile(fs.open_input_file(path))
+            else:
+                pf = pq.ParquetFile(location)
             for batch in pf.iter_batches(batch_size=1 << 20):
                 yield k, LevelChunk(
                     batch.column("w").to_numpy().astype(np.int32, copy=False),

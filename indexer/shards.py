@@ -10,8 +10,13 @@ Supported files (by name, case-insensitive):
 ``.jsonl`` ``.json``            JSON lines, one object per line
 ``.jsonl.gz`` ``.json.gz``      the same, gzip-compressed (multi-member is fine)
 ``.jsonl.zst`` ``.json.zst``    the same, zstd-compressed (multi-frame is fine)
-``.parquet``                    a string column holding the text
+``.parquet``                    a string column holding the text, or a list of
+                                token ids (pre-tokenized, ``indexer.token_shards``)
+``.npy``                        flat token ids (Dolma / OLMo), ``indexer.token_shards``
 ==============================  ===============================================
+
+Shards may be local or in object storage (``s3://``, ``gs://``, through
+``indexer.storage``); ``find_shards`` expands both.
 
 Errors name the place: ``ShardError`` prints as ``path:line: message`` where
 ``line`` is 1-based (for Parquet it is the 1-based row number).
@@ -31,13 +36,17 @@ from typing import BinaryIO
 
 import zstandard
 
+from indexer.storage import filesystem, is_uri
+
 __all__ = [
     "DEFAULT_BATCH_CHARS",
     "SUPPORTED_SUFFIXES",
     "ShardError",
     "ShardReader",
     "ShardStats",
+    "Shard",
     "expand_inputs",
+    "find_shards",
     "iter_text_batches",
     "shard_format",
 ]
@@ -55,6 +64,7 @@ SUPPORTED_SUFFIXES: dict[str, str] = {
     ".jsonl.zst": "jsonl.zst",
     ".json.zst": "jsonl.zst",
     ".parquet": "parquet",
+    ".npy": "npy",
 }
 
 # How many error messages ShardStats keeps when skip_bad is on; the count
@@ -144,13 +154,14 @@ def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
       silently builds from less data than intended.
 
     The result is sorted by path and free of duplicates (the same file reached
-    twice, even spelt differently, appears once).
+    twice, even spelt differently, appears once). Local inputs only:
+    ``find_shards`` takes URIs too.
     """
     by_real: dict[str, Path] = {}
     for raw in inputs:
         text = os.fspath(raw)
         if "://" in text:
-            raise ShardError(text, None, "remote URLs are not read here; copy or mount the shards locally")
+            raise ShardError(text, None, "remote URLs are expanded by find_shards, not here")
         path = Path(text)
         if path.is_file():
             if shard_format(path) is None:
@@ -177,6 +188,120 @@ def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
         for f in files:
             by_real.setdefault(os.path.realpath(f), f)
     return sorted(by_real.values(), key=lambda p: str(p))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file: where it is, and its name relative to the INPUT argument
+    that found it (what the trie's manifest records, so the same shards at
+    another path or in a bucket give the same manifest)."""
+
+    location: str  # local path or URI
+    name: str
+    size: int
+    mtime_ns: int
+
+
+def _relative_name(root: str, found: str, is_file_arg: bool) -> str:
+    if is_file_arg:
+        return found.rstrip("/").rsplit("/", 1)[-1]
+    return os.path.relpath(found, root).replace(os.sep, "/") if not is_uri(root) else found[len(root):].lstrip("/")
+
+
+def _glob_root(pattern: str) -> str:
+    """The folder a glob is relative to: its part before the first wildcard."""
+    head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    return head[: head.rfind("/") + 1]
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob as a regex over '/'-separated keys: ``*`` and ``?`` stay within
+    one folder, ``**`` crosses folders, ``[...]`` is a character class."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 1:]:
+            j = pattern.index("]", i + 1)
+            out.append("[" + pattern[i + 1:j].replace("!", "^", 1) + "]")
+            i = j + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def find_shards(inputs: Iterable[str | os.PathLike[str]]) -> list[Shard]:
+    """``expand_inputs`` for local paths and object-storage URIs alike.
+
+    A URI names an object, a prefix (a "folder", searched recursively) or a
+    glob (``s3://bucket/dolma/*.json.gz``; ``**`` matches across folders).
+    Sorted by location, duplicates removed; an input that finds nothing is an
+    error, as for local paths.
+    """
+    found: dict[str, Shard] = {}
+    for raw in inputs:
+        text = os.fspath(raw)
+        if not is_uri(text):
+            root = text if Path(text).is_dir() else (_glob_root(text) or ".")
+            for p in expand_inputs([text]):
+                st = p.stat()
+                name = _relative_name(root, str(p), Path(text).is_file())
+                found.setdefault(os.path.realpath(p), Shard(str(p), name, st.st_size, st.st_mtime_ns))
+            continue
+        for shard in _find_remote(text):
+            found.setdefault(shard.location, shard)
+    return sorted(found.values(), key=lambda s: s.location)
+
+
+def _find_remote(uri: str) -> list[Shard]:
+    import pyarrow.fs as pafs
+
+    scheme = uri.split("://", 1)[0] + "://"
+    try:
+        fs, path = filesystem(uri)
+        if any(ch in path for ch in "*?["):
+            root = _glob_root(path).rstrip("/")
+            base = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+            regex = _glob_regex(path)
+            infos = [i for i in base if regex.match(i.path) or any(regex.match(p) for p in _parents(i.path, root))]
+            kind = "pattern matches no shard files"
+        else:
+            info = fs.get_file_info(path)
+            root = path
+            if info.type == pafs.FileType.File:
+                infos, root = [info], path.rsplit("/", 1)[0]
+            else:
+                infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+            kind = "no shard files under this prefix" if not infos or info.type != pafs.FileType.File else ""
+    except OSError as e:
+        raise ShardError(uri, None, f"cannot list ({e})") from e
+    shards = []
+    for info in infos:
+        if info.type != pafs.FileType.File or info.base_name.startswith(".") or shard_format(info.path) is None:
+            continue
+        mtime = info.mtime_ns or 0
+        shards.append(Shard(scheme + info.path, info.path[len(root):].lstrip("/"), info.size, mtime))
+    if not shards:
+        if len(infos) == 1 and infos[0].type == pafs.FileType.File:
+            raise ShardError(uri, None, f"unsupported file type (expected one of {_supported_list()})")
+        raise ShardError(uri, None, kind or f"no shard files ({_supported_list()})")
+    return shards
+
+
+def _parents(path: str, root: str) -> Iterator[str]:
+    """The folders between root and path (a glob that matches a folder takes
+    everything below it)."""
+    parts = path[len(root):].strip("/").split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        yield root + "/" + "/".join(parts[:i])
 
 
 # --------------------------------------------------------------------------
@@ -316,7 +441,8 @@ class ShardReader:
     ) -> None:
         if batch_chars < 1:
             raise ValueError("batch_chars must be positive")
-        self.path = Path(path)
+        # A URI stays a string (Path would fold its "//").
+        self.path: str | Path = path if isinstance(path, str) and is_uri(path) else Path(path)
         fmt = shard_format(self.path)
         if fmt is None:
             raise ShardError(self.path, None, f"unsupported file type (expected one of {_supported_list()})")
@@ -325,6 +451,18 @@ class ShardReader:
         self.batch_chars = batch_chars
         self.skip_bad = skip_bad
         self.stats = ShardStats()
+        self._counter: _CountingReader | None = None
+        self._parquet_rows = (0, 0)  # rows read, rows in the file
+
+    def fraction_read(self) -> float:
+        """How much of the shard the iteration so far has consumed, in (0, 1]
+        (of the file's bytes; of a Parquet file's rows). The build samples
+        the start of a few shards and scales up with it."""
+        if self.format == "parquet":
+            done, total = self._parquet_rows
+            return done / total if total else 1.0
+        size = self._counter.size if self._counter else 0
+        return min(self._counter.consumed / size, 1.0) if self._counter and size else 1.0
 
     def __iter__(self) -> Iterator[list[str]]:
         return self.iter_batches()
@@ -359,9 +497,17 @@ class ShardReader:
 
     def _open(self) -> BinaryIO:
         try:
-            return open(self.path, "rb")
+            if isinstance(self.path, str):
+                fs, key = filesystem(self.path)
+                size = fs.get_file_info(key).size or 0
+                raw = fs.open_input_stream(key)
+            else:
+                size = self.path.stat().st_size
+                raw = open(self.path, "rb")
         except OSError as e:
             raise ShardError(self.path, None, f"cannot open ({e.strerror or e})") from e
+        self._counter = _CountingReader(raw, size)
+        return self._counter  # type: ignore[return-value]
 
     def _jsonl_texts(self) -> Iterator[str]:
         chunk_source = {"jsonl": _plain_chunks, "jsonl.gz": _gzip_chunks, "jsonl.zst": _zstd_chunks}[self.format]
@@ -416,10 +562,7 @@ class ShardReader:
         import pyarrow.parquet as pq
 
         field_name = self.text_field
-        try:
-            pf = pq.ParquetFile(self.path)
-        except (OSError, pa.ArrowException) as e:
-            raise ShardError(self.path, None, f"not a readable Parquet file ({e})") from e
+        pf = open_parquet(self.path)
         schema = pf.schema_arrow
         index = schema.get_field_index(field_name)
         if index < 0:
@@ -453,6 +596,7 @@ class ShardReader:
                     texts = self._decode_rows(column, row)
                 yield from texts
                 row += record_batch.num_rows
+                self._parquet_rows = (row, pf.metadata.num_rows)
         except (OSError, pa.ArrowException) as e:
             raise ShardError(self.path, row + 1, f"unreadable Parquet data ({e})") from e
 
@@ -487,6 +631,41 @@ class ShardReader:
             return 1024
         per_row = total_bytes / total_rows
         return int(min(65536, max(1, self.batch_chars // max(per_row, 1))))
+
+
+class _CountingReader:
+    """A binary file that counts the bytes read from it."""
+
+    def __init__(self, raw: BinaryIO, size: int) -> None:
+        self._raw, self.size, self.consumed = raw, size, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self.consumed += len(data)
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> "_CountingReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_parquet(path: str | Path) -> "pq.ParquetFile":  # noqa: F821
+    """A ParquetFile for a local path or URI; ShardError if unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if isinstance(path, str) and is_uri(path):
+            fs, key = filesystem(path)
+            return pq.ParquetFile(fs.open_input_file(key))
+        return pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as e:
+        raise ShardError(path, None, f"not a readable Parquet file ({e})") from e
 
 
 def iter_text_batches(

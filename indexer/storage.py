@@ -1,0 +1,160 @@
+"""Files on a local disk or in object storage, one interface for the build.
+
+A location is a local path or a URI (``s3://bucket/key``, ``gs://bucket/key``)
+opened through ``pyarrow.fs``: S3 takes its credentials, region and endpoint
+from the usual environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_REGION``, ``AWS_ENDPOINT_URL`` for MinIO or another S3-compatible
+server), GCS from ``GOOGLE_APPLICATION_CREDENTIALS``.
+
+``Store`` is a folder at such a location (the build's work directory): tasks
+compute in a local scratch folder, then ``put`` finished files into the store
+(a rename on a local disk, an upload to object storage), so a reader of the
+store never sees a half-written file: an object PUT becomes visible whole or
+not at all, and a local file is renamed into place.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+URI_SCHEMES = ("s3://", "gs://", "gcs://")
+
+
+def is_uri(location: str) -> bool:
+    """True for object-storage URIs (``s3://``, ``gs://``)."""
+    return location.startswith(URI_SCHEMES)
+
+
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow filesystem, path inside it) for a local path or a URI."""
+    if is_uri(location):
+        fs, path = pafs.FileSystem.from_uri(location)
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+def join(location: str, *parts: str) -> str:
+    """A location below another (URIs joined with '/')."""
+    if is_uri(location):
+        return "/".join([location.rstrip("/"), *parts])
+    return os.path.join(location, *parts)
+
+
+@dataclass
+class StoredFile:
+    key: str  # relative to the store's root, '/'-separated
+    size: int
+
+
+class Store:
+    """A folder, local or in object storage, holding the build's work files."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.remote = is_uri(root)
+        self._fs, self._base = filesystem(root)
+
+    def __reduce__(self) -> tuple[type["Store"], tuple[str]]:
+        return (Store, (self.root,))  # filesystems are rebuilt from the location in each worker
+
+    def _path(self, key: str) -> str:
+        return f"{self._base}/{key}" if key else self._base
+
+    def location(self, key: str) -> str:
+        """A key as a local path or URI (what DuckDB or a reader opens)."""
+        return join(self.root, key) if key else self.root
+
+    def local_path(self, key: str) -> Path | None:
+        """The key's local path when the store is on a local disk, else None."""
+        return None if self.remote else Path(self._path(key))
+
+    def exists(self, key: str) -> bool:
+        return self._fs.get_file_info(self._path(key)).type != pafs.FileType.NotFound
+
+    def read_bytes(self, key: str) -> bytes:
+        with self._fs.open_input_stream(self._path(key)) as f:
+            return f.read()
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """Writes a small file whole (temporary name and rename on a local disk)."""
+        if not self.remote:
+            path = Path(self._path(key))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            return
+        with self._fs.open_output_stream(self._path(key)) as f:
+            f.write(data)
+
+    def put(self, local: Path, key: str) -> int:
+        """Moves a finished local file into the store; returns its size."""
+        size = local.stat().st_size
+        if not self.remote:
+            dest = Path(self._path(key))
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(local), dest)
+            return size
+        pafs.copy_files(str(local), self._path(key), source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=self._fs)
+        local.unlink()
+        return size
+
+    def fetch(self, key: str, scratch: Path) -> Path:
+        """A local path holding the key's bytes: the file itself on a local
+        disk, else a download into ``scratch``."""
+        if not self.remote:
+            return Path(self._path(key))
+        dest = scratch / key.replace("/", "__")
+        pafs.copy_files(self._path(key), str(dest), source_filesystem=self._fs,
+                        destination_filesystem=pafs.LocalFileSystem())
+        return dest
+
+    def list(self, prefix: str) -> list[StoredFile]:
+        """Every file below ``prefix`` (recursive), sorted by key."""
+        sel = pafs.FileSelector(self._path(prefix), recursive=True, allow_not_found=True)
+        out = []
+        for info in self._fs.get_file_info(sel):
+            if info.type == pafs.FileType.File:
+                out.append(StoredFile(info.path[len(self._base) + 1:], info.size))
+        return sorted(out, key=lambda f: f.key)
+
+    def delete(self, prefix: str) -> None:
+        """Deletes a folder (recursively) or a file; absent is fine."""
+        path = self._path(prefix)
+        info = self._fs.get_file_info(path)
+        if info.type == pafs.FileType.Directory:
+            self._fs.delete_dir(path)
+        elif info.type == pafs.FileType.File:
+            self._fs.delete_file(path)
+        elif self.remote:  # object stores have no folders, only keys under a prefix
+            for f in self.list(prefix):
+                self._fs.delete_file(self._path(f.key))
+
+
+def local_scratch(store: Store, name: str) -> Path:
+    """A fresh local folder for one task's DuckDB files: inside the store on a
+    local disk (the user chose that disk with --tmp-dir), else in TMPDIR."""
+    if store.remote:
+        return Path(tempfile.mkdtemp(prefix=f"ngram-{name}-"))
+    path = Path(store._path("scratch")) / f"{name}-{os.getpid()}-{os.urandom(4).hex()}"
+    path.mkdir(parents=True)
+    return path
+
+
+def upload_atomic(local: Path, location: str) -> None:
+    """Copies a finished file to a local path or URI so that no reader sees it
+    partly written: an object appears whole when its upload completes (an
+    aborted upload leaves nothing); a local copy is renamed into place."""
+    fs, path = filesystem(location)
+    if not is_uri(location):
+        tmp = f"{path}.tmp-{os.getpid()}"
+        shutil.copyfile(local, tmp)
+        os.replace(tmp, path)
+        return
+    pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
