@@ -1,0 +1,134 @@
+"""The build's shuffle (runs split by range before the reduce), its range plan,
+location-free manifests, temporary bytes, and the command's guard rails."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zstandard
+
+import indexer.pipeline as pipeline
+from indexer.build_tasks import SampleResult
+from indexer.cli import SAMPLE_DIR
+from indexer.pipeline import BuildConfig, build, plan_ranges
+from ngram_service import NgramIndex
+
+TOKENIZER = SAMPLE_DIR / "tokenizer.json"
+WORDS = ["the", " trie", " host", "draft", " tree", "\n", "naïve", "日本", "é", "42", "x", "PEP", " of", " a"]
+
+
+def make_corpus(root: Path, shards: int = 3, docs: int = 150, seed: int = 4) -> Path:
+    (root / "sub").mkdir(parents=True)
+    rng = random.Random(seed)
+    for s in range(shards):
+        texts = ["".join(rng.choice(WORDS) for _ in range(rng.randint(0, 80))) for _ in range(docs)]
+        lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
+        where = root / "sub" if s == 0 else root
+        (where / f"part-{s}.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.encode()))
+    return root
+
+
+def cfg(corpus: Path, out: Path, **kw) -> BuildConfig:
+    return BuildConfig(inputs=[str(corpus)], out=str(out), tokenizer=str(TOKENIZER), order=3, name="t", **kw)
+
+
+def quiet(_m: str) -> None:
+    pass
+
+
+def test_same_bytes_whatever_the_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = make_corpus(tmp_path / "c")
+    reports, files = [], []
+    for i, (workers, max_ranges) in enumerate([(1, 1), (1, 8192), (3, 8192)]):
+        monkeypatch.setattr(pipeline, "MAX_RANGES", max_ranges)
+        out = tmp_path / str(i) / "t.ngt"
+        reports.append(build(cfg(corpus, out, workers=workers), progress=quiet))
+        files.append(out.read_bytes())
+    assert [r.ranges for r in reports] == [1, 4, 12]
+    assert files[0] == files[1] == files[2]
+
+
+def test_each_reduce_reads_only_its_ranges_runs(tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "c")
+    work = tmp_path / "work"
+    report = build(cfg(corpus, tmp_path / "t.ngt", workers=2, tmp_dir=str(work), keep_tmp=True), progress=quiet)
+    read = report.reduce_input_bytes
+    assert report.ranges == len(read) == 8
+    # Every run file is read by exactly one reduce (a scan would read all of them in each).
+    maps = [json.loads(p.read_text()) for p in work.glob("build-*/map/*.json")]
+    assert sum(read) == sum(sum(m["range_bytes"]) for m in maps) > 0
+    assert max(read) < sum(read) / 2
+    # Runs are deleted once merged; the reduce outputs stay until the work folder goes.
+    assert not [p for p in work.glob("build-*/shuffle/**/*") if p.is_file()]
+    assert len(list(work.glob("build-*/reduce/r*/level*.parquet"))) == 8 * 3
+    assert report.peak_work_bytes >= sum(read)
+    assert report.peak_tmp_bytes >= report.peak_work_bytes + report.peak_task_scratch_bytes > 0
+
+
+def sample(tokens: int, distinct: list[int], first_tokens: int = 1000) -> SampleResult:
+    return SampleResult("s", tokens, 1.0, [[t, 1 + t % 7] for t in range(first_tokens)], distinct)
+
+
+def test_range_count_follows_data_and_memory() -> None:
+    s = [sample(1_000_000, [30_000, 400_000, 800_000])]
+
+    def ranges(total_bytes: int, memory: int, workers: int = 2) -> int:
+        return plan_ranges(s, 10 << 20, total_bytes, vocab_size=5000, order=3, workers=workers,
+                           reduce_memory_bytes=memory).ranges
+
+    small = ranges(10 << 20, 512 << 20)
+    assert small == 8  # 4 per worker when everything fits
+    assert ranges(10 << 30, 512 << 20) > ranges(1 << 30, 512 << 20) > small  # more data, more ranges
+    assert ranges(10 << 30, 128 << 20) > ranges(10 << 30, 512 << 20)  # less memory, more ranges
+    assert 500 < ranges(10 << 40, 64 << 20) <= 1000  # never finer than the first tokens seen
+    plan = plan_ranges(s, 10 << 20, 10 << 30, vocab_size=5000, order=3, workers=2, reduce_memory_bytes=512 << 20)
+    assert plan.edges[0] == 0 and plan.edges[-1] == 5000 and plan.edges == sorted(set(plan.edges))
+    # each range's share of what a reduce would hold fits the memory it has
+    assert plan.estimated_reduce_bytes / plan.ranges <= 512 << 20
+
+
+def test_manifest_names_shards_relative_to_the_input(tmp_path: Path) -> None:
+    a = make_corpus(tmp_path / "a")
+    b = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(a, b)
+    build(cfg(a, tmp_path / "1" / "t.ngt", workers=1), progress=quiet)
+    build(cfg(b, tmp_path / "2" / "t.ngt", workers=1), progress=quiet)
+    assert (tmp_path / "1" / "t.ngt").read_bytes() == (tmp_path / "2" / "t.ngt").read_bytes()
+    shards = NgramIndex.open(tmp_path / "1" / "t.ngt").info()["corpus"]["shards"]
+    assert sorted(s["path"] for s in shards) == ["part-1.jsonl.zst", "part-2.jsonl.zst", "sub/part-0.jsonl.zst"]
+    # a glob is relative to its folder, a file to its own folder
+    glob_cfg = BuildConfig(inputs=[f"{a}/part-*.jsonl.zst", str(a / "sub" / "part-0.jsonl.zst")],
+                           out=str(tmp_path / "3.ngt"), tokenizer=str(TOKENIZER), workers=1)
+    build(glob_cfg, progress=quiet)
+    shards = NgramIndex.open(tmp_path / "3.ngt").info()["corpus"]["shards"]
+    assert sorted(s["path"] for s in shards) == ["part-0.jsonl.zst", "part-1.jsonl.zst", "part-2.jsonl.zst"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "indexer.cli", *args], capture_output=True, text=True)
+
+
+def test_cli_guard_rails(tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "c", shards=2, docs=20)
+    out = tmp_path / "t.ngt"
+    common = [str(corpus), "--tokenizer", str(TOKENIZER), "--out", str(out), "-j", "1"]
+    r = run_cli(*common, "--memory-limit", "2XB")
+    assert r.returncode == 2 and "--memory-limit" in r.stderr and "2XB" in r.stderr
+    r = run_cli(*common, "--memory-limit", "1MB")
+    assert r.returncode == 2 and "--memory-limit" in r.stderr and "minimum" in r.stderr
+    help_text = run_cli("--help").stdout
+    assert ".json," in help_text and ".npy" in help_text and "s3://" in help_text
+    # A failed build says where its finished work waits.
+    r = subprocess.run([sys.executable, "-m", "indexer.cli", *common], capture_output=True, text=True,
+                       env={**__import__("os").environ, "NGRAM_BUILD_FAULT": "reduce:1:fail"})
+    assert r.returncode == 1 and "PermanentFault" in r.stderr
+    assert f"{out}.build/build-" in r.stderr and "was kept" in r.stderr and "resume" in r.stderr
+    r = run_cli(*common)
+    assert r.returncode == 0 and r.stderr.count("(resumed)") == 2
+    assert "end to end" in r.stderr and "map " in r.stderr and "M tokens/s" in r.stderr
+    assert not (tmp_path / "t.ngt.build").exists()
