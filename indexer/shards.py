@@ -500,7 +500,7 @@ class ShardReader:
             if isinstance(self.path, str):
                 fs, key = filesystem(self.path)
                 size = fs.get_file_info(key).size or 0
-                raw = fs.open_input_stream(key)
+                raw = fs.open_input_stream(key, compression=None)  # we decompress, checking the stream
             else:
                 size = self.path.stat().st_size
                 raw = open(self.path, "rb")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import pyarrow.fs as pafs
 
 from indexer.shards import ShardError, ShardStats, open_parquet
 from indexer.storage import filesystem, is_uri
@@ -178,11 +179,11 @@ class FlatTokenReader:
         meta = location[: -len(".npy")] + ".csv.gz"
         try:
             fs, key = filesystem(meta)
-            with fs.open_input_stream(key) as f:
-                raw = gzip.decompress(f.read())
-        except (FileNotFoundError, OSError) as e:
-            if isinstance(e, FileNotFoundError) or "not found" in str(e).lower() or "NoSuchKey" in str(e):
+            if fs.get_file_info(key).type != pafs.FileType.File:
                 return None
+            with fs.open_input_stream(key, compression=None) as f:
+                raw = gzip.decompress(f.read())
+        except (OSError, EOFError) as e:
             raise ShardError(meta, None, f"cannot read metadata ({e})") from e
         ends, expect = [], 0
         for line, row in enumerate(csv.reader(io.StringIO(raw.decode("utf-8"))), 1):
