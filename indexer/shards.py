@@ -219,7 +219,10 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     one folder, ``**`` crosses folders, ``[...]`` is a character class."""
     out, i = [], 0
     while i < len(pattern):
-        if pattern.startswith("**", i):
+        if pattern.startswith("**/", i):  # zero or more folders
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
             out.append(".*")
             i += 2
         elif pattern[i] == "*":

@@ -32,10 +32,24 @@ def is_uri(location: str) -> bool:
 
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path inside it) for a local path or a URI."""
+    if location.startswith("s3://"):
+        path = location[len("s3://"):].rstrip("/")
+        return _s3(path.split("/", 1)[0]), path
     if is_uri(location):
         fs, path = pafs.FileSystem.from_uri(location)
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+def _s3(bucket: str) -> pafs.S3FileSystem:
+    """An S3 filesystem configured from the environment. Delayed open: a small
+    object is written with one PUT when closed (no multipart upload), and
+    opening many run files costs no request each."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region is None and endpoint is None:
+        region = pafs.resolve_s3_region(bucket)
+    return pafs.S3FileSystem(endpoint_override=endpoint, region=region, allow_delayed_open=True)
 
 
 def join(location: str, *parts: str) -> str:

@@ -1,0 +1,123 @@
+"""ngram-build with inputs, work directory and output on S3: a real
+S3-compatible server (moto in server mode) on 127.0.0.1, a free port, over HTTP."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.fs as pafs
+import pytest
+import zstandard
+
+from indexer.cli import SAMPLE_DIR
+from indexer.pipeline import BuildConfig, build
+from indexer.shards import ShardError, find_shards
+
+moto_server = pytest.importorskip("moto.server")
+
+TOKENIZER = SAMPLE_DIR / "tokenizer.json"
+WORDS = ["the", " trie", " host", "draft", " tree", "\n", "naïve", "日本", "é", "42", "x", "PEP", " of", " a"]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _host, port = server.get_host_and_port()
+    env = pytest.MonkeyPatch()
+    env.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    env.setenv("AWS_ACCESS_KEY_ID", "test")
+    env.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    env.setenv("AWS_REGION", "us-east-1")
+    fs = pafs.S3FileSystem(endpoint_override=f"http://127.0.0.1:{port}", access_key="test", secret_key="test",
+                           region="us-east-1", allow_bucket_creation=True)
+    fs.create_dir("bkt")
+    yield fs
+    env.undo()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("s3-corpus")
+    (root / "sub").mkdir()
+    rng = random.Random(12)
+    for s in range(3):
+        texts = ["".join(rng.choice(WORDS) for _ in range(rng.randint(0, 80))) for _ in range(100)]
+        lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
+        (root / ("sub" if s == 0 else "") / f"part-{s}.jsonl.zst").write_bytes(
+            zstandard.ZstdCompressor().compress(lines.encode()))
+    return root
+
+
+def upload(fs: pafs.S3FileSystem, local: Path, prefix: str) -> None:
+    pafs.copy_files(str(local), prefix, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+
+
+def keys(fs: pafs.S3FileSystem, prefix: str) -> list[str]:
+    infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+    return sorted(i.path for i in infos if i.type == pafs.FileType.File)
+
+
+def cfg(inputs: list[str], out: str, **kw) -> BuildConfig:
+    return BuildConfig(inputs=inputs, out=out, tokenizer=str(TOKENIZER), order=3, name="t", **kw)
+
+
+def quiet(_m: str) -> None:
+    pass
+
+
+def test_s3_inputs_work_dir_and_output_give_the_local_bytes(s3, corpus: Path, tmp_path: Path) -> None:
+    upload(s3, corpus, "bkt/corpus")
+    local = tmp_path / "t.ngt"
+    build(cfg([str(corpus)], str(local), workers=1), progress=quiet)
+    report = build(cfg(["s3://bkt/corpus/"], "s3://bkt/out/t.ngt", workers=2, tmp_dir="s3://bkt/work"),
+                   progress=quiet)
+    with s3.open_input_stream("bkt/out/t.ngt") as f:
+        assert f.read() == local.read_bytes()  # the manifest names the shards as below the prefix
+    assert keys(s3, "bkt/out") == ["bkt/out/t.ngt"]
+    assert keys(s3, "bkt/work") == []  # the build's work folder is removed after success
+    assert report.peak_work_bytes > 0 and report.ranges == 8
+
+
+def test_s3_globs_and_errors(s3, corpus: Path) -> None:
+    upload(s3, corpus, "bkt/globbed")
+    found = find_shards(["s3://bkt/globbed/part-*.jsonl.zst"])
+    assert [s.name for s in found] == ["part-1.jsonl.zst", "part-2.jsonl.zst"]
+    assert [s.location for s in find_shards(["s3://bkt/globbed/**/*.zst"])] == [
+        "s3://bkt/globbed/part-1.jsonl.zst", "s3://bkt/globbed/part-2.jsonl.zst",
+        "s3://bkt/globbed/sub/part-0.jsonl.zst"]
+    assert [s.name for s in find_shards(["s3://bkt/globbed/sub/part-0.jsonl.zst"])] == ["part-0.jsonl.zst"]
+    with pytest.raises(ShardError, match="s3://bkt/nothing/: no shard files"):
+        find_shards(["s3://bkt/nothing/"])
+    with pytest.raises(ShardError, match="pattern matches no shard files"):
+        find_shards(["s3://bkt/globbed/*.txt"])
+
+
+def test_pretokenized_npy_on_s3(s3, tmp_path: Path) -> None:
+    arr = np.array([5, 6, 7, 0, 5, 6, 0, 9, 0], "<u2")
+    arr.tofile(tmp_path / "tokens.npy")
+    upload(s3, tmp_path / "tokens.npy", "bkt/npy/tokens.npy")
+    common = dict(tokenizer=None, vocab_size=16, eos=0, order=3, workers=1, name="n")
+    build(BuildConfig(inputs=[str(tmp_path / "tokens.npy")], out=str(tmp_path / "n.ngt"), **common), progress=quiet)
+    build(BuildConfig(inputs=["s3://bkt/npy/"], out="s3://bkt/npy-out/n.ngt", **common), progress=quiet)
+    with s3.open_input_stream("bkt/npy-out/n.ngt") as f:
+        assert f.read() == (tmp_path / "n.ngt").read_bytes()
+
+
+def test_cli_failed_build_leaves_no_output_and_resumes_from_s3(s3, corpus: Path) -> None:
+    upload(s3, corpus, "bkt/cli")
+    args = [sys.executable, "-m", "indexer.cli", "s3://bkt/cli/", "--tokenizer", str(TOKENIZER), "-j", "1",
+            "--out", "s3://bkt/cli-out/t.ngt", "--tmp-dir", "s3://bkt/cli-work"]
+    r = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "NGRAM_BUILD_FAULT": "reduce:3:fail"})
+    assert r.returncode == 1 and "s3://bkt/cli-work/build-" in r.stderr and "was kept" in r.stderr
+    assert keys(s3, "bkt/cli-out") == []  # no partial trie
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("(resumed)") == 3
+    assert keys(s3, "bkt/cli-out") == ["bkt/cli-out/t.ngt"]
