@@ -143,6 +143,7 @@ class ReadSpec:
     token_field: str = "input_ids"
     token_dtype: str | None = None
     skip_bad: bool = False
+    add_special_tokens: bool = False  # the tokenizer's post-processor (a BOS per document), as DART builds
 
 
 class _TextDocuments:
@@ -155,6 +156,7 @@ class _TextDocuments:
 
         self._reader = ShardReader(location, spec.text_field, skip_bad=spec.skip_bad)
         self._tokenizer = spec.tokenizer
+        self._add_special_tokens = spec.add_special_tokens
         self.tokenize_seconds = 0.0
 
     @property
@@ -167,7 +169,7 @@ class _TextDocuments:
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for texts in self._reader:
             t0 = time.perf_counter()
-            arrays = self._tokenizer.encode_to_arrays(texts)
+            arrays = self._tokenizer.encode_to_arrays(texts, add_special_tokens=self._add_special_tokens)
             self.tokenize_seconds += time.perf_counter() - t0
             yield arrays
 

@@ -83,6 +83,9 @@ def _eos(value: str | None) -> int | str | None:
 @click.option("--keep-tmp", is_flag=True, help="Keep the work directory after success.")
 @click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto",
               show_default=True, help="auto: tiktoken when it is exact for this vocabulary, else HF.")
+@click.option("--add-special-tokens", is_flag=True,
+              help="Encode as DART's build does (add_special_tokens=True): the tokenizer's post-processor "
+                   "runs, e.g. a BOS before every document for Llama-2-style tokenizers (HF backend).")
 @click.option("--name", default=None, help="Index name stored in the header [default: OUT's stem].")
 @click.option("--from-dart-trie", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Convert a trie saved by DART's TrieNgram::save instead of building from shards.")
@@ -93,7 +96,8 @@ def _eos(value: str | None) -> int | str | None:
 def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, workers: int,
          memory_limit: int, tmp_dir: str | None, executor: str, ray_address: str | None, token_field: str,
          token_dtype: str | None, text_field: str, eos: str | None, skip_bad: bool,
-         compress: bool, resume: bool, keep_tmp: bool, tokenizer_backend: str, name: str | None,
+         compress: bool, resume: bool, keep_tmp: bool, tokenizer_backend: str, add_special_tokens: bool,
+         name: str | None,
          from_dart_trie: str | None, vocab_size: int | None, quiet: bool) -> None:
     """Build an n-gram trie from corpus shards.
 
@@ -138,7 +142,7 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
                           eos=_eos(eos), skip_bad=skip_bad, compress=compress, keep_tmp=keep_tmp,
                           tokenizer_backend=tokenizer_backend, name=name, token_field=token_field,
                           token_dtype=token_dtype, vocab_size=vocab_size, executor=executor,
-                          ray_address=ray_address)
+                          ray_address=ray_address, add_special_tokens=add_special_tokens)
         if not resume:
             from indexer.pipeline import work_dir
             from indexer.storage import Store

@@ -85,6 +85,7 @@ class BuildConfig:
     vocab_size: int | None = None
     executor: str = "local"
     ray_address: str | None = None
+    add_special_tokens: bool = False
 
 
 @dataclass
@@ -133,7 +134,9 @@ def _load_tokenizer_task(cfg: BuildConfig | None) -> Any:
         return None
     from indexer.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(cfg.tokenizer, backend=cfg.tokenizer_backend, eos=cfg.eos)
+    # The post-processor that adds a BOS exists only in the HF backend.
+    backend = "hf" if cfg.add_special_tokens and cfg.tokenizer_backend == "auto" else cfg.tokenizer_backend
+    tok = load_tokenizer(cfg.tokenizer, backend=backend, eos=cfg.eos)
     _release_freed_memory()
     return tok
 
@@ -282,9 +285,9 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
              f"{executor.workers} worker(s)")
     faults = faults_from_env(os.environ.get(FAULT_ENV))
     spec = ReadSpec(vocab.tokenizer, vocab.vocab_size, vocab.eos_id, cfg.text_field, cfg.token_field,
-                    cfg.token_dtype, cfg.skip_bad)
+                    cfg.token_dtype, cfg.skip_bad, cfg.add_special_tokens)
     run_key = _key([FORMAT_VERSION, vocab.fingerprint, vocab.vocab_size, vocab.eos_id, cfg.order, cfg.min_count,
-                    cfg.text_field, cfg.token_field, cfg.token_dtype, cfg.skip_bad,
+                    cfg.text_field, cfg.token_field, cfg.token_dtype, cfg.skip_bad, cfg.add_special_tokens,
                     [(s.location, s.size, s.mtime_ns) for s in shards]])
     store = Store(join(work_dir(cfg), f"build-{run_key}"))
     try:
@@ -362,6 +365,8 @@ def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[
     }
     if any(r.pretokenized for r in map_results):
         build_meta["token_field"] = cfg.token_field
+    if cfg.add_special_tokens:
+        build_meta["add_special_tokens"] = True
     meta = {
         "format_version": FORMAT_VERSION,
         "name": name,

@@ -401,13 +401,16 @@ class _HFBackend:
         self.tok.encode_special_tokens = True
         self.threads = threads
 
-    def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def encode(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[np.ndarray]:
+        """add_special_tokens: apply the tokenizer's post-processor (a BOS per
+        text for Llama-2-style tokenizers), as ``tokenizer(text)`` does."""
         if self.threads == 1 or len(texts) < 2:
             # encode() per text is faster than a serial encode_batch and keeps
             # to one thread, which is what a process-pool worker wants.
-            return [np.array(self.tok.encode(t, add_special_tokens=False).ids, dtype=np.int32) for t in texts]
+            return [np.array(self.tok.encode(t, add_special_tokens=add_special_tokens).ids, dtype=np.int32)
+                    for t in texts]
         # threads > 1: the tokenizers Rayon pool (sized by RAYON_NUM_THREADS).
-        encs = self.tok.encode_batch_fast(list(texts), add_special_tokens=False)
+        encs = self.tok.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
         return [np.array(e.ids, dtype=np.int32) for e in encs]
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -669,14 +672,24 @@ class Tokenizer:
         """Ids of each text, no EOS added."""
         return [a.tolist() for a in self._backend().encode(texts)]
 
-    def encode_to_arrays(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode_to_arrays(self, texts: Sequence[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Encode documents and append one EOS after each.
+
+        ``add_special_tokens`` applies the HF tokenizer's post-processor first
+        (a BOS per document for Llama-2-style tokenizers), as DART's build
+        does; the tiktoken backend has no post-processor, so it refuses.
 
         Returns ``(ids, lengths)``: ``ids`` int32, all documents back to back,
         each followed by ``eos_id``; ``lengths`` int64, the ids per document,
         EOS included (so ``lengths.sum() == len(ids)``, every length >= 1).
         """
-        per_doc = self._backend().encode(texts)
+        if add_special_tokens:
+            backend = self._backend()
+            if not isinstance(backend, _HFBackend):
+                raise TokenizerError(f"{self.name}: add_special_tokens needs the hf backend, not {self.backend}")
+            per_doc = backend.encode(texts, add_special_tokens=True)
+        else:
+            per_doc = self._backend().encode(texts)
         if not per_doc:
             return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64)
         eos = np.array([self.eos_id], dtype=np.int32)
