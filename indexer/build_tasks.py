@@ -273,6 +273,7 @@ class MapResult:
     tokenize_seconds: float = 0.0
     seconds: float = 0.0
     scratch_peak_bytes: int = 0
+    peak_rss_bytes: int = 0  # the worker process' peak RSS when the task ended
     resumed: bool = False
 
 
@@ -361,9 +362,18 @@ def run_map(task: MapTask) -> MapResult:
     result.errors = list(docs.stats.errors[:10])
     result.tokenize_seconds = docs.tokenize_seconds
     result.scratch_peak_bytes = meter.peak
+    result.peak_rss_bytes = peak_rss_bytes()
     result.seconds = time.perf_counter() - t_start
     _record(store, map_done_key(task.index), result)
     return result
+
+
+def peak_rss_bytes() -> int:
+    """This process' peak resident memory so far (a pool worker's covers the
+    tasks it ran before too: an upper bound for the task)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _size_of(location: str) -> int:
@@ -398,6 +408,7 @@ class ReduceResult:
     input_bytes: int = 0  # run bytes read (and deleted afterwards)
     output_bytes: int = 0
     scratch_peak_bytes: int = 0
+    peak_rss_bytes: int = 0  # the worker process' peak RSS when the task ended
     seconds: float = 0.0
     resumed: bool = False
 
@@ -465,7 +476,7 @@ def run_reduce(task: ReduceTask) -> ReduceResult:
         con.close()
     shutil.rmtree(scratch, ignore_errors=True)
     result = ReduceResult(task.index, sizes, values, input_bytes=sum(f.size for f in runs),
-                          output_bytes=output_bytes, scratch_peak_bytes=meter.peak,
+                          output_bytes=output_bytes, scratch_peak_bytes=meter.peak, peak_rss_bytes=peak_rss_bytes(),
                           seconds=time.perf_counter() - t_start)
     _record(store, reduce_done_key(task.index), result)
     # The runs are merged: free their space now (a retry finds the record above).

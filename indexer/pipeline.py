@@ -106,6 +106,7 @@ class BuildReport:
     peak_task_scratch_bytes: int = 0  # the largest local scratch (DuckDB spill, runs before upload) of one task
     peak_tmp_bytes: int = 0  # peak_work_bytes + one task's scratch per concurrent task
     reduce_input_bytes: list[int] | None = None  # run bytes each reduce task read
+    peak_task_rss_bytes: int = 0  # the largest worker-process peak RSS any task reported
     map_scratch_peak_bytes: list[int] | None = None
     reduce_scratch_peak_bytes: list[int] | None = None
 
@@ -408,6 +409,7 @@ def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[
         peak_task_scratch_bytes=scratch,
         peak_tmp_bytes=work_peak + concurrency * scratch,
         reduce_input_bytes=[r.input_bytes for r in reduces],
+        peak_task_rss_bytes=max([r.peak_rss_bytes for r in map_results + reduces if not r.resumed] or [0]),
         map_scratch_peak_bytes=[r.scratch_peak_bytes for r in map_results],
         reduce_scratch_peak_bytes=[r.scratch_peak_bytes for r in reduces],
     )

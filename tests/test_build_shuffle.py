@@ -132,3 +132,28 @@ def test_cli_guard_rails(tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stderr.count("(resumed)") == 2
     assert "end to end" in r.stderr and "map " in r.stderr and "M tokens/s" in r.stderr
     assert not (tmp_path / "t.ngt.build").exists()
+
+
+def test_progress_lines_eta_and_terminal_bar() -> None:
+    import io
+
+    from indexer.progress import PhaseProgress, ProgressPrinter
+
+    lines: list[str] = []
+    phase = PhaseProgress("map", 4, lines.append, total_work=400)
+    phase.task_done("a (resumed)", work=100, documents=10, tokens=1000, resumed=True)
+    phase.task_done("b", work=100, documents=5, tokens=500)
+    assert lines[0].startswith("[map 1/4] a (resumed) | total 10 docs, 1,000 tokens, map ")
+    assert "ETA" not in lines[0]  # nothing measured yet: resumed work says nothing of the rate
+    assert lines[1].startswith("[map 2/4] b | total 15 docs, 1,500 tokens, map ") and "ETA" in lines[1]
+    out = io.StringIO()
+    printer = ProgressPrinter(out, tty=True)
+    for line in ["ngram-build: 4 shard(s)", lines[0], lines[1], "[map 4/4] c", "done: x"]:
+        printer(line)
+    text = out.getvalue()
+    assert text.startswith("ngram-build: 4 shard(s)\n")
+    assert "\r\x1b[Kmap [#####...............] 1/4 a (resumed)" in text
+    assert "\r\x1b[Kmap [####################] 4/4 c\ndone: x\n" in text
+    plain = io.StringIO()
+    ProgressPrinter(plain, tty=False)(lines[1])
+    assert plain.getvalue() == lines[1] + "\n"  # logs get plain lines
