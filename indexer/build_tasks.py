@@ -174,14 +174,16 @@ class _TextDocuments:
             yield arrays
 
 
-def open_documents(location: str, spec: ReadSpec) -> Any:
+def open_documents(location: str, spec: ReadSpec, batch_tokens: int | None = None) -> Any:
     """An iterable of ``(ids int32, lengths int64)`` batches over one shard,
-    with ``stats``, ``fraction_read()`` and ``pretokenized``."""
+    with ``stats``, ``fraction_read()`` and ``pretokenized``; ``batch_tokens``
+    bounds the ids a pre-tokenized batch reads."""
     from indexer.shards import ShardError
-    from indexer.token_shards import pretokenized_reader
+    from indexer.token_shards import BATCH_TOKENS, pretokenized_reader
 
     reader = pretokenized_reader(location, token_field=spec.token_field, vocab_size=spec.vocab_size,
-                                 eos_id=spec.eos_id, token_dtype=spec.token_dtype, skip_bad=spec.skip_bad)
+                                 eos_id=spec.eos_id, token_dtype=spec.token_dtype, skip_bad=spec.skip_bad,
+                                 batch_tokens=batch_tokens or BATCH_TOKENS)
     if reader is not None:
         reader.pretokenized = True
         reader.tokenize_seconds = 0.0
@@ -214,7 +216,7 @@ class SampleResult:
 
 
 def run_sample(task: SampleTask) -> SampleResult:
-    docs = open_documents(task.location, task.spec)
+    docs = open_documents(task.location, task.spec, batch_tokens=max(task.max_tokens // 4, 1024))
     flats, lengths, n = [], [], 0
     for flat, lens in docs:
         flats.append(flat)

@@ -274,14 +274,16 @@ def _with_eos(tokens: np.ndarray, lengths: np.ndarray, eos_id: int) -> tuple[np.
 
 
 def pretokenized_reader(location: str, *, token_field: str, vocab_size: int, eos_id: int,
-                        token_dtype: str | None, skip_bad: bool) -> ParquetTokenReader | FlatTokenReader | None:
+                        token_dtype: str | None, skip_bad: bool,
+                        batch_tokens: int = BATCH_TOKENS) -> ParquetTokenReader | FlatTokenReader | None:
     """The pre-tokenized reader for a shard, or None when it holds text (a
     Parquet file without ``token_field``, or a JSON-lines file)."""
     name = location.lower()
     if name.endswith(".npy"):
-        return FlatTokenReader(location, vocab_size, eos_id, token_dtype=token_dtype)
+        return FlatTokenReader(location, vocab_size, eos_id, token_dtype=token_dtype, batch_tokens=batch_tokens)
     if name.endswith(".parquet"):
         schema = open_parquet(location if is_uri(location) else Path(location)).schema_arrow
         if schema.get_field_index(token_field) >= 0:
-            return ParquetTokenReader(location, token_field, vocab_size, eos_id, skip_bad=skip_bad)
+            return ParquetTokenReader(location, token_field, vocab_size, eos_id, skip_bad=skip_bad,
+                                      batch_tokens=batch_tokens)
     return None
