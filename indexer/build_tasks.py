@@ -136,7 +136,7 @@ class DiskMeter:
 class ReadSpec:
     """How a task turns a shard into token ids (text or pre-tokenized)."""
 
-    tokenizer: Any | None  # indexer.tokenizer.Tokenizer (picklable); None: pre-tokenized inputs only
+    tokenizer: Any | None  # indexer.tokenizer.Tokenizer or a SharedObject of one; None: pre-tokenized inputs only
     vocab_size: int
     eos_id: int
     text_field: str = "text"
@@ -154,8 +154,10 @@ class _TextDocuments:
     def __init__(self, location: str, spec: ReadSpec) -> None:
         from indexer.shards import ShardReader
 
+        from indexer.executor import resolve
+
         self._reader = ShardReader(location, spec.text_field, skip_bad=spec.skip_bad)
-        self._tokenizer = spec.tokenizer
+        self._tokenizer = resolve(spec.tokenizer)
         self._add_special_tokens = spec.add_special_tokens
         self.tokenize_seconds = 0.0
 

@@ -26,6 +26,22 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class SharedObject:
+    """A handle to an object in Ray's object store; ``resolve`` gets it back."""
+
+    def __init__(self, ref: object) -> None:
+        self.ref = ref
+
+
+def resolve(obj: object) -> object:
+    """The object itself, fetched from Ray's object store when it is a SharedObject."""
+    if isinstance(obj, SharedObject):
+        import ray
+
+        return ray.get(obj.ref)
+    return obj
+
+
 class LocalExecutor:
     def __init__(self, workers: int = 1) -> None:
         if workers < 1:
@@ -108,6 +124,11 @@ class RayExecutor:
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise
+
+    def share(self, obj: T) -> "SharedObject":
+        """Puts a large object every task needs (the tokenizer) into Ray's
+        object store once, instead of into every task's arguments."""
+        return SharedObject(self._ray.put(obj))
 
     def close(self) -> None:
         if self._owns_connection:

@@ -285,7 +285,14 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     progress(f"ngram-build: {len(shards)} shard(s), order {cfg.order}, {vocab.describe}, "
              f"{executor.workers} worker(s)")
     faults = faults_from_env(os.environ.get(FAULT_ENV))
-    spec = ReadSpec(vocab.tokenizer, vocab.vocab_size, vocab.eos_id, cfg.text_field, cfg.token_field,
+    tokenizer = vocab.tokenizer
+    if tokenizer is not None and not isinstance(executor, LocalExecutor):
+        # On a cluster the tokenizer file is not on every node: ship its
+        # definition, once, through the cluster's object store.
+        tokenizer.make_self_contained()
+        share = getattr(executor, "share", None)
+        tokenizer = share(tokenizer) if share else tokenizer
+    spec = ReadSpec(tokenizer, vocab.vocab_size, vocab.eos_id, cfg.text_field, cfg.token_field,
                     cfg.token_dtype, cfg.skip_bad, cfg.add_special_tokens)
     run_key = _key([FORMAT_VERSION, vocab.fingerprint, vocab.vocab_size, vocab.eos_id, cfg.order, cfg.min_count,
                     cfg.text_field, cfg.token_field, cfg.token_dtype, cfg.skip_bad, cfg.add_special_tokens,

@@ -661,6 +661,12 @@ class Tokenizer:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
+    def make_self_contained(self) -> None:
+        """Carries the tokenizer's definition when pickled (for machines
+        without its file: a cluster's nodes), not just its path."""
+        if self._source.hub_json is None:
+            self._source.hub_json = self._source.raw().decode("utf-8")
+
     # -- encoding -------------------------------------------------------------
 
     def _backend(self) -> _HFBackend | _TiktokenBackend:
