@@ -12,8 +12,9 @@ a build that is re-run resumes from the tasks already finished.
 sample: the first tokens of one shard -> unigram counts and distinct k-grams
         per order (to cut the first-token ranges and size them before the map).
 map:    one shard -> per order k and per reduce range r, runs of
-        (w0..w{k-1}, c), counted with DuckDB in bounded memory, written to
-        ``shuffle/rRRRRR/<attempt>/oK-<run>-<i>.parquet`` (zstd). The shuffle
+        (w0..w{k-1}, c), counted with DuckDB in bounded memory chunk by
+        chunk, the chunks' runs of one range and order joined as row groups
+        of ``shuffle/rRRRRR/<attempt>/oK.parquet`` (zstd). The shuffle
         happens here: a reduce task reads only its range's files.
 reduce: one range [lo, hi) of first tokens -> per order k, the merged counts
         of every k-gram starting in the range with count >= min_count, sorted,
@@ -151,12 +152,12 @@ class _TextDocuments:
 
     pretokenized = False
 
-    def __init__(self, location: str, spec: ReadSpec) -> None:
-        from indexer.shards import ShardReader
-
+    def __init__(self, location: str, spec: ReadSpec, batch_chars: int | None = None) -> None:
         from indexer.executor import resolve
+        from indexer.shards import DEFAULT_BATCH_CHARS, ShardReader
 
-        self._reader = ShardReader(location, spec.text_field, skip_bad=spec.skip_bad)
+        self._reader = ShardReader(location, spec.text_field, skip_bad=spec.skip_bad,
+                                   batch_chars=batch_chars or DEFAULT_BATCH_CHARS)
         self._tokenizer = resolve(spec.tokenizer)
         self._add_special_tokens = spec.add_special_tokens
         self.tokenize_seconds = 0.0
@@ -193,7 +194,8 @@ def open_documents(location: str, spec: ReadSpec, batch_tokens: int | None = Non
     if spec.tokenizer is None:
         what = f"no column {spec.token_field!r} of token ids" if location.lower().endswith(".parquet") else "text"
         raise ShardError(location, None, f"holds {what}: give --tokenizer to read text shards")
-    return _TextDocuments(location, spec)
+    # About 4 characters a token: text batches of the same size.
+    return _TextDocuments(location, spec, batch_chars=4 * batch_tokens if batch_tokens else None)
 
 
 # --------------------------------------------------------------------------
@@ -320,6 +322,7 @@ def run_map(task: MapTask) -> MapResult:
     result.pretokenized = docs.pretokenized
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     pending_tokens = 0
+    chunk_files: dict[tuple[int, int], list[Path]] = {}  # (range, order) -> one run file per chunk
 
     with DiskMeter(scratch) as meter:
         con = _connect(task.memory_limit_bytes, scratch / "spill")
@@ -343,12 +346,8 @@ def run_map(task: MapTask) -> MapResult:
                     f"FILENAME_PATTERN 'f{{i}}')"
                 )
                 con.unregister("grams")
-                for part_dir in sorted(run_dir.glob("p=*")):
-                    r = int(part_dir.name[2:])
-                    for i, f in enumerate(sorted(part_dir.glob("*.parquet"))):
-                        key = f"{shuffle_prefix(r)}/{attempt}/o{k}-{result.runs:05d}-{i}.parquet"
-                        result.range_bytes[r] += store.put(f, key)
-                shutil.rmtree(run_dir)
+                for part_dir in run_dir.glob("p=*"):
+                    chunk_files.setdefault((int(part_dir.name[2:]), k), []).extend(sorted(part_dir.glob("*.parquet")))
             result.runs += 1
 
         for flat, lengths in docs:
@@ -360,6 +359,12 @@ def run_map(task: MapTask) -> MapResult:
                 flush()
         flush()
         con.close()
+        # One object per (range, order): the chunks' runs as row groups of one
+        # file, so the store holds maps x ranges x orders objects, not x chunks.
+        for (r, k), files in sorted(chunk_files.items()):
+            merged = scratch / f"r{r:05d}-o{k}.parquet"
+            _concatenate_parquet(files, merged)
+            result.range_bytes[r] += store.put(merged, f"{shuffle_prefix(r)}/{attempt}/o{k}.parquet")
     shutil.rmtree(scratch, ignore_errors=True)
     result.bytes = _size_of(task.location)
     result.skipped = docs.stats.skipped
@@ -370,6 +375,22 @@ def run_map(task: MapTask) -> MapResult:
     result.seconds = time.perf_counter() - t_start
     _record(store, map_done_key(task.index), result)
     return result
+
+
+def _concatenate_parquet(files: list[Path], out: Path) -> None:
+    """Row groups of several Parquet files (same schema) into one file,
+    streamed, then the inputs deleted."""
+    import pyarrow.parquet as pq
+
+    writer = None
+    for f in files:
+        table = pq.read_table(f)
+        if writer is None:
+            writer = pq.ParquetWriter(out, table.schema, compression="zstd")
+        writer.write_table(table, row_group_size=1 << 20)
+        f.unlink()
+    if writer is not None:
+        writer.close()
 
 
 def peak_rss_bytes() -> int:
@@ -444,7 +465,7 @@ def run_reduce(task: ReduceTask) -> ReduceResult:
     with DiskMeter(scratch) as meter:
         by_order: dict[int, list[str]] = {k: [] for k in range(1, n + 1)}
         for f in runs:
-            k = int(f.key.rsplit("/", 1)[1].split("-")[0][1:])
+            k = int(f.key.rsplit("/", 1)[1].split(".")[0][1:])  # .../oK.parquet
             by_order[k].append(str(store.fetch(f.key, scratch)))
         # In-memory tables spill to temp_directory beyond memory_limit, and are
         # faster than a database file for these write-once intermediates.

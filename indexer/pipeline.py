@@ -53,7 +53,7 @@ from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, write_t
 #: and order; docs/BUILD.md). Beyond it, reduce tasks spill to disk instead.
 MAX_RANGES = 8192
 #: Sample this many tokens from the start of each of up to SAMPLE_SHARDS shards.
-SAMPLE_TOKENS = 1_000_000
+SAMPLE_TOKENS = 500_000
 SAMPLE_SHARDS = 4
 #: A task gets at least this much memory (DuckDB's floor is 64 MB a connection).
 MIN_TASK_MEMORY = 128 << 20
