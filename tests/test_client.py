@@ -10,17 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-grpc = pytest.importorskip("grpc")
+import grpc
 
 from click.testing import CliRunner  # noqa: E402
 
 from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.client import AsyncNgramClient, NgramClient, channel_targets  # noqa: E402
 from ngram_service.query_cli import main as query_main  # noqa: E402
-from test_server import BINARY, GOLDEN, TREE_FIELDS, ServerProcess  # noqa: E402
+from test_server import GOLDEN, TREE_FIELDS, ServerProcess  # noqa: E402
 from test_server import dart_trie, tree_inputs  # noqa: E402,F401  (fixtures)
 
-pytestmark = pytest.mark.skipif(BINARY is None, reason="ngram-serve-native was not built")
 
 
 def test_channel_targets() -> None:
@@ -32,6 +31,8 @@ def test_channel_targets() -> None:
         channel_targets([])
 
 
+@pytest.mark.needs_server
+@pytest.mark.needs_server
 @pytest.mark.parametrize("form", ["ip", "names"])
 def test_round_robin_over_targets(sample_trie: Path, form: str) -> None:
     with ServerProcess([sample_trie], "--log-requests") as a, ServerProcess([sample_trie], "--log-requests") as b:
@@ -44,6 +45,7 @@ def test_round_robin_over_targets(sample_trie: Path, form: str) -> None:
     assert sum(calls) == 20 and min(calls) >= 5, calls
 
 
+@pytest.mark.needs_server
 def test_async_client_equals_engine(dart_trie: Path, tree_inputs: list) -> None:  # noqa: F811
     idx = NgramIndex.open(dart_trie)
     z = np.load(GOLDEN / "dart-sample-queries.npz")
@@ -70,6 +72,7 @@ def test_async_client_equals_engine(dart_trie: Path, tree_inputs: list) -> None:
         asyncio.run(run(s.target))
 
 
+@pytest.mark.needs_server
 def test_unavailable_is_retried_then_reported(sample_trie: Path) -> None:
     with ServerProcess([sample_trie]) as s:
         port = s.port
@@ -78,6 +81,7 @@ def test_unavailable_is_retried_then_reported(sample_trie: Path) -> None:
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+@pytest.mark.needs_server
 def test_query_cli(dart_trie: Path, tmp_path: Path, tree_inputs: list) -> None:  # noqa: F811
     idx = NgramIndex.open(dart_trie)
     r = CliRunner()
@@ -102,6 +106,7 @@ def test_query_cli(dart_trie: Path, tmp_path: Path, tree_inputs: list) -> None: 
         assert err["error"] == "INVALID_ARGUMENT" and "context[0]" in err["message"]
 
 
+@pytest.mark.needs_server
 def test_ngram_serve_launcher_execs_the_binary() -> None:
     p = subprocess.run([sys.executable, "-m", "ngram_service.serve", "--help"], capture_output=True, text=True,
                        timeout=20)

@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
+from conftest import require_module
+
+torch = require_module("torch")
+require_module("transformers")
+require_module("safetensors")
 
 from click.testing import CliRunner
 
@@ -44,13 +46,9 @@ from dart_client.pruner import TokenizerMismatchError, fallback_index, model_fin
 from dart_client.random_models import random_drafter, random_target
 from indexer.cli import SAMPLE_DIR
 from ngram_service import NgramIndex
-from ngram_service.serve import find_native_binary
 
 SAMPLE_TOKENIZER = SAMPLE_DIR / "tokenizer.json"
-BINARY = find_native_binary()
-needs_server = pytest.mark.skipif(
-    BINARY is None, reason="ngram-serve-native was not built (grpc++/protobuf missing at build time): "
-                           "the remote tests need a real trie host")
+needs_server = pytest.mark.needs_server  # the remote tests need a real trie host
 MAX_NEW = 24
 PROMPTS = [
     "PEP 8 -- Style Guide for Python Code",
@@ -495,7 +493,7 @@ def test_cli_generates_and_reports(target_dir: Path, drafter_dir: Path, sample_t
 
 # ---- the Qwen3 vocabulary, the DART sample trie -------------------------------------------------
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from conftest import SHARED  # noqa: E402
 QWEN_TOKENIZER = SHARED / "data" / "qwen3-tokenizer.json"
 DART_SAMPLE = SHARED / "golden" / "dart-sample.trie"
 

@@ -7,17 +7,20 @@ from pathlib import Path
 
 import pytest
 
-grpc = pytest.importorskip("grpc")
-x509 = pytest.importorskip("cryptography.x509")
+import grpc
+
+from conftest import require_module
+
+x509 = require_module("cryptography.x509")
 
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
 
 from ngram_service.client import NgramClient  # noqa: E402
-from test_server import BINARY, ServerProcess  # noqa: E402
+from test_server import ServerProcess  # noqa: E402
 
-pytestmark = pytest.mark.skipif(BINARY is None, reason="ngram-serve-native was not built")
+pytestmark = pytest.mark.needs_server
 
 
 def _cert(name: str, issuer: tuple | None, *, ca: bool = False, server: bool = False):
