@@ -16,6 +16,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.client import AsyncNgramClient, NgramClient, channel_targets  # noqa: E402
+from ngram_service.proto.ngram.v1 import ngram_pb2 as pb  # noqa: E402
 from ngram_service.query_cli import main as query_main  # noqa: E402
 from test_server import GOLDEN, TREE_FIELDS, ServerProcess  # noqa: E402
 from test_server import dart_trie, tree_inputs  # noqa: E402,F401  (fixtures)
@@ -72,8 +73,50 @@ def test_async_client_equals_engine(dart_trie: Path, tree_inputs: list) -> None:
         asyncio.run(run(s.target))
 
 
+class FlakyTopK:
+    """A gRPC server (grpcio, in this process) whose TopK answers UNAVAILABLE
+    `failures` times, then [7]: it counts the attempts the client's retry
+    policy makes, which the native host cannot be told to do."""
+
+    def __init__(self, failures: int) -> None:
+        from concurrent import futures
+
+        self.failures, self.attempts = failures, 0
+        self.server = grpc.server(futures.ThreadPoolExecutor(2))
+        handler = grpc.unary_unary_rpc_method_handler(
+            self._topk, request_deserializer=pb.TopKRequest.FromString,
+            response_serializer=pb.TopKResponse.SerializeToString)
+        self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "ngram.v1.NgramService", {"TopK": handler})])
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def _topk(self, request: pb.TopKRequest, context: grpc.ServicerContext) -> pb.TopKResponse:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"attempt {self.attempts} refused")
+        return pb.TopKResponse(tokens=[7], probs=[1.0], counts=[3], matched=len(request.context))
+
+
+@pytest.mark.parametrize("attempts,failures,ok", [(3, 2, True), (2, 2, False), (1, 1, False), (5, 0, True)])
+def test_unavailable_is_retried_then_reported(attempts: int, failures: int, ok: bool) -> None:
+    flaky = FlakyTopK(failures)
+    try:
+        with NgramClient(f"127.0.0.1:{flaky.port}", retry_attempts=attempts, timeout=10) as c:
+            if ok:
+                assert c.topk([1], 1).tokens.tolist() == [7]
+            else:
+                with pytest.raises(grpc.RpcError) as e:
+                    c.topk([1], 1)
+                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert f"attempt {attempts} refused" in e.value.details()  # the last attempt's answer
+        assert flaky.attempts == min(attempts, failures + 1)
+    finally:
+        flaky.server.stop(None)
+
+
 @pytest.mark.needs_server
-def test_unavailable_is_retried_then_reported(sample_trie: Path) -> None:
+def test_stopped_host_is_reported_unavailable(sample_trie: Path) -> None:
     with ServerProcess([sample_trie]) as s:
         port = s.port
     with NgramClient(f"127.0.0.1:{port}", retry_attempts=3, timeout=3) as c, pytest.raises(grpc.RpcError) as e:

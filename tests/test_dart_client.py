@@ -440,24 +440,37 @@ def test_sampling_with_top_k_1_is_greedy_lossless(target: Any, drafter: DartDraf
 
 
 def test_tree_speculative_sampling_keeps_the_target_distribution() -> None:
-    """The first committed token is distributed as the target's p whatever
-    the tree offers (children 1, 2 of the root; 3 under 1)."""
+    """The first committed token is distributed as the target's p at the
+    root whatever the tree offers (nodes 1, 2 under the root, 3 under 1), and
+    the second, after node 1's token, as the target's p at node 1. Token ids
+    differ from node numbers, so a node read as a token is caught."""
     from dart_client import DraftTree
 
-    logits = torch.log(torch.tensor([[0.1, 0.4, 0.2, 0.3, 1e-9]] * 4))
-    tree = DraftTree(torch.tensor([0, 1, 2, 3]), torch.tensor([[0, 1, 3], [0, 2, -1]]),
+    logits = torch.log(torch.tensor([[0.1, 0.4, 0.2, 0.3, 1e-9],     # at the root
+                                     [0.45, 0.05, 0.15, 0.05, 0.3],  # after node 1 (token 3)
+                                     [0.2] * 5,                      # after node 2 (token 1)
+                                     [0.2] * 5]))                    # after node 3 (token 2)
+    tree = DraftTree(torch.tensor([4, 3, 1, 2]), torch.tensor([[0, 1, 3], [0, 2, -1]]),
                      torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool),
                      torch.tensor([0, 1, 1, 2]))
-    tree = DraftTree(tree.draft_tokens, tree.retrieve_indices, tree.tree_mask, tree.tree_position_ids)
     gen = torch.Generator().manual_seed(0)
-    counts = collections.Counter()
+    first: collections.Counter = collections.Counter()
+    second: collections.Counter = collections.Counter()
     n = 6000
     for _ in range(n):
         _path, drafts, bonus = DartGenerator._accept_sampling(tree, logits, 1.0, 0, 1.0, gen)
-        counts[(drafts + [bonus])[0]] += 1
+        committed = drafts + [bonus]
+        first[committed[0]] += 1
+        if committed[0] == 3:
+            second[committed[1]] += 1
     p = torch.softmax(logits[0], -1)
-    for tok in range(4):
-        assert abs(counts[tok] / n - float(p[tok])) < 0.025
+    for tok in range(5):
+        assert abs(first[tok] / n - float(p[tok])) < 0.025, (tok, first)
+    after = sum(second.values())
+    assert after > 1500  # p(3) = 0.3 of 6,000
+    q = torch.softmax(logits[1], -1)
+    for tok in range(5):
+        assert abs(second[tok] / after - float(q[tok])) < 0.04, (tok, second)
 
 
 def test_generation_stops_at_eos_and_max_new_tokens(target: Any, drafter: DartDrafter, sample_trie: Path,

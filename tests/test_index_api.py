@@ -109,7 +109,12 @@ def test_dart_trie_errors(tmp_path: Path) -> None:
     assert idx.count([7, 3]) == 1 and idx.count([7]) == 2 and idx.vocab_size == 8
     data = src.read_bytes()
     (tmp_path / "cut.trie").write_bytes(data[:-5])
-    with pytest.raises(TrieFormatError, match=r"truncated DART trie at byte \d+ \(reading child id of node 3|truncated"):
+    # Each node is token i32, parent u64, freq i32, n_children u64 (24 bytes), then its children (token i32, id
+    # u64); node 3, the last, starts at byte 128: the cut loses the end of its n_children.
+    with pytest.raises(TrieFormatError, match=r"cut\.trie: truncated DART trie at byte 140 \(reading n_children of node 3\)"):
+        convert_dart_trie(tmp_path / "cut.trie", tmp_path / "x.ngt")
+    (tmp_path / "cut.trie").write_bytes(data[:96])  # inside node 1's child entry (bytes 88..100)
+    with pytest.raises(TrieFormatError, match=r"truncated DART trie at byte 92 \(reading child id of node 1\)"):
         convert_dart_trie(tmp_path / "cut.trie", tmp_path / "x.ngt")
     bad = [(-1, 0, 0, [(7, 1)]), (7, 5, 2, [])]
     write_dart(tmp_path / "bad.trie", bad)
