@@ -109,7 +109,9 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
         if not resume:
             from indexer.pipeline import work_dir
 
-            shutil.rmtree(work_dir(cfg), ignore_errors=True)
+            # Only this tool's runs: a --tmp-dir is the user's folder and may hold other files.
+            for runs in work_dir(cfg).glob("runs-*"):
+                shutil.rmtree(runs, ignore_errors=True)
         build(cfg, progress=progress)
     except (BuildError, ShardError, ValueError, OSError) as e:
         click.echo(f"ngram-build: error: {e}", err=True)
