@@ -400,8 +400,9 @@ def _engine_trees(trie: Path, req: pb.PruneTreeRequest) -> list[list[int]]:
     out = []
     for i in req.inputs:
         k = np.array(i.level_sizes)[0]
-        t = idx.prune(np.array(i.prefix), np.array(i.tokens).reshape(-1, k), np.array(i.probs, np.float32).reshape(-1, k),
-                      beam_width=req.params.beam_width, max_nodes=req.params.max_nodes)
+        tokens, probs = np.array(i.tokens).reshape(-1, k), np.array(i.probs, np.float32).reshape(-1, k)
+        t = idx.prune(np.array(i.prefix), tokens, probs, beam_width=req.params.beam_width,
+                      max_nodes=req.params.max_nodes)
         out.append(t.tokens.tolist())
     return out
 
