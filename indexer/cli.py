@@ -147,7 +147,11 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
             from indexer.pipeline import work_dir
             from indexer.storage import Store
 
-            Store(work_dir(cfg)).delete("")
+            # Only this tool's work folders: a --tmp-dir is the user's folder and may hold other files.
+            store = Store(work_dir(cfg))
+            for name in sorted({f.key.split("/", 1)[0] for f in store.list("")}):
+                if name.startswith("build-"):
+                    store.delete(name)
         build(cfg, progress=progress)
     except (BuildError, ShardError, ValueError, OSError, RuntimeError) as e:
         # RuntimeError: a worker process died (BrokenProcessPool), a task failed on every retry.

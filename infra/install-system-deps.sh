@@ -2,6 +2,8 @@
 # Installs the system packages the native gRPC server (cpp/server) builds
 # against: grpc++, protobuf (+ compilers), prometheus-cpp, pkg-config.
 # Idempotent and non-interactive: does nothing when everything is present.
+# Exits non-zero when a package cannot be installed or the server's build
+# inputs are still not found afterwards (CI must not go on without them).
 set -euo pipefail
 
 PKGS=(
@@ -24,7 +26,27 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
+# What cpp/server/CMakeLists.txt looks for; a package can be installed and
+# still not provide it (a broken or partial install).
+check_build_inputs() {
+  local ok=0
+  for mod in grpc++ protobuf; do
+    if ! pkg-config --exists "$mod" 2>/dev/null; then
+      echo "install-system-deps: pkg-config cannot find $mod" >&2
+      ok=1
+    fi
+  done
+  for tool in protoc grpc_cpp_plugin; do
+    if ! command -v "$tool" >/dev/null; then
+      echo "install-system-deps: $tool is not on PATH" >&2
+      ok=1
+    fi
+  done
+  return $ok
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+  check_build_inputs
   echo "install-system-deps: all present" >&2
   exit 0
 fi
@@ -35,3 +57,4 @@ echo "install-system-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+check_build_inputs

@@ -1,7 +1,10 @@
 """Shared fixtures: the bundled sample tokenizer, the shared corpus, built tries."""
 from __future__ import annotations
 
+import importlib
+import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -9,12 +12,50 @@ from indexer.cli import SAMPLE_DIR
 from indexer.pipeline import BuildConfig, build
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# ../shared beside the checkout; NGRAM_SHARED points elsewhere (a git worktree, a CI cache).
+SHARED = Path(os.environ.get("NGRAM_SHARED") or REPO.parent / "shared")
 CORPUS = SHARED / "data" / "corpus"
 QWEN = SHARED / "data" / "qwen3-tokenizer.json"
 GOLDEN = SHARED / "golden"
 SAMPLE_TOKENIZER = SAMPLE_DIR / "tokenizer.json"
 SAMPLE_CORPUS = SAMPLE_DIR / "corpus"
+
+
+# Under CI a missing part of the README's install (the native server, torch,
+# the test extras) fails the run instead of skipping its tests silently.
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing(reason: str) -> None:
+    """Skip here (a partial developer install); fail under CI (the install is the test)."""
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str) -> ModuleType:
+    """importorskip that fails under CI."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        missing(f"{name} is not installed ({e})")
+        raise
+
+
+def server_binary() -> Path | None:
+    from ngram_service.serve import find_native_binary
+
+    return find_native_binary()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_server: runs the native gRPC server (ngram-serve-native)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("needs_server") and server_binary() is None:
+        missing("ngram-serve-native was not built (grpc++/protobuf missing: run infra/install-system-deps.sh "
+                "and reinstall, or set NGRAM_SERVE_NATIVE)")
 
 
 def needs_shared() -> None:

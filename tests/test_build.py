@@ -177,6 +177,71 @@ def test_resume_after_killed_build(tmp_path: Path) -> None:
     assert out.read_bytes() == fresh.read_bytes()
 
 
+def _kill_at(args: list[str], prefix: str) -> None:
+    """Runs the build and kills it (SIGKILL) when a progress line starts with `prefix`."""
+    p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    for line in p.stderr:
+        if line.startswith(prefix):
+            p.kill()
+            break
+    p.wait()
+    assert p.returncode < 0, f"the build ended before {prefix!r}"
+
+
+def _resume_case(tmp_path: Path) -> tuple[list[str], Path, Path]:
+    rng = random.Random(5)
+    for s in range(6):
+        write_jsonl_zst(tmp_path / f"s{s}.jsonl.zst", random_texts(rng, 300))
+    out = tmp_path / "t.ngt"
+    args = [sys.executable, "-m", "indexer.cli", str(tmp_path / "s*.jsonl.zst"), "--tokenizer",
+            str(SAMPLE_TOKENIZER), "-n", "3", "-j", "1", "--out", str(out)]
+    return args, out, tmp_path / "t.ngt.build"
+
+
+def _parts(work: Path) -> dict[str, int]:
+    """Finished reduce partitions: their done.json and its modification time."""
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.glob("runs-*/reduce-*/part-*/done.json")}
+
+
+@pytest.mark.parametrize("phase", ["[reduce 1/", "[write]"])
+def test_resume_after_kill_in_reduce_and_write(tmp_path: Path, phase: str) -> None:
+    """Killed in the reduce phase (some partitions done) or while writing the trie (all done): no output
+    file; the re-run reuses every finished map and partition (their files untouched) and writes the same
+    bytes as a fresh build."""
+    args, out, work = _resume_case(tmp_path)
+    _kill_at(args, phase)
+    assert not out.exists(), "a killed build must not leave an output file"
+    done = _parts(work)
+    assert done, "no partition had finished"
+    if phase == "[write]":
+        assert len(done) == len(list(work.glob("runs-*/reduce-*/part-*")))
+    r = subprocess.run(args + ["--keep-tmp"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("(resumed)") == 6  # every map
+    after = _parts(work)
+    assert {k: after[k] for k in done} == done  # finished partitions reused, not recomputed
+    fresh = tmp_path / "fresh" / "t.ngt"
+    r = subprocess.run(args[:-1] + [str(fresh), "--no-resume"], capture_output=True, text=True)
+    assert r.returncode == 0 and "(resumed)" not in r.stderr
+    assert out.read_bytes() == fresh.read_bytes()
+
+
+def test_resume_after_an_input_shard_changed(tmp_path: Path) -> None:
+    """Runs of a build killed before a shard changed are stale: none is reused, and the trie is the one of
+    the new input."""
+    args, out, _work = _resume_case(tmp_path)
+    _kill_at(args, "[map 3/6]")
+    write_jsonl_zst(tmp_path / "s0.jsonl.zst", random_texts(random.Random(99), 300))
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "(resumed)" not in r.stderr
+    fresh = tmp_path / "fresh" / "t.ngt"
+    r = subprocess.run(args[:-1] + [str(fresh), "--no-resume"], capture_output=True, text=True)
+    assert r.returncode == 0
+    assert out.read_bytes() == fresh.read_bytes()
+
+
 def test_cli_errors_name_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"text": 5}\n{"text": "fine"}\n')

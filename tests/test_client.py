@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-grpc = pytest.importorskip("grpc")
+import grpc
 
 from click.testing import CliRunner  # noqa: E402
 
 from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.client import AsyncNgramClient, NgramClient, channel_targets  # noqa: E402
+from ngram_service.proto.ngram.v1 import ngram_pb2 as pb  # noqa: E402
 from ngram_service.query_cli import main as query_main  # noqa: E402
-from test_server import BINARY, GOLDEN, TREE_FIELDS, ServerProcess  # noqa: E402
+from test_server import GOLDEN, TREE_FIELDS, ServerProcess  # noqa: E402
 from test_server import dart_trie, tree_inputs  # noqa: E402,F401  (fixtures)
 
-pytestmark = pytest.mark.skipif(BINARY is None, reason="ngram-serve-native was not built")
 
 
 def test_channel_targets() -> None:
@@ -32,6 +32,8 @@ def test_channel_targets() -> None:
         channel_targets([])
 
 
+@pytest.mark.needs_server
+@pytest.mark.needs_server
 @pytest.mark.parametrize("form", ["ip", "names"])
 def test_round_robin_over_targets(sample_trie: Path, form: str) -> None:
     with ServerProcess([sample_trie], "--log-requests") as a, ServerProcess([sample_trie], "--log-requests") as b:
@@ -44,6 +46,7 @@ def test_round_robin_over_targets(sample_trie: Path, form: str) -> None:
     assert sum(calls) == 20 and min(calls) >= 5, calls
 
 
+@pytest.mark.needs_server
 def test_async_client_equals_engine(dart_trie: Path, tree_inputs: list) -> None:  # noqa: F811
     idx = NgramIndex.open(dart_trie)
     z = np.load(GOLDEN / "dart-sample-queries.npz")
@@ -70,7 +73,50 @@ def test_async_client_equals_engine(dart_trie: Path, tree_inputs: list) -> None:
         asyncio.run(run(s.target))
 
 
-def test_unavailable_is_retried_then_reported(sample_trie: Path) -> None:
+class FlakyTopK:
+    """A gRPC server (grpcio, in this process) whose TopK answers UNAVAILABLE
+    `failures` times, then [7]: it counts the attempts the client's retry
+    policy makes, which the native host cannot be told to do."""
+
+    def __init__(self, failures: int) -> None:
+        from concurrent import futures
+
+        self.failures, self.attempts = failures, 0
+        self.server = grpc.server(futures.ThreadPoolExecutor(2))
+        handler = grpc.unary_unary_rpc_method_handler(
+            self._topk, request_deserializer=pb.TopKRequest.FromString,
+            response_serializer=pb.TopKResponse.SerializeToString)
+        self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "ngram.v1.NgramService", {"TopK": handler})])
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def _topk(self, request: pb.TopKRequest, context: grpc.ServicerContext) -> pb.TopKResponse:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"attempt {self.attempts} refused")
+        return pb.TopKResponse(tokens=[7], probs=[1.0], counts=[3], matched=len(request.context))
+
+
+@pytest.mark.parametrize("attempts,failures,ok", [(3, 2, True), (2, 2, False), (1, 1, False), (5, 0, True)])
+def test_unavailable_is_retried_then_reported(attempts: int, failures: int, ok: bool) -> None:
+    flaky = FlakyTopK(failures)
+    try:
+        with NgramClient(f"127.0.0.1:{flaky.port}", retry_attempts=attempts, timeout=10) as c:
+            if ok:
+                assert c.topk([1], 1).tokens.tolist() == [7]
+            else:
+                with pytest.raises(grpc.RpcError) as e:
+                    c.topk([1], 1)
+                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert f"attempt {attempts} refused" in e.value.details()  # the last attempt's answer
+        assert flaky.attempts == min(attempts, failures + 1)
+    finally:
+        flaky.server.stop(None)
+
+
+@pytest.mark.needs_server
+def test_stopped_host_is_reported_unavailable(sample_trie: Path) -> None:
     with ServerProcess([sample_trie]) as s:
         port = s.port
     with NgramClient(f"127.0.0.1:{port}", retry_attempts=3, timeout=3) as c, pytest.raises(grpc.RpcError) as e:
@@ -78,6 +124,7 @@ def test_unavailable_is_retried_then_reported(sample_trie: Path) -> None:
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+@pytest.mark.needs_server
 def test_query_cli(dart_trie: Path, tmp_path: Path, tree_inputs: list) -> None:  # noqa: F811
     idx = NgramIndex.open(dart_trie)
     r = CliRunner()
@@ -102,6 +149,7 @@ def test_query_cli(dart_trie: Path, tmp_path: Path, tree_inputs: list) -> None: 
         assert err["error"] == "INVALID_ARGUMENT" and "context[0]" in err["message"]
 
 
+@pytest.mark.needs_server
 def test_ngram_serve_launcher_execs_the_binary() -> None:
     p = subprocess.run([sys.executable, "-m", "ngram_service.serve", "--help"], capture_output=True, text=True,
                        timeout=20)

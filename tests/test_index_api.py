@@ -54,6 +54,64 @@ def test_topk(tiny: NgramIndex) -> None:
     assert tiny.topk([1], 0).tokens.size == 0
 
 
+@pytest.fixture(scope="module")
+def built_with_counts(tmp_path_factory: pytest.TempPathFactory):
+    """A trie built by ngram-build from random texts (many tied counts) and the brute-force counts."""
+    import random
+
+    from indexer.pipeline import BuildConfig, build
+    from indexer.tokenizer import load_tokenizer
+    from test_build import brute_counts, random_texts, write_jsonl_zst
+
+    from conftest import SAMPLE_TOKENIZER
+
+    d = tmp_path_factory.mktemp("topk")
+    texts = random_texts(random.Random(8), 150)
+    write_jsonl_zst(d / "a.jsonl.zst", texts)
+    build(BuildConfig(inputs=[str(d / "a.jsonl.zst")], out=str(d / "t.ngt"), tokenizer=str(SAMPLE_TOKENIZER),
+                      order=3, workers=1), progress=lambda _m: None)
+    flat, lengths = load_tokenizer(str(SAMPLE_TOKENIZER)).encode_to_arrays(texts)
+    return NgramIndex.open(d / "t.ngt"), brute_counts(flat, lengths, 3)
+
+
+def brute_topk(counts: list, context: list[int], k: int) -> tuple[list[int], list[int], list[float], int]:
+    """README: the most frequent continuations of the longest context suffix that has any (ties by token
+    id), p = count(s w) / count(s); else the most frequent tokens, p = count / all tokens (matched 0)."""
+    order = len(counts)
+    for ln in range(min(order - 1, len(context)), 0, -1):
+        s = tuple(context[len(context) - ln:])
+        conts = sorted((-c, g[-1]) for g, c in counts[ln].items() if g[:-1] == s)
+        if conts:
+            top = conts[:k]
+            inv = np.float32(1) / np.float32(counts[ln - 1][s])
+            return [w for _, w in top], [-c for c, _ in top], [float(np.float32(-c) * inv) for c, _ in top], ln
+    uni = sorted((-c, g[0]) for g, c in counts[0].items())[:k]
+    total = sum(counts[0].values())
+    return [w for _, w in uni], [-c for c, _ in uni], [-c / total for c, _ in uni], 0
+
+
+def test_topk_equals_brute_force(built_with_counts) -> None:
+    idx, counts = built_with_counts
+    rng = np.random.default_rng(4)
+    bigrams = list(counts[1])
+    contexts = [list(g) for g in bigrams[:: max(1, len(bigrams) // 40)]]  # contexts that occur: order-2 runs
+    contexts += [[int(t)] for t in rng.choice([g[0] for g in counts[0]], 20)]
+    contexts += [[4000, int(g[0])] for g in list(counts[0])[:10]]  # an unseen pair: backs off to one token
+    contexts += [[4000], [4001, 4002], []]  # nothing: unigrams
+    n_tokens = sum(1 for c in counts[0].values() if c > 0)
+    ties = 0
+    for ctx in contexts:
+        for k in (1, 2, 3, 7, 50, n_tokens, 4096, 10_000):  # k beyond every run and beyond the vocabulary
+            want_tokens, want_counts, want_probs, want_matched = brute_topk(counts, ctx, k)
+            got = idx.topk(ctx, k)
+            assert got.matched == want_matched, (ctx, k)
+            assert got.tokens.tolist() == want_tokens, (ctx, k)
+            assert got.counts.tolist() == want_counts, (ctx, k)
+            np.testing.assert_allclose(got.probs, want_probs, rtol=1e-6)
+            ties += len(want_counts) - len(set(want_counts))
+    assert ties > 100  # the ties-by-token-id rule was exercised
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda i: i.conditional_probs([[1, 6]], [[1]]), r"contexts\[1\] = 6 is not a token id"),
     (lambda i: i.conditional_probs([[1, 2]], [[-1]]), r"candidates\[0\] = -1"),
@@ -109,7 +167,13 @@ def test_dart_trie_errors(tmp_path: Path) -> None:
     assert idx.count([7, 3]) == 1 and idx.count([7]) == 2 and idx.vocab_size == 8
     data = src.read_bytes()
     (tmp_path / "cut.trie").write_bytes(data[:-5])
-    with pytest.raises(TrieFormatError, match=r"truncated DART trie at byte \d+ \(reading child id of node 3|truncated"):
+    # Each node is token i32, parent u64, freq i32, n_children u64 (24 bytes), then its children (token i32, id
+    # u64); node 3, the last, starts at byte 128: the cut loses the end of its n_children.
+    with pytest.raises(TrieFormatError,
+                       match=r"cut\.trie: truncated DART trie at byte 140 \(reading n_children of node 3\)"):
+        convert_dart_trie(tmp_path / "cut.trie", tmp_path / "x.ngt")
+    (tmp_path / "cut.trie").write_bytes(data[:96])  # inside node 1's child entry (bytes 88..100)
+    with pytest.raises(TrieFormatError, match=r"truncated DART trie at byte 92 \(reading child id of node 1\)"):
         convert_dart_trie(tmp_path / "cut.trie", tmp_path / "x.ngt")
     bad = [(-1, 0, 0, [(7, 1)]), (7, 5, 2, [])]
     write_dart(tmp_path / "bad.trie", bad)

@@ -7,17 +7,21 @@ from pathlib import Path
 
 import pytest
 
-grpc = pytest.importorskip("grpc")
-x509 = pytest.importorskip("cryptography.x509")
+import grpc
+
+from conftest import require_module
+
+x509 = require_module("cryptography.x509")
 
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
 
+from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.client import NgramClient  # noqa: E402
-from test_server import BINARY, ServerProcess  # noqa: E402
+from test_server import ServerProcess  # noqa: E402
 
-pytestmark = pytest.mark.skipif(BINARY is None, reason="ngram-serve-native was not built")
+pytestmark = pytest.mark.needs_server
 
 
 def _cert(name: str, issuer: tuple | None, *, ca: bool = False, server: bool = False):
@@ -67,7 +71,8 @@ def test_tls(sample_trie: Path, pki: dict[str, Path]) -> None:
     with ServerProcess([sample_trie], "--tls-cert", str(pki["server_crt"]), "--tls-key", str(pki["server_key"])) as s:
         assert s.listening["tls"] and not s.listening["mtls"]
         with NgramClient(s.target, root_certificates=pki["ca"]) as c:
-            assert c.topk([1], 2).matched >= 0
+            got, want = c.topk([1], 2), NgramIndex.open(sample_trie).topk([1], 2)
+            assert got.matched == want.matched and got.tokens.tolist() == want.tokens.tolist()
         with NgramClient(s.target, retry_attempts=2) as c:  # plaintext against TLS
             _refused(c)
         with NgramClient(s.target, root_certificates=pki["rogue_crt"], retry_attempts=2) as c:  # untrusted server

@@ -20,7 +20,7 @@ from indexer.shards import (
     shard_format,
 )
 
-SHARED_CORPUS = Path(__file__).parents[1] / ".." / "shared" / "data" / "corpus"
+from conftest import CORPUS as SHARED_CORPUS  # noqa: E402
 
 # Texts that break naive readers: U+2028/U+2029 and other characters that
 # str.splitlines() treats as line ends, CR, tabs, non-ASCII, embedded JSON.

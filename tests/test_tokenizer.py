@@ -28,7 +28,9 @@ import indexer.tokenizer as tokenizer_module
 from indexer.shards import ShardReader
 from indexer.tokenizer import TRICKY_TEXTS, Tokenizer, TokenizerError, load_tokenizer
 
-SHARED_DATA = Path(__file__).parents[1] / ".." / "shared" / "data"
+from conftest import SHARED  # noqa: E402
+
+SHARED_DATA = SHARED / "data"
 QWEN = SHARED_DATA / "qwen3-tokenizer.json"
 QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

@@ -28,7 +28,14 @@ def test_opens_in_both_modes_with_same_answers(sample_trie: Path) -> None:
     a, b = NgramIndex.open(sample_trie), NgramIndex.open(sample_trie, mode="ram", verify=True)
     ctx = np.array([[1, 2], [5, 6], [100, 7]])
     cand = np.arange(30).reshape(3, 10)
-    assert np.array_equal(a.conditional_probs(ctx, cand)[0], b.conditional_probs(ctx, cand)[0])
+    (pa, ma), (pb, mb) = a.conditional_probs(ctx, cand), b.conditional_probs(ctx, cand)
+    np.testing.assert_array_equal(pa, pb)
+    np.testing.assert_array_equal(ma, mb)
+    assert (ma > 0).any()  # the queries reach the trie's n-grams, not only the zero answer
+    for context in ([1, 2], [5], []):
+        ta, tb = a.topk(context, 20), b.topk(context, 20)
+        assert ta.matched == tb.matched and ta.tokens.tolist() == tb.tokens.tolist()
+        assert ta.counts.tolist() == tb.counts.tolist()
     assert a.info()["mapped"] and not b.info()["mapped"]
 
 

@@ -9,8 +9,13 @@ from ngram_service.client import NgramClient
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 
 
-@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 2**21, 2**35 + 7, 2**63 + 5])
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 2**21, 2**32 - 1, 2**35 + 7, 2**63 - 1, 2**63 + 5, 2**64 - 1])
 def test_varint_matches_protobuf(n: int) -> None:
+    # ReloadResponse.file_bytes is field 3, a uint64: every n of the varint's range (proto3 leaves out a 0).
+    if n > 0:
+        assert wire.varint(3 << 3 | wire.VARINT) + wire.varint(n) == pb.ReloadResponse(file_bytes=n).SerializeToString()
+    else:
+        assert wire.varint(n) == b"\x00"
     # PruneParams.max_nodes is field 2 (varint): its serialization is the tag, then the varint.
     if n < 2**32:
         assert wire.varint(2 << 3 | wire.VARINT) + wire.varint(n) == pb.PruneParams(max_nodes=n).SerializeToString()

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -170,10 +171,16 @@ int main(int argc, char** argv) {
           .kv("drain_seconds", config.drain_seconds)
           .emit();
       if (health) health->Shutdown();  // health checks now answer NOT_SERVING
-      service.begin_drain();
+      service.begin_drain();             // new calls are refused (UNAVAILABLE), idle streams end
       const auto deadline = std::chrono::system_clock::now() +
                             std::chrono::milliseconds(static_cast<int64_t>(config.drain_seconds * 1000));
-      server->Shutdown(deadline);  // refuses new calls, waits for the running ones
+      // Wait for the admitted calls, then give their replies a second to leave:
+      // Shutdown(deadline) alone would also wait for health Watch streams,
+      // which never end by themselves, and so always take the whole
+      // --drain-seconds.
+      while (admission.in_flight() > 0 && std::chrono::system_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      server->Shutdown(std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(1)));
       return;
     }
   });

@@ -124,6 +124,10 @@ grpc::ServerUnaryReactor* NgramServiceImpl::unary(const char* method, grpc::Call
     }
     reactor->Finish(st);
   };
+  if (draining_.load()) {
+    finish(Status(StatusCode::UNAVAILABLE, "draining: the server is shutting down"));
+    return reactor;
+  }
   if (!admission_.enter()) {
     metrics_.rejected(method);
     finish(Status(StatusCode::RESOURCE_EXHAUSTED,
@@ -137,10 +141,11 @@ grpc::ServerUnaryReactor* NgramServiceImpl::unary(const char* method, grpc::Call
   // call than the synchronous API's pool).
   admission_.run([this, ctx, body = std::move(body), finish = std::move(finish)] {
     Status st;
-    if (ctx->IsCancelled()) {
-      st = Status(StatusCode::CANCELLED, "call cancelled while queued");
-    } else if (past_deadline(ctx)) {
+    // The deadline first: gRPC also marks a call whose deadline passed as cancelled.
+    if (past_deadline(ctx)) {
       st = Status(StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call started");
+    } else if (ctx->IsCancelled()) {
+      st = Status(StatusCode::CANCELLED, "call cancelled while queued");
     } else {
       st = status_of(body);
     }

@@ -1,0 +1,236 @@
+"""docs/FORMAT.md, read by a decoder written here from the document alone.
+
+A trie is written by the C++ TrieWriter from brute-force counts; this file
+decodes its header, section table and every section kind with numpy and
+Python (nothing of the engine's reader) and must find exactly the counted
+n-grams, and the engine's reader must agree.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
+from ngram_service import NgramIndex
+
+KINDS = {1: "meta", 2: "count_values", 3: "count_ranks", 4: "tokens", 5: "child_low", 6: "token_samples",
+         7: "child_high", 8: "child_select", 9: "count_escapes", 10: "count_escape_index", 11: "child_offsets"}
+ORDER, VOCAB, EOS = 4, 300, 299
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), bit by bit over a byte table."""
+    table = crc32c.table  # type: ignore[attr-defined]
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _crc_table() -> list[int]:
+    out = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        out.append(c)
+    return out
+
+
+crc32c.table = _crc_table()  # type: ignore[attr-defined]
+
+
+def unpack(buf: bytes, n: int, width: int) -> np.ndarray:
+    """Element i: bits [i*w, i*w + w) of the little-endian u64 word stream."""
+    if width == 0:
+        return np.zeros(n, np.uint64)
+    words = np.frombuffer(buf, "<u8")
+    bit = np.arange(n, dtype=np.uint64) * np.uint64(width)
+    word, shift = (bit >> np.uint64(6)).astype(np.int64), bit & np.uint64(63)
+    lo = words[word] >> shift
+    spill = shift + np.uint64(width) > np.uint64(64)
+    hi = np.where(spill, words[np.minimum(word + 1, len(words) - 1)] << ((np.uint64(64) - shift) & np.uint64(63)), 0)
+    mask = np.uint64((1 << width) - 1) if width < 64 else np.uint64(2**64 - 1)
+    return (lo | hi.astype(np.uint64)) & mask
+
+
+def packed_bytes(n: int, width: int) -> int:
+    return (math.ceil(n * width / 64) + 1) * 8
+
+
+def bits_for(x: int) -> int:
+    """ceil(log2 x)."""
+    return max(x - 1, 0).bit_length()
+
+
+def decode(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]:
+    data = path.read_bytes()
+    magic, version, order, vocab, eos, n_sec, head_crc, table_off, length, reserved = struct.unpack_from(
+        "<8sIIQqIIQQQ", data, 0)
+    header = dict(magic=magic, version=version, order=order, vocab=vocab, eos=eos, sections=n_sec,
+                  table_offset=table_off, length=length, reserved=reserved)
+    assert magic == b"NGTRIE\r\n" and version == 1 and table_off == 64 and reserved == 0
+    assert length == len(data)
+    table = data[64:64 + 48 * n_sec]
+    assert crc32c(data[:36] + b"\0\0\0\0" + data[40:64] + table) == head_crc
+
+    sections: dict[tuple[str, int], dict] = {}
+    kinds_in_order = []
+    for i in range(n_sec):
+        kind, level, off, ln, count, width, crc, res = struct.unpack_from("<IIQQQIIQ", table, 48 * i)
+        assert off % 64 == 0 and off + ln <= length and res == 0
+        body = data[off:off + ln]
+        assert crc32c(body) == crc, (KINDS[kind], level)
+        sections[(KINDS[kind], level)] = dict(body=body, count=count, width=width, length=ln)
+        kinds_in_order.append((KINDS[kind], level))
+
+    # The documented order: meta, then per level its count sections, tokens, samples, then child offsets.
+    want = [("meta", 0)]
+    for k in range(1, order + 1):
+        want += [(n, k) for n in ("count_values", "count_ranks", "count_escapes", "count_escape_index")]
+        if k >= 2:
+            want += [("tokens", k), ("token_samples", k)]
+        if k == 1 and order > 1:
+            want.append(("child_offsets", 1))
+        elif 2 <= k < order:
+            want += [("child_low", k), ("child_high", k), ("child_select", k)]
+    assert kinds_in_order == want
+
+    meta_sec = sections[("meta", 0)]
+    assert meta_sec["width"] == 8 and meta_sec["count"] == meta_sec["length"]
+    meta = json.loads(meta_sec["body"].decode("utf-8"))
+
+    def packed(name: str, k: int, n: int | None = None, width: int | None = None) -> np.ndarray:
+        s = sections[(name, k)]
+        if n is not None:
+            assert s["count"] == n, (name, k)
+        if width is not None:
+            assert s["width"] == width, (name, k)
+        assert s["length"] == packed_bytes(s["count"], s["width"]), (name, k)
+        return unpack(s["body"], s["count"], s["width"])
+
+    # Counts of every level.
+    sizes, counts = [], []
+    for k in range(1, order + 1):
+        cv = sections[("count_values", k)]
+        assert cv["width"] == 64 and cv["length"] >= 8 * cv["count"]
+        values = np.frombuffer(cv["body"][:8 * cv["count"]], "<u8")
+        assert np.all(np.diff(values.astype(np.float64)) > 0)  # strictly ascending
+        ranks_sec = sections[("count_ranks", k)]
+        b = ranks_sec["width"]
+        assert b in (1, 2, 4, 8, 16, 32)
+        n = ranks_sec["count"]
+        ranks = packed("count_ranks", k)
+        escape = ranks == np.uint64(2**b - 1)
+        esc = packed("count_escapes", k, n=int(escape.sum()), width=max(bits_for(len(values)), 1))
+        before = np.cumsum(escape) - escape  # escaped entries before entry i
+        idx = packed("count_escape_index", k, n=math.ceil(n / 64), width=max(bits_for(int(escape.sum()) + 1), 1))
+        np.testing.assert_array_equal(idx, before[::64])
+        full = ranks.astype(np.int64)
+        full[escape] = esc[before[escape]].astype(np.int64)
+        sizes.append(n)
+        counts.append(values[full])
+    assert sizes[0] == vocab
+
+    # Tokens of levels >= 2, with their samples.
+    tokens = [np.arange(vocab, dtype=np.uint64)]
+    for k in range(2, order + 1):
+        t = packed("tokens", k, n=sizes[k - 1], width=bits_for(vocab))
+        np.testing.assert_array_equal(packed("token_samples", k, n=math.ceil(len(t) / 16), width=32), t[::16])
+        tokens.append(t)
+
+    # Child offsets: plain for level 1, Elias-Fano for levels 2 .. N-1.
+    offsets = [packed("child_offsets", 1, n=vocab + 1, width=bits_for(sizes[1] + 1)).astype(np.int64)]
+    for k in range(2, order):
+        n, u = sizes[k - 1] + 1, sizes[k]
+        low_bits = int(math.floor(math.log2(u / n))) if u >= 2 * n else 0
+        low = packed("child_low", k, n=n, width=low_bits).astype(np.int64)
+        high_len = n + (u >> low_bits) + 1
+        high = packed("child_high", k, n=high_len, width=1)
+        ones = np.flatnonzero(high)
+        assert len(ones) == n
+        np.testing.assert_array_equal(packed("child_select", k, n=math.ceil(n / 64), width=bits_for(high_len + 1)),
+                                      ones[::64])
+        offsets.append(((ones - np.arange(n)) << low_bits) | low)
+    for k, off in enumerate(offsets, start=1):
+        assert off[0] == 0 and off[-1] == sizes[k] and np.all(np.diff(off) >= 0)
+
+    # Walk the trie: every entry's n-gram and count.
+    grams: list[dict[tuple[int, ...], int]] = []
+    paths: list[tuple[int, ...]] = [(t,) for t in range(vocab)]
+    for k in range(1, order + 1):
+        grams.append({p: int(c) for p, c in zip(paths, counts[k - 1]) if c > 0})
+        if k == order:
+            break
+        nxt: list[tuple[int, ...]] = []
+        off = offsets[k - 1]
+        for i, p in enumerate(paths):
+            nxt += [p + (int(tokens[k][j]),) for j in range(off[i], off[i + 1])]
+        assert len(nxt) == sizes[k]
+        paths = nxt
+    return header, meta, grams
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Counter]]:
+    """Zipf-distributed documents over 300 ids (some never used, 299 = EOS), N = 4: varied counts, so that
+    some levels escape ranks, and long and short runs of children."""
+    rng = np.random.default_rng(42)
+    docs = []
+    for _ in range(400):
+        doc = np.minimum(rng.zipf(1.3, rng.integers(5, 60)), 250).tolist()
+        docs.append(doc + [EOS])
+    counts = [Counter() for _ in range(ORDER)]
+    for d in docs:
+        for k in range(1, ORDER + 1):
+            for i in range(len(d) - k + 1):
+                counts[k - 1][tuple(d[i:i + k])] += 1
+    levels = []
+    for k in range(1, ORDER + 1):
+        grams = np.array(sorted(counts[k - 1]), dtype=np.int64).reshape(-1, k)
+        levels.append((grams, np.array([counts[k - 1][tuple(g)] for g in grams.tolist()], dtype=np.uint64)))
+    path = tmp_path_factory.mktemp("format") / "zipf.ngt"
+    write_trie(path, order=ORDER, vocab_size=VOCAB, eos_id=EOS, meta={"name": "zipf"},
+               plans=plans_from_ngrams(levels), chunks=levels_from_ngrams(levels))
+    return path, counts
+
+
+def test_independent_decoder_reads_exactly_the_counted_ngrams(written: tuple[Path, list[Counter]]) -> None:
+    path, counts = written
+    header, meta, grams = decode(path)
+    assert (header["order"], header["vocab"], header["eos"]) == (ORDER, VOCAB, EOS)
+    assert meta["name"] == "zipf"
+    for k in range(ORDER):
+        assert grams[k] == dict(counts[k]), f"level {k + 1}"
+    idx = NgramIndex.open(path, verify=True)
+    assert idx.info()["ngrams"][1:] == [len(g) for g in grams[1:]]
+    for k in range(ORDER):
+        for g, c in list(grams[k].items())[::7]:
+            assert idx.count(list(g)) == c
+
+
+def test_the_fixture_exercises_every_section_kind(written: tuple[Path, list[Counter]]) -> None:
+    """Escapes and Elias-Fano low bits are not empty somewhere, so their decoding above was tested."""
+    path, _ = written
+    secs = NgramIndex.open(path).sections()
+    assert {s["kind"] for s in secs} == set(KINDS.values())
+    assert any(s["kind"] == "count_escapes" and s["count"] > 0 for s in secs)
+    assert any(s["kind"] == "child_low" and s["width"] > 0 for s in secs)
+    assert any(s["kind"] == "token_samples" and s["count"] > 1 for s in secs)
+
+
+def test_decoder_reads_a_built_trie(sample_trie: Path) -> None:
+    """The same decoder on ngram-build's output (the bundled sample, N = 3): its meta and level sizes."""
+    header, meta, grams = decode(sample_trie)
+    info = NgramIndex.open(sample_trie).info()
+    assert header["order"] == info["order"] == meta["build"]["order"] == 3
+    assert meta["tokenizer"]["fingerprint"] == info["tokenizer"]["fingerprint"]
+    assert [len(g) for g in grams[1:]] == info["ngrams"][1:]
+    assert sum(grams[0].values()) == meta["corpus"]["tokens"]  # EOS tokens included
+    assert grams[0][(header["eos"],)] == meta["corpus"]["documents"]
