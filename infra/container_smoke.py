@@ -76,7 +76,7 @@ def check(port: int, metrics_port: int, trie: str) -> None:
         assert client.info()["ngrams"] == idx.info()["ngrams"], "the container serves another trie"
         for _ in range(n):
             prefix = rng.integers(0, idx.vocab_size, 12)
-            tokens = rng.integers(0, idx.vocab_size, (6, 20))
+            tokens = np.stack([rng.choice(idx.vocab_size, 20, replace=False) for _ in range(6)])
             probs = rng.dirichlet(np.ones(20), 6).astype(np.float32)
             got, want = client.prune(prefix, tokens, probs), idx.prune(prefix, tokens, probs)
             for f in fields:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import urllib.parse
 from pathlib import Path
 
 from ngram_service.trie_fetch import TrieFetchError, fetch_trie, is_remote
@@ -93,6 +94,7 @@ class ServeArgs:
         self.cache_dir: Path | None = None
         self.fetch_only = False
         self.help = False
+        self.names = 0  # --name options given
         i = 0
         while i < len(argv):
             a = argv[i]
@@ -110,6 +112,7 @@ class ServeArgs:
                 self.help = True
                 self.native.append(a)
             elif a.startswith("--"):
+                self.names += name == "--name"
                 self.native.append(a)
                 # The option's value follows unless it is a switch or written --opt=value.
                 if not eq and name not in NATIVE_SWITCHES and i + 1 < len(argv):
@@ -122,6 +125,16 @@ class ServeArgs:
 
     def files(self) -> list[str]:
         return [self.native[p] for p in self.file_positions]
+
+
+def index_name(location: str) -> str:
+    """The index name the native server gives a FILE without --name (its file
+    stem, server's file_stem), for a location: so that a fetched trie keeps the
+    name of its object, not of its cached copy."""
+    base = urllib.parse.urlsplit(location).path.rsplit("/", 1)[-1] if is_remote(location) else Path(location).name
+    base = base.removesuffix(".zst") if is_remote(location) else base
+    dot = base.rfind(".")
+    return base[:dot] if dot > 0 else base
 
 
 def resolve_tries(args: ServeArgs) -> list[str]:
@@ -139,6 +152,11 @@ def main(argv: list[str] | None = None) -> None:
         except TrieFetchError as e:
             sys.stderr.write(f"ngram-serve: {e}\n")
             sys.exit(1)
+        files = args.files()
+        if any(is_remote(f) for f in files[args.names:]):
+            # Names are given to FILEs in order: name every FILE after the named ones.
+            for f in files[args.names:]:
+                args.native += ["--name", index_name(f)]
         for pos, path in zip(args.file_positions, local):
             args.native[pos] = path
         if args.fetch_only:

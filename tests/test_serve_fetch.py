@@ -24,7 +24,7 @@ import pytest
 
 from indexer.pipeline import compress_file
 from ngram_service import NgramIndex
-from ngram_service.serve import NATIVE_SWITCHES, ServeArgs, find_native_binary
+from ngram_service.serve import NATIVE_SWITCHES, ServeArgs, find_native_binary, index_name
 from ngram_service.trie_fetch import cache_path
 
 boto3 = pytest.importorskip("boto3")
@@ -81,7 +81,7 @@ def test_serves_from_s3_then_from_cache_without_downloading(s3, sample_trie: Pat
 
     def serve_once() -> tuple[dict[str, Any], list[str]]:
         proc = subprocess.Popen([sys.executable, "-m", "ngram_service.serve", loc, "--cache-dir", str(cache),
-                                 "--host", "127.0.0.1", "--port", "0", "--name", "sample"],
+                                 "--host", "127.0.0.1", "--port", "0"],
                                 env={**os.environ, **env}, stderr=subprocess.PIPE, text=True)
         seen: list[str] = []
         try:
@@ -270,10 +270,12 @@ def test_https_errors(https, tmp_path: Path) -> None:
 # ---- the command line --------------------------------------------------------------
 
 def test_file_arguments_are_told_from_option_values() -> None:
+    assert [index_name(x) for x in ("s3://b/v1/corpus.ngt", "https://h/c.ngt.zst?x=1", "dir/x.y.ngt", "noext")] == [
+        "corpus", "c", "x.y", "noext"]
     a = ServeArgs(["--port", "5", "s3://b/x.ngt", "--ram", "local.ngt", "--name=a", "--name", "b",
                    "--cache-dir", "/c", "--threads", "2", "https://h/y.ngt", "--fetch-only"])
     assert a.files() == ["s3://b/x.ngt", "local.ngt", "https://h/y.ngt"]
-    assert a.cache_dir == Path("/c") and a.fetch_only
+    assert a.cache_dir == Path("/c") and a.fetch_only and a.names == 2
     assert a.native == ["--port", "5", "s3://b/x.ngt", "--ram", "local.ngt", "--name=a", "--name", "b",
                         "--threads", "2", "https://h/y.ngt"]
 
