@@ -50,7 +50,7 @@ opt() {  # opt NAME ARGS...: the value of --NAME in ARGS
 GRPC_PORT=$(opt --port "${SERVE_ARGS[@]}")
 METRICS_PORT=$(opt --metrics-port "${SERVE_ARGS[@]}")
 CACHE_DIR=$(opt --cache-dir "${SERVE_ARGS[@]}")
-USER_ID=$(sed -n 's/^USER \([0-9]*:[0-9]*\)$/\1/p' "$REPO/infra/Containerfile")
+USER_ID=$(sed -n 's/^USER \([0-9]*:[0-9]*\)$/\1/p' "$REPO/infra/Containerfile" | tail -1)  # the last stage's
 
 WORK=$(mktemp -d /tmp/ngram-smoke.XXXXXX)
 S3_PID=""

@@ -153,6 +153,11 @@ def test_rayjob_pods_validate_and_write_the_trie_the_host_serves(pod: dict[str, 
     trie = ServeArgs(manifest.serve_container()["args"]).files()
     assert trie == [option(argv, "--out")]
     assert spec["shutdownAfterJobFinishes"] is True
+    # The image of the Containerfile's indexer target, beside the serving image.
+    repo, tag = manifest.image().rsplit(":", 1)
+    assert {c["image"] for t in templates for c in t["spec"]["containers"]} == {f"{repo}-indexer:{tag}"}
+    containerfile = (REPO / "infra" / "Containerfile").read_text()
+    assert f"--target indexer -t {repo}-indexer:{tag}" in containerfile
 
 
 # ---- one value, one place --------------------------------------------------------------
@@ -224,7 +229,8 @@ def test_trie_volume_is_read_only_and_filled_by_the_init_container(pod: dict[str
 def test_non_root_and_read_only_root_filesystem(pod: dict[str, Any]) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     containerfile = (REPO / "infra" / "Containerfile").read_text()
-    user = re.search(r"^USER (\d+):(\d+)$", containerfile, re.M)
+    user = re.findall(r"^USER (\d+):(\d+)$", containerfile, re.M)[-1:]  # the runtime stage: the last
+    user = re.match(r"(\d+):(\d+)", ":".join(user[0])) if user else None
     assert user and pod["securityContext"]["runAsUser"] == int(user.group(1))
     assert pod["securityContext"]["runAsGroup"] == int(user.group(2))
     for c in pod["containers"] + pod["initContainers"]:
