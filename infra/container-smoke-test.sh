@@ -114,14 +114,22 @@ podman run --rm "${RUN_OPTS[@]}" --read-only --network none -v "$WORK/trie-volum
 
 # ---- 5. the server container ----------------------------------------------------------------
 # No S3 endpoint or credentials: the verified copy in the read-only volume must do.
+# Host ports picked first, so that the health poller is already waiting when podman starts:
+# start to SERVING is then from `podman run` to the first SERVING answer.
+read -r HOST_GRPC HOST_METRICS < <("$PYTHON" -c '
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+"$PYTHON" "$REPO/infra/container_smoke.py" wait-serving "$HOST_GRPC" 120 >"$WORK/serving.at" &
+POLLER=$!
+sleep 1  # the poller's own start (Python, grpc) is not the container's
 t0=$(now)
 podman run -d --name "$NAME" "${RUN_OPTS[@]}" --read-only -v "$WORK/trie-volume:$CACHE_DIR:ro" \
-  -p "127.0.0.1::$GRPC_PORT" -p "127.0.0.1::$METRICS_PORT" "$IMAGE" "${SERVE_ARGS[@]}" >/dev/null
-HOST_GRPC=$(podman port "$NAME" "$GRPC_PORT/tcp" | sed 's/.*://')
-HOST_METRICS=$(podman port "$NAME" "$METRICS_PORT/tcp" | sed 's/.*://')
-"$PYTHON" "$REPO/infra/container_smoke.py" wait-serving "$HOST_GRPC" 120 \
-  || { podman logs "$NAME" >&2; fail "not SERVING"; }
-t_serving=$(awk "BEGIN {printf \"%.2f\", $(now) - $t0}")
+  -p "127.0.0.1:$HOST_GRPC:$GRPC_PORT" -p "127.0.0.1:$HOST_METRICS:$METRICS_PORT" "$IMAGE" "${SERVE_ARGS[@]}" >/dev/null
+wait "$POLLER" || { podman logs "$NAME" >&2; fail "not SERVING"; }
+t_serving=$(awk "BEGIN {printf \"%.2f\", $(cat "$WORK/serving.at") - $t0}")
 say "SERVING on 127.0.0.1:$HOST_GRPC after $t_serving s (container args: ${SERVE_ARGS[*]})"
 "$PYTHON" "$REPO/infra/container_smoke.py" check "$HOST_GRPC" "$HOST_METRICS" "$WORK/trie.ngt" \
   || { podman logs "$NAME" >&2; fail "answers or metrics"; }

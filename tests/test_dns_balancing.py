@@ -149,6 +149,16 @@ def test_a_dns_target_is_passed_through() -> None:
 
 
 @needs_native
+def test_dns_target_with_the_system_resolver(replicas, sample_trie: Path) -> None:
+    """The literal dns:/// form (the system's resolver: localhost is 127.0.0.1 here)."""
+    a, _, target, _ = replicas
+    port = target.rsplit(":", 1)[1]
+    with NgramClient(f"dns:///localhost:{port}") as client:
+        assert client.info() == NgramIndex.open(sample_trie).info()
+    assert a.calls >= 1
+
+
+@needs_native
 def test_client_balances_over_a_name_and_survives_a_killed_replica(replicas, sample_trie: Path) -> None:
     a, b, target, dns = replicas
     idx = NgramIndex.open(sample_trie)
