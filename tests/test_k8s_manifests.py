@@ -278,3 +278,67 @@ def test_smoke_test_runs_the_manifest_image_and_args() -> None:
     out = subprocess.run([sys.executable, str(REPO / "infra" / "manifest.py"), "args"], capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert out == manifest.serve_container()["args"]
+
+
+@pytest.mark.skipif(find_native_binary() is None, reason="ngram-serve-native was not built")
+def test_mtls_overlay_probe_passes_against_an_mtls_server(deployment: dict[str, Any], sample_trie: Path,
+                                                          tmp_path: Path) -> None:
+    """The overlay's server flags and its probe command, run for real: the
+    Secret's files (a certificate for server and client auth, as the overlay's
+    comment asks) in a folder standing in for /tls."""
+    import datetime
+    import json
+    import signal
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = {"not_valid_before": now - datetime.timedelta(hours=1), "not_valid_after": now + datetime.timedelta(days=1)}
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cluster CA")])
+    ca = (x509.CertificateBuilder(issuer_name=ca_name, subject_name=ca_name, public_key=ca_key.public_key(),
+                                  serial_number=1, **valid)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder(issuer_name=ca_name, public_key=key.public_key(), serial_number=2,
+                                    subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ngram-trie-host")]),
+                                    **valid)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("ngram-trie-host")]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+
+    overlay = K8S / "overlays" / "mtls"
+    with open(overlay / "deployment-mtls.yaml") as f:
+        serve = manifest.serve_container(apply_json_patch(deployment, yaml.safe_load(f)))
+    mount = next(m["mountPath"] for m in serve["volumeMounts"] if m["name"] == "tls")
+    tls_args = [a.replace(mount + "/", f"{tmp_path}/") for a in serve["args"] if a.startswith("--tls-")]
+    proc = subprocess.Popen([str(find_native_binary()), str(sample_trie), "--host", "127.0.0.1", "--port", "0",
+                             *tls_args], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        lines = iter(proc.stderr)
+        listening = next((json.loads(x) for x in lines if x.startswith("{") and "\"listening\"" in x), None)
+        assert listening, f"no listening event: {tls_args} rc={proc.wait()}"
+        assert listening["mtls"] is True
+        bin_dir = Path(sys.executable).parent
+        for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = [a.replace(mount + "/", f"{tmp_path}/") for a in serve[name]["exec"]["command"]]
+            probe[probe.index("--target") + 1] = f"127.0.0.1:{listening['port']}"
+            ok = subprocess.run([str(bin_dir / probe[0]), *probe[1:]], capture_output=True, text=True, timeout=60)
+            assert ok.returncode == 0, (name, ok.stderr)
+            assert json.loads(ok.stdout)["order"] == 3
+        # Without the client certificate the same probe fails: the server requires it.
+        i = probe.index("--cert")
+        no_cert = probe[:i] + probe[i + 4:]  # drop --cert X --key Y
+        bad = subprocess.run([str(bin_dir / probe[0]), *no_cert[1:]], capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
