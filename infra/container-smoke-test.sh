@@ -84,6 +84,12 @@ t_build=$(now)
 podman build "${RUN_OPTS[@]}" "${BUILD_OPTS[@]}" --build-arg BASE_IMAGE="$BASE_IMAGE" \
   -f "$WORK/context/infra/Containerfile" -t "$IMAGE" "$WORK/context" >"$WORK/build.log" 2>&1 \
   || { tail -40 "$WORK/build.log" >&2; fail "podman build"; }
+# The runtime stage holds what serving needs and nothing to build with.
+podman run --rm "${RUN_OPTS[@]}" --read-only --network none --entrypoint /bin/sh "$IMAGE" -c '
+  for t in ngram-serve ngram-info ngram-query; do command -v "$t" >/dev/null || { echo "no $t"; exit 1; }; done
+  for t in ngram-build dart-generate g++ cc cmake pip; do command -v "$t" >/dev/null && { echo "has $t"; exit 1; }; done
+  python3 -c "import duckdb" 2>/dev/null && { echo "has duckdb"; exit 1; }
+  [ "$(id -u)" != 0 ] || { echo "runs as root"; exit 1; }' >&2 || fail "the runtime image's contents"
 say "built in $(awk "BEGIN {printf \"%.0f\", $(now) - $t_build}") s"
 
 # ---- 3. the trie in a local S3 --------------------------------------------------------
