@@ -74,10 +74,23 @@ def _split_host_port(target: str) -> tuple[str, str] | None:
 def channel_targets(targets: str | Sequence[str]) -> list[str]:
     """gRPC channel targets for ``targets``: one ``ipv4:``/``ipv6:`` target
     holding every address when all are IP literals (gRPC balances them),
-    else the targets as given (the client takes them in turn)."""
+    else the targets as given (the client takes them in turn).
+
+    A ``dns:///name:port`` target (a Kubernetes headless Service) is one
+    channel over every address the name resolves to, balanced by the
+    round_robin policy of the client's service config and re-resolved when a
+    connection drops; ``dns://DNS-SERVER:PORT/name:port`` asks that DNS server.
+    It must name its port: gRPC would otherwise assume 443."""
     ts = [targets] if isinstance(targets, str) else list(targets)
     if not ts:
         raise ValueError("targets: need at least one host:port")
+    for t in ts:
+        if t.startswith("dns:"):
+            name = t[len("dns:"):].lstrip("/")
+            if t.startswith("dns://") and not t.startswith("dns:///"):
+                name = name.partition("/")[2]  # after the DNS server's authority
+            if _split_host_port(name) is None:
+                raise ValueError(f"targets: {t}: no port (dns:///name:port)")
     if len(ts) == 1:
         return ts
     families = set()

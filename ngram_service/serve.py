@@ -1,21 +1,49 @@
 """ngram-serve: starts the native gRPC trie host with the same arguments.
 
     ngram-serve corpus3.ngt --port 50051 [--name corpus ...]
+    ngram-serve s3://bucket/corpus3.ngt --cache-dir /var/cache/ngram --port 50051
 
 The server is C++ (cpp/server, ``ngram-serve-native``); this entry point only
 finds the binary and replaces itself with it (exec), so signals (SIGTERM
-drain, SIGHUP reload) reach the server directly. ``ngram-serve --help`` lists
-the flags; docs/SERVER.md describes operations.
+drain, SIGHUP reload) reach the server directly. Before that, a trie given as
+``s3://``, ``gs://`` or ``https://`` is fetched once into ``--cache-dir`` and
+every section's CRC verified (ngram_service/trie_fetch.py); the server then
+gets the local copy. ``--fetch-only`` stops after that (a Kubernetes init
+container). ``ngram-serve --help`` lists the flags; docs/SERVER.md describes
+operations, docs/OPERATIONS.md deployment.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import sys
+import urllib.parse
 from pathlib import Path
+
+from ngram_service.trie_fetch import TrieFetchError, fetch_trie, is_remote
 
 BINARY = "ngram-serve-native"
 ENV = "NGRAM_SERVE_NATIVE"
+CACHE_ENV = "NGRAM_CACHE_DIR"
+# The native server's options that take no value (cpp/server/server_config.cc;
+# tests/test_serve_fetch.py checks this set against its --help). Every other
+# option takes one, which is how a FILE is told from an option's value.
+NATIVE_SWITCHES = frozenset({"--ram", "--verify", "--admin", "--log-requests"})
+
+FETCH_HELP = """
+Options of ngram-serve itself (handled before the native server starts):
+  FILE may also be s3://BUCKET/KEY, gs://BUCKET/KEY (pyarrow.fs; AWS_* /
+                           AWS_ENDPOINT_URL, Google application default
+                           credentials) or an https:// URL: fetched once into
+                           --cache-dir, every section's CRC checked, then served
+                           from there; a zstd-compressed trie is decompressed
+  --cache-dir DIR          where fetched tries are kept (default $NGRAM_CACHE_DIR,
+                           else ~/.cache/ngram-serve); a valid cached copy is
+                           used without downloading again; may be read-only once
+                           filled (e.g. by an init container)
+  --fetch-only             fetch and verify the tries, print their local paths,
+                           exit (no server; no --port needed)
+"""
 
 
 def _candidates() -> list[Path]:
@@ -51,8 +79,92 @@ def find_native_binary() -> Path | None:
     return None
 
 
+def default_cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "ngram-serve"
+
+
+class ServeArgs:
+    """The command line split into ngram-serve's own options and the native
+    server's arguments, with the positions of the FILE arguments."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.native: list[str] = []
+        self.file_positions: list[int] = []  # indexes into self.native
+        self.cache_dir: Path | None = None
+        self.fetch_only = False
+        self.help = False
+        self.names = 0  # --name options given
+        i = 0
+        while i < len(argv):
+            a = argv[i]
+            name, eq, value = a.partition("=")
+            if name == "--cache-dir":
+                if not eq:
+                    if i + 1 >= len(argv):
+                        raise SystemExit("ngram-serve: --cache-dir needs a value")
+                    i += 1
+                    value = argv[i]
+                self.cache_dir = Path(value)
+            elif a == "--fetch-only":
+                self.fetch_only = True
+            elif a in ("-h", "--help"):
+                self.help = True
+                self.native.append(a)
+            elif a.startswith("--"):
+                self.names += name == "--name"
+                self.native.append(a)
+                # The option's value follows unless it is a switch or written --opt=value.
+                if not eq and name not in NATIVE_SWITCHES and i + 1 < len(argv):
+                    i += 1
+                    self.native.append(argv[i])
+            else:
+                self.file_positions.append(len(self.native))
+                self.native.append(a)
+            i += 1
+
+    def files(self) -> list[str]:
+        return [self.native[p] for p in self.file_positions]
+
+
+def index_name(location: str) -> str:
+    """The index name the native server gives a FILE without --name (its file
+    stem, server's file_stem), for a location: so that a fetched trie keeps the
+    name of its object, not of its cached copy."""
+    base = urllib.parse.urlsplit(location).path.rsplit("/", 1)[-1] if is_remote(location) else Path(location).name
+    base = base.removesuffix(".zst") if is_remote(location) else base
+    dot = base.rfind(".")
+    return base[:dot] if dot > 0 else base
+
+
+def resolve_tries(args: ServeArgs) -> list[str]:
+    """Fetches every remote FILE (cached, verified); returns the FILEs with
+    the remote ones replaced by their local copies, in order."""
+    cache_dir = args.cache_dir or default_cache_dir()
+    return [str(fetch_trie(f, cache_dir)) if is_remote(f) else f for f in args.files()]
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    args = ServeArgs(sys.argv[1:] if argv is None else argv)
+    if not args.help:
+        try:
+            local = resolve_tries(args)
+        except TrieFetchError as e:
+            sys.stderr.write(f"ngram-serve: {e}\n")
+            sys.exit(1)
+        files = args.files()
+        if any(is_remote(f) for f in files[args.names:]):
+            # Names are given to FILEs in order: name every FILE after the named ones.
+            for f in files[args.names:]:
+                args.native += ["--name", index_name(f)]
+        for pos, path in zip(args.file_positions, local):
+            args.native[pos] = path
+        if args.fetch_only:
+            if not local:
+                sys.stderr.write("ngram-serve: --fetch-only: no trie FILE given\n")
+                sys.exit(2)
+            print("\n".join(local))
+            sys.exit(0)
     binary = find_native_binary()
     if binary is None:
         sys.stderr.write(
@@ -60,7 +172,13 @@ def main(argv: list[str] | None = None) -> None:
             "(infra/install-system-deps.sh), then reinstall the package (pip install --no-build-isolation -e .), "
             f"or point ${ENV} at the binary.\n")
         sys.exit(2)
-    os.execv(str(binary), [str(binary), *args])
+    if args.help:  # the native usage, then the options handled here
+        import subprocess
+
+        rc = subprocess.call([str(binary), "--help"])
+        sys.stdout.write(FETCH_HELP)
+        sys.exit(rc)
+    os.execv(str(binary), [str(binary), *args.native])
 
 
 if __name__ == "__main__":
