@@ -122,29 +122,87 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(dtype)
 
 
-def _inv_freq(cfg: DrafterConfig) -> tuple[torch.Tensor, float]:
-    """RoPE inverse frequencies and the position scale for the config's rope_scaling."""
-    dim = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    rs = cfg.rope_scaling
-    if not rs:
-        return inv, 1.0
-    kind = rs.get("rope_type", rs.get("type"))
-    factor = rs.get("factor")
-    if kind in (None, "default"):
-        return inv, 1.0
-    if kind == "linear":
-        return inv, 1.0 / float(factor)
-    if kind == "llama3":
-        low, high = rs["low_freq_factor"], rs["high_freq_factor"]
-        orig = rs["original_max_position_embeddings"]
-        wavelen = 2 * math.pi / inv
-        low_wl, high_wl = orig / low, orig / high
-        smooth = (orig / wavelen - low) / (high - low) if low != high else torch.zeros_like(inv)
-        mid = (1 - smooth) * inv / factor + smooth * inv
-        out = torch.where(wavelen < high_wl, inv, torch.where(wavelen > low_wl, inv / factor, mid))
-        return out, 1.0
-    raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the drafter")
+def _default_inv_freq(dim: int, base: float) -> torch.Tensor:
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+
+
+class RotaryTables:
+    """RoPE cos/sin for the drafter, always computed in float32 and only then
+    cast to the activations' dtype (DART builds its tables in float32 too; a
+    bf16 ``inv_freq`` is off by up to 0.4 %, an error that grows with the
+    position). Plain attributes, not module buffers, so that
+    ``module.to(torch.bfloat16)`` cannot cast them.
+
+    rope_scaling: none/``default``; ``linear`` (positions divided by
+    ``factor``; DART's own linear branch builds its table with base 10,000
+    whatever ``rope_theta`` says, this one uses ``rope_theta``); ``llama3``;
+    ``dynamic`` (NTK: the base grows with the table length; as in DART, the
+    table covers at least ``max_position_embeddings + 20`` positions, so the
+    base is scaled from the first position, and a longer pass widens it)."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        self.dim = int(cfg.head_dim)
+        self.theta = float(cfg.rope_theta)
+        self.max_positions = int(cfg.max_position_embeddings)
+        rs = cfg.rope_scaling or {}
+        self.kind = rs.get("rope_type", rs.get("type")) or "default"
+        self.factor = rs.get("factor")
+        self.divisor = 1.0
+        if self.kind in ("linear", "dynamic") and self.factor is None:
+            raise ValueError(f"rope_scaling {self.kind!r} needs a 'factor'")
+        inv = _default_inv_freq(self.dim, self.theta)
+        if self.kind == "default":
+            pass
+        elif self.kind == "linear":
+            self.divisor = float(self.factor)
+        elif self.kind == "llama3":
+            inv = _llama3_inv_freq(inv, rs)
+        elif self.kind == "dynamic":
+            self.factor = float(self.factor)
+        else:
+            raise NotImplementedError(f"rope_scaling type {self.kind!r} is not supported by the drafter "
+                                      "(supported: default, linear, dynamic, llama3)")
+        self.inv_freq = inv  # float32, CPU; copied per device on use
+        self._on_device: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+    def table_length(self, end: int) -> int:
+        """dynamic: the length the NTK base is scaled for when positions up to ``end`` are needed."""
+        return max(self.max_positions + 20, end)
+
+    def dynamic_base(self, length: int) -> float:
+        f, m, d = self.factor, self.max_positions, self.dim
+        return self.theta * ((f * length / m) - (f - 1)) ** (d / (d - 2))
+
+    def _inv(self, device: torch.device, end: int) -> torch.Tensor:
+        key = (device, self.table_length(end) if self.kind == "dynamic" else 0)
+        inv = self._on_device.get(key)
+        if inv is None:
+            inv = (_default_inv_freq(self.dim, self.dynamic_base(key[1])) if self.kind == "dynamic"
+                   else self.inv_freq).to(device)
+            if len(self._on_device) > 8:
+                self._on_device.clear()
+            self._on_device[key] = inv
+        return inv
+
+    def cos_sin(self, past: int, t: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [t, head_dim] for positions past .. past + t - 1, in ``dtype``."""
+        pos = torch.arange(past, past + t, device=device, dtype=torch.float32)
+        if self.divisor != 1.0:
+            pos = pos / self.divisor
+        freqs = torch.outer(pos, self._inv(device, past + t))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _llama3_inv_freq(inv: torch.Tensor, rs: dict[str, Any]) -> torch.Tensor:
+    factor = rs["factor"]
+    low, high = rs["low_freq_factor"], rs["high_freq_factor"]
+    orig = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    low_wl, high_wl = orig / low, orig / high
+    smooth = (orig / wavelen - low) / (high - low) if low != high else torch.zeros_like(inv)
+    mid = (1 - smooth) * inv / factor + smooth * inv
+    return torch.where(wavelen < high_wl, inv, torch.where(wavelen > low_wl, inv / factor, mid))
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -194,18 +252,14 @@ class DrafterAttention(nn.Module):
         self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
-        inv, self._pos_scale = _inv_freq(cfg)
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.rotary = RotaryTables(cfg)
 
     def forward(self, x: torch.Tensor, past: int, cache: DrafterCache | None) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
-        pos = torch.arange(past, past + t, device=x.device, dtype=torch.float32) * self._pos_scale
-        freqs = torch.outer(pos, self.inv_freq.to(x.device))
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        cos, sin = self.rotary.cos_sin(past, t, x.device, x.dtype)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if cache is not None:

@@ -27,6 +27,7 @@ with ngram_weight 0.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ import numpy as np
 import torch
 
 from ngram_service import NgramIndex
+from ngram_service.fingerprint import tokenizer_json_fingerprint
 from ngram_service.tree import PrunedTree
 
 __all__ = [
@@ -104,11 +106,11 @@ class PrunerStats:
 
 
 def model_fingerprint(tokenizer: Any) -> str:
-    """The tokenizer fingerprint the trie header carries, for a tokenizer
-    spec (tokenizer.json, a folder holding one, a tiktoken rank file)."""
-    from indexer.tokenizer import load_tokenizer
-
-    return load_tokenizer(str(tokenizer), backend="hf").fingerprint
+    """The tokenizer fingerprint the trie header carries, for the model's
+    tokenizer.json (the file, or a folder holding one). For a trie built
+    from a tiktoken rank file, pass ``tokenizer_fingerprint=`` (``ngram-info``
+    prints it)."""
+    return tokenizer_json_fingerprint(tokenizer)
 
 
 def _check_fingerprint(info: dict[str, Any], expected: str | None, where: str) -> None:
@@ -138,18 +140,25 @@ def fallback_index(vocab_size: int) -> NgramIndex:
     with _fallback_lock:
         idx = _fallback.get(size)
         if idx is None:
-            import tempfile
-
-            from indexer.trie_assembly import LevelPlan, write_trie
-            from ngram_service import _engine
-
-            with tempfile.TemporaryDirectory(prefix="dart-fallback-") as d:
-                f = Path(d) / "empty.ngt"
-                write_trie(f, order=1, vocab_size=size, eos_id=None, meta={"name": "dart-client-fallback"},
-                           plans=[LevelPlan(0, set())], chunks=[])
-                data = f.read_bytes()
-            idx = _fallback[size] = NgramIndex(_engine.Trie.from_bytes(data, "<dart-client fallback>", False))
+            idx = _fallback[size] = NgramIndex(_empty_trie(size))
         return idx
+
+
+def _empty_trie(vocab_size: int) -> Any:
+    """An order-1 trie over vocab_size ids, every count 0, written by the
+    engine's writer to a temporary file and loaded into memory."""
+    import tempfile
+
+    from ngram_service import _engine
+
+    meta = json.dumps({"name": "dart-client-fallback"}, sort_keys=True).encode()
+    with tempfile.TemporaryDirectory(prefix="dart-fallback-") as d:
+        f = Path(d) / "empty.ngt"
+        w = _engine.TrieWriter(str(f), 1, vocab_size, -1, meta, [vocab_size], [[0]], [[vocab_size]])
+        w.append(1, None, np.zeros(vocab_size, dtype=np.uint64), None)
+        w.finish()
+        data = f.read_bytes()
+    return _engine.Trie.from_bytes(data, "<dart-client fallback>", False)
 
 
 # ---- shared machinery ----------------------------------------------------------
