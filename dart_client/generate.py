@@ -426,10 +426,15 @@ class DartGenerator:
                 r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
             if on_step is not None:
                 on_step(step, results[0] if single else results)
+            aux, counts = t_verify
+            live = [i for i, r in enumerate(rows) if not r.done]
             rows, cache, dcache, dlogits = self._drop_finished(rows, cache, dcache, dlogits)
             if rows:
                 t3 = clock()
-                dlogits = self._draft(rows, cache, dcache, t_verify)
+                if len(live) < len(counts):
+                    aux = aux.index_select(0, torch.tensor(live, device=aux.device))
+                    counts = [counts[i] for i in live]
+                dlogits = self._draft(rows, aux, counts, dcache)
                 dt = clock() - t3
                 for rec in recs:
                     rec.drafter_s = dt
@@ -557,8 +562,9 @@ class DartGenerator:
             rec.verify_s = t3 - t2
         return recs, (aux, [len(d) + 1 for d, _ in commits])
 
-    def _draft(self, rows: list[_Seq], cache: Any, dcache: DrafterCache, verify: Any) -> torch.Tensor:
-        aux, counts = verify
+    def _draft(self, rows: list[_Seq], aux: torch.Tensor, counts: list[int], dcache: DrafterCache) -> torch.Tensor:
+        """The drafter reads each row's accepted nodes (aux [B, W, 3h], counts[b]
+        real) with the embeddings of the tokens that follow them."""
         width = aux.shape[1]
         emb_ids = torch.zeros(len(rows), width, dtype=torch.long)
         for i, (r, c) in enumerate(zip(rows, counts)):
