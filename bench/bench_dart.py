@@ -241,6 +241,9 @@ def main() -> None:
     ap.add_argument("--trie", help="trie file (default: see the module doc)")
     ap.add_argument("--deadline-ms", type=float, default=5.0)
     ap.add_argument("--host-threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: 1 on the CPU, where tiny models gain nothing from more and "
+                         "a shared machine makes them contend; torch's default on CUDA)")
     ap.add_argument("--no-remote", action="store_true")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16",
                     help="batch sizes for the batched decoding table ('' to skip)")
@@ -248,6 +251,8 @@ def main() -> None:
     args = ap.parse_args()
 
     dev = torch.device(args.device)
+    if args.threads or dev.type == "cpu":
+        torch.set_num_threads(args.threads or 1)
     dtype = {"auto": torch.bfloat16 if dev.type == "cuda" else torch.float32, "float32": torch.float32,
              "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     with tempfile.TemporaryDirectory(prefix="bench-dart-") as work:

@@ -664,12 +664,6 @@ class DartGenerator:
         return ri[rows, best], commits
 
     @staticmethod
-    def _accept_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[torch.Tensor, list[int], int]:
-        """One tree: (accepted node indices, root first; accepted draft tokens; bonus token)."""
-        paths, [(drafts, bonus)] = DartGenerator._accept_greedy_batch([tree], logits[None])
-        return paths[0, :len(drafts) + 1], drafts, bonus
-
-    @staticmethod
     def _accept_sampling(tree: DraftTree, logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
                          gen: torch.Generator | None, order: str = "dart") -> tuple[torch.Tensor, list[int], int]:
         """Tree speculative sampling with deterministic drafts: at each node,
