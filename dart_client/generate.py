@@ -420,13 +420,12 @@ class DartGenerator:
 
         step = 0
         while rows:
-            recs, t_verify = self._step(rows, cache, dcache, dlogits, pick, clock)
+            recs, (aux, counts) = self._step(rows, cache, dlogits, pick, clock)
             step += 1
             for r in rows:
                 r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
             if on_step is not None:
                 on_step(step, results[0] if single else results)
-            aux, counts = t_verify
             live = [i for i, r in enumerate(rows) if not r.done]
             rows, cache, dcache, dlogits = self._drop_finished(rows, cache, dcache, dlogits)
             if rows:
@@ -491,9 +490,11 @@ class DartGenerator:
             return batch(dlogits, d2t, tokens)
         return [self.pruner(dlogits[i], d2t, t) for i, t in enumerate(tokens)]
 
-    def _step(self, rows: list[_Seq], cache: Any, dcache: DrafterCache, dlogits: torch.Tensor,
-              pick: dict[str, Any], clock: _Clock) -> tuple[list[StepRecord], Any]:
-        """Prune, verify, accept, compact: one step for every row."""
+    def _step(self, rows: list[_Seq], cache: Any, dlogits: torch.Tensor, pick: dict[str, Any], clock: _Clock
+              ) -> tuple[list[StepRecord], tuple[torch.Tensor, list[int]]]:
+        """Prune, verify, accept, compact: one step for every row. Returns the
+        step records and the drafter's next input (each row's accepted nodes'
+        hidden states [B, W, 3h], and how many of the W are real)."""
         b = len(rows)
         t0 = clock()
         trees = self._prune(rows, dlogits)
