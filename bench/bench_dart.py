@@ -12,6 +12,13 @@ search), transport (the RPC round trip, the host's search included), verify
 pruning + transport; plus mean accepted length and tokens/s. A table goes
 to stdout, JSON to bench/results/dart.json.
 
+Batches (--batch-sizes, default 1,2,4,8,16): B ragged prompts decoded
+together (one verification forward per step for the whole batch, one prune
+call for its B trees), with the local pruner and, when a host runs, the remote
+one: tokens/s over the batch (all new tokens / wall time) and the time of a
+batch step (median; the steps of the sequence that ran longest, i.e. every
+step of the batch), in a second table and under "batches" in the JSON.
+
 The weights are random, so the mean accepted length says little about a
 trained drafter (the draft vocabulary is seeded with the tokens the target
 produces most, so that some drafts are accepted); the time split per step is
@@ -34,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# ../shared next to the checkout, or two levels up from a git worktree (wt/NAME)
+SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
 sys.path.insert(0, str(REPO))
 
 import torch
@@ -72,18 +80,24 @@ def build_trie(args: argparse.Namespace, vocab: int, work: Path) -> tuple[Path, 
     return out, "bundled sample corpus (4,096 ids: larger ids are dropped from the lattices)"
 
 
-def prompts_for(vocab: int, n: int, length: int) -> tuple[list[list[int]], str]:
+def prompts_for(vocab: int, n: int, length: int, ragged: bool = False) -> tuple[list[list[int]], str]:
+    """n prompts of at most ``length`` tokens (ragged: prompt i cut to a
+    length between length/4 and length, different from its neighbours')."""
     from tokenizers import Tokenizer
 
     from indexer.cli import SAMPLE_DIR
 
+    cut = [length if not ragged else max(1, length // 4 + (i * 7919) % (length - length // 4 + 1)) for i in range(n)]
     spec = SAMPLE_DIR / "tokenizer.json" if vocab <= 4096 else SHARED / "data" / "qwen3-tokenizer.json"
     if spec.is_file():
         tok = Tokenizer.from_file(str(spec))
-        out = [tok.encode(TEXTS[i % len(TEXTS)], add_special_tokens=False).ids[:length] for i in range(n)]
+        out = []
+        for i in range(n):
+            text = TEXTS[i % len(TEXTS)] * (8 if ragged else 1)  # long enough for any cut
+            out.append(tok.encode(text, add_special_tokens=False).ids[(i % 5 if ragged else 0):][:cut[i]])
         return out, spec.name
     g = torch.Generator().manual_seed(0)
-    return [torch.randint(0, vocab, (length,), generator=g).tolist() for _ in range(n)], "random ids"
+    return [torch.randint(0, vocab, (cut[i],), generator=g).tolist() for i in range(n)], "random ids"
 
 
 class Host:
@@ -152,6 +166,51 @@ def run_mode(gen: DartGenerator, prompts: list[list[int]], new_tokens: int, mode
     return out
 
 
+def run_batches(gen: DartGenerator, prompts: list[list[int]], sizes: list[int], new_tokens: int,
+                mode: str) -> list[dict[str, Any]]:
+    rows = []
+    for b in sizes:
+        batch = [prompts[i % len(prompts)] for i in range(b)]
+        gen.generate(batch, 4, stop_at_eos=False)  # warm-up at this shape
+        t0 = time.perf_counter()
+        results = gen.generate(batch, new_tokens, stop_at_eos=False)
+        wall = time.perf_counter() - t0
+        longest = max(results, key=lambda r: len(r.steps))
+        steps = longest.steps
+        tokens = sum(len(r.output_ids) for r in results)
+        rows.append({
+            "mode": mode,
+            "batch": b,
+            "new_tokens": tokens,
+            "steps": len(steps),
+            "tokens_per_s": tokens / wall,
+            "wall_s": wall,
+            "step_median_s": statistics.median(s.total_s for s in steps),
+            "step_parts_mean_s": {k: statistics.fmean(getattr(s, k) for s in steps)
+                                  for k in ("target_s", "drafter_s", "prune_s", "transport_s", "verify_s")},
+            "mean_batch": statistics.fmean(s.batch_size for s in steps),
+            "mean_accepted_length": statistics.fmean(s.accepted + 1 for r in results for s in r.steps),
+            "remote_steps": sum(s.remote for s in steps),
+        })
+    return rows
+
+
+def batch_table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'mode':<13}{'B':>4}{'tok/s':>9}{'x B=1':>7}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
+            f"{'transp.':>9}{'verify':>9}{'tau':>6}{'mean B':>8}")
+    lines = [head, "-" * len(head)]
+    one = {r["mode"]: r["tokens_per_s"] for r in rows if r["batch"] == 1}
+    for r in rows:
+        p = r["step_parts_mean_s"]
+        ms = lambda x: f"{1e3 * x:9.3f}"
+        lines.append(f"{r['mode']:<13}{r['batch']:4d}{r['tokens_per_s']:9.1f}"
+                     f"{r['tokens_per_s'] / one.get(r['mode'], r['tokens_per_s']):7.2f}{ms(r['step_median_s'])}"
+                     f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
+                     f"{ms(p['verify_s'])}{r['mean_accepted_length']:6.2f}{r['mean_batch']:8.2f}")
+    lines.append("(tok/s: all new tokens of the batch / wall; step ms: median batch step; parts: means per batch step)")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'mode':<15}{'tau':>6}{'tok/s':>9}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
             f"{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'remote':>8}")
@@ -182,11 +241,18 @@ def main() -> None:
     ap.add_argument("--trie", help="trie file (default: see the module doc)")
     ap.add_argument("--deadline-ms", type=float, default=5.0)
     ap.add_argument("--host-threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: 1 on the CPU, where tiny models gain nothing from more and "
+                         "a shared machine makes them contend; torch's default on CUDA)")
     ap.add_argument("--no-remote", action="store_true")
+    ap.add_argument("--batch-sizes", default="1,2,4,8,16",
+                    help="batch sizes for the batched decoding table ('' to skip)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dart.json"))
     args = ap.parse_args()
 
     dev = torch.device(args.device)
+    if args.threads or dev.type == "cpu":
+        torch.set_num_threads(args.threads or 1)
     dtype = {"auto": torch.bfloat16 if dev.type == "cuda" else torch.float32, "float32": torch.float32,
              "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     with tempfile.TemporaryDirectory(prefix="bench-dart-") as work:
@@ -213,6 +279,9 @@ def main() -> None:
         local = DartGenerator(target, drafter, LocalPruner(trie))
         local.generate(prompts[0], 8)  # warm-up
         rows.append(run_mode(local, prompts, args.new_tokens, "dart-local"))
+        sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+        ragged, _ = prompts_for(vocab, max(sizes, default=1), args.prompt_tokens, ragged=True)
+        batches = run_batches(local, ragged, sizes, args.new_tokens, "dart-local") if sizes else []
         host = None
         if not args.no_remote:
             try:
@@ -226,12 +295,17 @@ def main() -> None:
                     remote.generate(prompts[0], 8)  # warm-up
                     pr.stats.__init__()
                     rows.append(run_mode(remote, prompts, args.new_tokens, "dart-remote"))
+                    if sizes:
+                        batches += run_batches(remote, ragged, sizes, args.new_tokens, "dart-remote")
             finally:
                 host.stop()
             with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as pr:
                 rows.append(run_mode(DartGenerator(target, drafter, pr), prompts, args.new_tokens, "dart-host-down"))
 
     print(table(rows))
+    if batches:
+        print()
+        print(batch_table(batches))
     result = {
         "benchmark": "dart_client decoding step split",
         "args": vars(args),
@@ -244,6 +318,7 @@ def main() -> None:
         "drafter": {"draft_length": args.draft_length, "levels": args.draft_length + 1, "draft_vocab": dv},
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "modes": rows,
+        "batches": batches,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,41 +1,49 @@
 """dart_client: the GPU-worker side of DART speculative decoding.
 
 - ``RemotePruner(targets)`` / ``LocalPruner(trie)``: the drafter's logits in,
-  DART's draft tree (tensors on the same device) out; remote pruning falls
-  back to a local n-gram-free search when the trie host is slow or down.
+  DART's draft tree (tensors on the same device) out, for one sequence or a
+  batch (``prune_batch``); remote pruning falls back to a local n-gram-free
+  search when the trie host is slow or down.
 - ``DartDrafter``: DART's one-layer drafter, loaded from DART checkpoints.
-- ``DartGenerator``: draft-and-verify decoding on ``transformers`` causal LMs
-  (greedy: lossless; sampling: tree speculative sampling).
+- ``DartGenerator``: draft-and-verify decoding on ``transformers`` causal LMs,
+  one prompt or a batch (greedy: lossless; sampling: tree speculative sampling).
 
-torch, transformers and safetensors are needed (``pip install
-'ngram-trie-host[dart]'`` after installing torch yourself).
+torch, transformers and safetensors are needed (install the torch build for
+the machine first, then ``pip install 'ngram-trie-host[dart]'``; see the
+README). Names are imported on first use, so that ``dart-generate --help``
+works, and says what to install, without them.
 """
-from dart_client.drafter import DartDrafter, DrafterCache, DrafterConfig
-from dart_client.generate import (
-    DartGenerator,
-    GenerationResult,
-    StepRecord,
-    aux_layer_indices,
-)
-from dart_client.pruner import (
-    DraftTree,
-    LocalPruner,
-    PrunerStats,
-    RemotePruner,
-    TokenizerMismatchError,
-)
+from __future__ import annotations
 
-__all__ = [
-    "DartDrafter",
-    "DartGenerator",
-    "DraftTree",
-    "DrafterCache",
-    "DrafterConfig",
-    "GenerationResult",
-    "LocalPruner",
-    "PrunerStats",
-    "RemotePruner",
-    "StepRecord",
-    "TokenizerMismatchError",
-    "aux_layer_indices",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "DartDrafter": "dart_client.drafter",
+    "DrafterCache": "dart_client.drafter",
+    "DrafterConfig": "dart_client.drafter",
+    "DartGenerator": "dart_client.generate",
+    "GenerationResult": "dart_client.generate",
+    "StepRecord": "dart_client.generate",
+    "aux_layer_indices": "dart_client.generate",
+    "DraftTree": "dart_client.pruner",
+    "LocalPruner": "dart_client.pruner",
+    "PrunerStats": "dart_client.pruner",
+    "RemotePruner": "dart_client.pruner",
+    "TokenizerMismatchError": "dart_client.pruner",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dart_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -6,6 +6,9 @@
 The text goes to stdout; the figures (mean accepted length, tokens/s, time
 per step split into target forward, drafter forward, pruning and transport)
 to stderr, or everything as one JSON object with --json.
+
+Nothing here imports torch before the options are parsed: ``--help`` works
+after the base install, and a run without torch says what to install.
 """
 from __future__ import annotations
 
@@ -43,6 +46,21 @@ class _TextTokenizer:
         if self.hf is not None:
             return list(self.hf(text, add_special_tokens=False)["input_ids"])
         return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The tokenizer's EOS (what DART stops at and gives the search):
+        transformers' eos_token_id, or for a bare tokenizer.json the
+        eos_token of a tokenizer_config.json beside it."""
+        if self.hf is not None:
+            return self.hf.eos_token_id
+        cfg = Path(self.spec).parent / "tokenizer_config.json"
+        if not cfg.is_file():
+            return None
+        eos = json.loads(cfg.read_text()).get("eos_token")
+        if isinstance(eos, dict):
+            eos = eos.get("content")
+        return self.tok.token_to_id(eos) if isinstance(eos, str) else None
 
     def decode(self, ids: list[int]) -> str:
         if self.hf is not None:
@@ -112,17 +130,36 @@ def format_summary(s: dict[str, Any]) -> str:
 @click.option("--beam-width", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--max-nodes", type=click.IntRange(min=0), default=60, show_default=True)
 @click.option("--ngram-weight", type=click.FloatRange(min=0), default=0.5, show_default=True)
+@click.option("--eos", "eos_spec", default="model", show_default=True,
+              help="EOS for stopping and for the search. model: stop at the target's generation config EOS, "
+                   "search with the trie header's; tokenizer: the tokenizer's eos_token_id for both (DART); "
+                   "an integer id: that id for both.")
+@click.option("--search-context", type=click.Choice(["sequence", "step"]), default="sequence", show_default=True,
+              help="What the search sees: the whole sequence (its last N-1 tokens), or DART's last step's tokens.")
+@click.option("--sampling-order", type=click.Choice(["dart", "transformers"]), default="dart", show_default=True,
+              help="dart: temperature, top-p, top-k; transformers: temperature, top-k, top-p.")
 @click.option("--compare", is_flag=True, help="Also decode with the target alone: speedup, and (greedy) equality.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text and figures) to stdout.")
 def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], prompt: str | None, prompt_file: Any,
          chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, seed: int | None,
          tokenizer: str | None, device: str, dtype: str, deadline_ms: float, topk: int, beam_width: int,
-         max_nodes: int, ngram_weight: float, compare: bool, as_json: bool) -> None:
+         max_nodes: int, ngram_weight: float, eos_spec: str, search_context: str, sampling_order: str,
+         compare: bool, as_json: bool) -> None:
     """DART speculative decoding of a prompt with MODEL (a transformers causal
     LM folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
-    trees in process (--trie) or on a trie host (--host)."""
+    trees in process (--trie) or on a trie host (--host).
+
+    Needs torch, transformers and safetensors (not in the base install):
+    the torch build for the machine first (the CUDA build on GPU workers,
+    the CPU build for tests), then pip install 'ngram-trie-host[dart]'."""
     if bool(trie) == bool(hosts):
         raise click.UsageError("give exactly one of --trie FILE or --host HOST:PORT")
+    if eos_spec not in ("model", "tokenizer") and not eos_spec.lstrip("-").isdigit():
+        raise click.BadParameter(f"{eos_spec!r}: give model, tokenizer or a token id", param_hint="--eos")
+    from dart_client.requirements import INSTALL_HINT, missing
+
+    if missing():
+        raise click.ClickException(f"missing {', '.join(missing())}.\n{INSTALL_HINT}")
     if prompt is None:
         prompt = (prompt_file or click.get_text_stream("stdin")).read()
     import torch
@@ -140,7 +177,17 @@ def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], pro
     if not ids:
         raise click.UsageError("the prompt encodes to no tokens")
     fp_spec = _fingerprint_spec(model, tokenizer)
-    params = dict(topk=topk, beam_width=beam_width, max_nodes=max_nodes, ngram_weight=ngram_weight)
+    stop_eos: Any = None  # None: the target's generation config
+    search_eos: int | None = None  # None: the trie header's
+    if eos_spec == "tokenizer":
+        e = tok.eos_token_id
+        if e is None:
+            raise click.UsageError(f"--eos tokenizer: the tokenizer ({tokenizer or model}) names no eos_token")
+        stop_eos = search_eos = int(e)
+    elif eos_spec != "model":
+        stop_eos = search_eos = int(eos_spec)
+    params = dict(topk=topk, beam_width=beam_width, max_nodes=max_nodes, ngram_weight=ngram_weight,
+                  eos_token_id=search_eos)
     try:
         from dart_client.pruner import model_fingerprint
 
@@ -154,12 +201,15 @@ def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], pro
         raise click.ClickException(str(e)) from None
     if fp is None:
         click.echo("dart-generate: no tokenizer.json to fingerprint; the trie's tokenizer is not checked", err=True)
-    gen = DartGenerator.from_pretrained(model, drafter, pruner, device=dev, dtype=dt, tokenizer=None)
-    res = gen.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    gen = DartGenerator.from_pretrained(model, drafter, pruner, device=dev, dtype=dt, tokenizer=None,
+                                        eos_token_id=stop_eos, search_context=search_context)
+    sample = dict(temperature=temperature, top_k=top_k, top_p=top_p, sampling_order=sampling_order, seed=seed)
+    res = gen.generate(ids, max_new_tokens, **sample)
     res.text = tok.decode(res.output_ids)
-    out: dict[str, Any] = {"text": res.text, **res.summary(), "device": dev, "dtype": str(dt).replace("torch.", "")}
+    out: dict[str, Any] = {"text": res.text, **res.summary(), "device": dev, "dtype": str(dt).replace("torch.", ""),
+                           "eos": {"stop": sorted(gen.eos), "search": getattr(pruner, "eos_token_id", None)}}
     if compare:
-        base = gen.autoregressive(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        base = gen.autoregressive(ids, max_new_tokens, **sample)
         out["autoregressive"] = {"tokens_per_s": base.tokens_per_s, "wall_s": base.wall_s,
                                  "new_tokens": len(base.output_ids)}
         out["speedup"] = base.wall_s / res.wall_s * len(res.output_ids) / max(1, len(base.output_ids)) \

@@ -122,29 +122,100 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(dtype)
 
 
-def _inv_freq(cfg: DrafterConfig) -> tuple[torch.Tensor, float]:
-    """RoPE inverse frequencies and the position scale for the config's rope_scaling."""
-    dim = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    rs = cfg.rope_scaling
-    if not rs:
-        return inv, 1.0
-    kind = rs.get("rope_type", rs.get("type"))
-    factor = rs.get("factor")
-    if kind in (None, "default"):
-        return inv, 1.0
-    if kind == "linear":
-        return inv, 1.0 / float(factor)
-    if kind == "llama3":
-        low, high = rs["low_freq_factor"], rs["high_freq_factor"]
-        orig = rs["original_max_position_embeddings"]
-        wavelen = 2 * math.pi / inv
-        low_wl, high_wl = orig / low, orig / high
-        smooth = (orig / wavelen - low) / (high - low) if low != high else torch.zeros_like(inv)
-        mid = (1 - smooth) * inv / factor + smooth * inv
-        out = torch.where(wavelen < high_wl, inv, torch.where(wavelen > low_wl, inv / factor, mid))
-        return out, 1.0
-    raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the drafter")
+def _default_inv_freq(dim: int, base: float) -> torch.Tensor:
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+
+
+class RotaryTables:
+    """RoPE cos/sin for the drafter, always computed in float32 and only then
+    cast to the activations' dtype (DART builds its tables in float32 too; a
+    bf16 ``inv_freq`` is off by up to 0.4 %, an error that grows with the
+    position). Plain attributes, not module buffers, so that
+    ``module.to(torch.bfloat16)`` cannot cast them.
+
+    rope_scaling: none/``default``; ``linear`` (positions divided by
+    ``factor``; DART's own linear branch builds its table with base 10,000
+    whatever ``rope_theta`` says, this one uses ``rope_theta``); ``llama3``;
+    ``dynamic`` (NTK: the base grows with the table length; as in DART, the
+    table covers at least ``max_position_embeddings + 20`` positions, so the
+    base is scaled from the first position, and a longer pass widens it)."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        self.dim = int(cfg.head_dim)
+        self.theta = float(cfg.rope_theta)
+        self.max_positions = int(cfg.max_position_embeddings)
+        rs = cfg.rope_scaling or {}
+        self.kind = rs.get("rope_type", rs.get("type")) or "default"
+        self.factor = rs.get("factor")
+        self.divisor = 1.0
+        if self.kind in ("linear", "dynamic") and self.factor is None:
+            raise ValueError(f"rope_scaling {self.kind!r} needs a 'factor'")
+        inv = _default_inv_freq(self.dim, self.theta)
+        if self.kind == "default":
+            pass
+        elif self.kind == "linear":
+            self.divisor = float(self.factor)
+        elif self.kind == "llama3":
+            inv = _llama3_inv_freq(inv, rs)
+        elif self.kind == "dynamic":
+            self.factor = float(self.factor)
+        else:
+            raise NotImplementedError(f"rope_scaling type {self.kind!r} is not supported by the drafter "
+                                      "(supported: default, linear, dynamic, llama3)")
+        self.inv_freq = inv  # float32, CPU; copied per device on use
+        self._on_device: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+    def table_length(self, end: int) -> int:
+        """dynamic: the length the NTK base is scaled for when positions up to ``end`` are needed."""
+        return max(self.max_positions + 20, end)
+
+    def dynamic_base(self, length: int) -> float:
+        f, m, d = self.factor, self.max_positions, self.dim
+        return self.theta * ((f * length / m) - (f - 1)) ** (d / (d - 2))
+
+    def _inv(self, device: torch.device, end: int) -> torch.Tensor:
+        key = (device, self.table_length(end) if self.kind == "dynamic" else 0)
+        inv = self._on_device.get(key)
+        if inv is None:
+            inv = (_default_inv_freq(self.dim, self.dynamic_base(key[1])) if self.kind == "dynamic"
+                   else self.inv_freq).to(device)
+            if len(self._on_device) > 64:
+                self._on_device.clear()
+            self._on_device[key] = inv
+        return inv
+
+    def cos_sin_at(self, positions: torch.Tensor, ends: list[int], dtype: torch.dtype
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [B, 1, t, head_dim] in ``dtype`` for int64 positions [B, t];
+        ends[b]: the cache length row b's pass reaches (the dynamic base)."""
+        device = positions.device
+        pos = positions.to(torch.float32)
+        if self.divisor != 1.0:
+            pos = pos / self.divisor
+        if self.kind == "dynamic":
+            inv = torch.stack([self._inv(device, e) for e in ends])[:, None, :]
+        else:
+            inv = self._inv(device, 0)
+        freqs = pos[..., None] * inv
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def cos_sin(self, past: int, t: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [t, head_dim] for positions past .. past + t - 1, in ``dtype``."""
+        pos = torch.arange(past, past + t, device=device, dtype=torch.int64)[None]
+        cos, sin = self.cos_sin_at(pos, [past + t], dtype)
+        return cos[0, 0], sin[0, 0]
+
+
+def _llama3_inv_freq(inv: torch.Tensor, rs: dict[str, Any]) -> torch.Tensor:
+    factor = rs["factor"]
+    low, high = rs["low_freq_factor"], rs["high_freq_factor"]
+    orig = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    low_wl, high_wl = orig / low, orig / high
+    smooth = (orig / wavelen - low) / (high - low) if low != high else torch.zeros_like(inv)
+    mid = (1 - smooth) * inv / factor + smooth * inv
+    return torch.where(wavelen < high_wl, inv, torch.where(wavelen > low_wl, inv / factor, mid))
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -153,36 +224,57 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class DrafterCache:
-    """Keys and values of the drafter's real positions, [1, kv_heads, length, head_dim].
+    """Keys and values of the drafter's real positions, [B, kv_heads, capacity, head_dim].
 
-    Grows by doubling; the mask positions of a pass are dropped after it
-    (``truncate``), as DART does."""
+    Row b holds ``lengths[b]`` positions, contiguous from 0 (rows of a batch
+    differ in length; what lies beyond a row's length is never read). Only
+    real positions are stored: the mask positions of a pass are attended to
+    and dropped, as DART does. Grows by doubling."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
-        self.length = 0
+        self.lengths: list[int] = []
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n = k.shape[2]
-        need = self.length + n
+    @property
+    def length(self) -> int:
+        """The longest row's length (a single sequence's length)."""
+        return max(self.lengths, default=0)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, counts: list[int]) -> None:
+        """Row b's first counts[b] positions of k, v [B, kv, S, hd] go after its cached ones."""
+        b, h, s, d = k.shape
+        if not self.lengths:
+            self.lengths = [0] * b
+        if len(self.lengths) != b:
+            raise ValueError(f"the cache holds {len(self.lengths)} rows, the pass has {b}")
+        ends = [n + c for n, c in zip(self.lengths, counts)]
+        need = max(ends)
         if self.k is None or need > self.k.shape[2]:
             cap = max(need, 2 * (self.k.shape[2] if self.k is not None else 0), 64)
-            nk = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
-            nv = v.new_empty(v.shape[0], v.shape[1], cap, v.shape[3])
-            if self.k is not None and self.length:
-                nk[:, :, : self.length] = self.k[:, :, : self.length]
-                nv[:, :, : self.length] = self.v[:, :, : self.length]
+            nk, nv = k.new_zeros(b, h, cap, d), v.new_zeros(b, h, cap, d)
+            if self.k is not None:
+                old = self.k.shape[2]
+                nk[:, :, :old] = self.k
+                nv[:, :, :old] = self.v
             self.k, self.v = nk, nv
-        self.k[:, :, self.length:need] = k
-        self.v[:, :, self.length:need] = v
-        self.length = need
-        return self.k[:, :, :need], self.v[:, :, :need]
+        assert self.v is not None
+        if len(set(self.lengths)) == 1 and all(c == s for c in counts):  # one slice for the whole batch
+            n = self.lengths[0]
+            self.k[:, :, n:n + s] = k
+            self.v[:, :, n:n + s] = v
+        else:
+            for r, (n, c) in enumerate(zip(self.lengths, counts)):
+                self.k[r, :, n:n + c] = k[r, :, :c]
+                self.v[r, :, n:n + c] = v[r, :, :c]
+        self.lengths = ends
 
-    def truncate(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a cache of {self.length} entries to {length}")
-        self.length = length
+    def select(self, rows: list[int]) -> None:
+        """Keeps the given rows, in that order (sequences that finished leave the batch)."""
+        if self.k is not None:
+            idx = torch.tensor(rows, device=self.k.device)
+            self.k, self.v = self.k.index_select(0, idx), self.v.index_select(0, idx)  # type: ignore[union-attr]
+        self.lengths = [self.lengths[r] for r in rows]
 
 
 class DrafterAttention(nn.Module):
@@ -194,33 +286,60 @@ class DrafterAttention(nn.Module):
         self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
-        inv, self._pos_scale = _inv_freq(cfg)
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.rotary = RotaryTables(cfg)
 
-    def forward(self, x: torch.Tensor, past: int, cache: DrafterCache | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, past: list[int], counts: list[int], cache: DrafterCache | None) -> torch.Tensor:
+        """x [B, S + m, 2 hidden]: S new real positions (row b's first
+        counts[b] are real, the rest padding) then m mask positions. Row b's
+        real position i sits at past[b] + i, its mask position j at
+        past[b] + counts[b] + j. Real positions see the cached ones and the
+        real ones up to themselves; mask position j sees every real position
+        of its row and mask positions 0 .. j."""
         b, t, _ = x.shape
+        m = t - max(counts) if counts else 0
+        s = t - m
+        dev = x.device
         q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
-        pos = torch.arange(past, past + t, device=x.device, dtype=torch.float32) * self._pos_scale
-        freqs = torch.outer(pos, self.inv_freq.to(x.device))
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        ar = torch.arange(t, device=dev)
+        past_t = torch.tensor(past, device=dev)[:, None]
+        cnt_t = torch.tensor(counts, device=dev)[:, None]
+        # real slot i: past + i; mask slot s + j: past + counts + j
+        positions = past_t + torch.where(ar[None] < s, ar[None], cnt_t + ar[None] - s)
+        cos, sin = self.rotary.cos_sin_at(positions, [p + c + m for p, c in zip(past, counts)], x.dtype)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if cache is not None:
-            k, v = cache.append(k, v)
+            cache.append(k[:, :, :s], v[:, :, :s], counts)
+            assert cache.k is not None and cache.v is not None
+            total = cache.length
+            keys = torch.cat((cache.k[:, :, :total], k[:, :, s:]), dim=2)
+            values = torch.cat((cache.v[:, :, :total], v[:, :, s:]), dim=2)
+        else:  # no cache: the pass's own real positions are all there is
+            if any(past):
+                raise ValueError("past positions need a cache")
+            keys, values, total = k, v, s
         if self.nkv != self.nh:
             rep = self.nh // self.nkv
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        total = k.shape[2]
-        # Query i (absolute position past + i) sees keys 0 .. past + i.
-        allowed = torch.arange(total, device=x.device)[None, :] <= (past + torch.arange(t, device=x.device))[:, None]
-        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.hd)
-        scores = scores.masked_fill(~allowed, float("-inf"))
+            keys = keys.repeat_interleave(rep, dim=1)
+            values = values.repeat_interleave(rep, dim=1)
+        # which keys each query sees: [B, t, total + m]
+        kpos = torch.arange(total + m, device=dev)[None, None]
+        real_end = past_t + cnt_t  # exclusive end of each row's real keys in the cache region
+        is_real_q = ar[None, :, None] < s
+        real_key = kpos < total
+        limit = torch.where(is_real_q, (past_t + ar[None] + 1)[..., None], real_end[..., None])
+        allowed = real_key & (kpos < limit)
+        mask_key_ok = (~real_key) & (~is_real_q) & (kpos - total <= ar[None, :, None] - s)
+        allowed = allowed | mask_key_ok
+        # padded real slots (i >= counts[b]) see key 0 only: finite, and never read
+        pad_q = is_real_q & (ar[None, :, None] >= cnt_t[..., None])
+        allowed = torch.where(pad_q, kpos == 0, allowed)
+        scores = torch.matmul(q, keys.transpose(2, 3)) / math.sqrt(self.hd)
+        scores = scores.masked_fill(~allowed[:, None], float("-inf"))
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, self.nh * self.hd)
+        out = torch.matmul(probs, values).transpose(1, 2).reshape(b, t, self.nh * self.hd)
         return self.o_proj(out)
 
 
@@ -252,15 +371,21 @@ class DrafterLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, emb: torch.Tensor, hidden: torch.Tensor, past: int, cache: DrafterCache | None) -> torch.Tensor:
-        b = hidden.shape[0]
+    def forward(self, emb: torch.Tensor, hidden: torch.Tensor, past: list[int], counts: list[int],
+                cache: DrafterCache | None) -> torch.Tensor:
+        b, s, _ = hidden.shape
         m = self.draft_length
         x = torch.cat((self.input_layernorm(emb), self.hidden_norm(hidden)), dim=-1)
         mask = self.mask_rep.to(x.dtype)
         x = torch.cat((x, mask.view(1, 1, -1).expand(b, m, -1)), dim=1)
         residual = torch.cat((hidden, mask[: self.hidden_size].view(1, 1, -1).expand(b, m, -1)), dim=1)
-        h = residual + self.self_attn(x, past, cache)
-        h = h[:, -(m + 1):]
+        h = residual + self.self_attn(x, past, counts, cache)
+        # each row's last real position, then the mask positions
+        if all(c == s for c in counts):
+            h = h[:, -(m + 1):]
+        else:
+            idx = torch.tensor([[c - 1] + list(range(s, s + m)) for c in counts], device=h.device)
+            h = h.gather(1, idx[..., None].expand(-1, -1, h.shape[-1]))
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -286,17 +411,20 @@ class DartDrafter(nn.Module):
     # -- inference ------------------------------------------------------------
 
     def forward(self, aux_hidden: torch.Tensor, input_embeds: torch.Tensor,
-                cache: DrafterCache | None = None) -> torch.Tensor:
+                cache: DrafterCache | None = None, counts: list[int] | None = None) -> torch.Tensor:
         """aux_hidden [B, S, 3 * target_hidden]: the target's low/mid/high hidden
-        states of S new positions; input_embeds [B, S, hidden]: the embeddings
-        of the tokens that follow them. Returns the normalized hidden states of
-        the last real position and the draft_length mask positions [B, D, hidden].
-        The cache keeps the S real positions only."""
-        past = cache.length if cache is not None else 0
-        s = aux_hidden.shape[1]
-        h = self.midlayer(input_embeds, self.fc(aux_hidden), past, cache)
-        if cache is not None:
-            cache.truncate(past + s)
+        states of S new positions per row; input_embeds [B, S, hidden]: the
+        embeddings of the tokens that follow them. counts[b]: how many of row
+        b's S positions are real (default all; the rest is padding). Returns
+        the normalized hidden states of each row's last real position and
+        the draft_length mask positions [B, D, hidden]. The cache gains the
+        real positions only."""
+        b, s = aux_hidden.shape[:2]
+        counts = [s] * b if counts is None else [int(c) for c in counts]
+        if len(counts) != b or min(counts) < 1 or max(counts) > s:
+            raise ValueError(f"counts must give 1..{s} real positions for each of {b} rows, got {counts}")
+        past = list(cache.lengths) if cache is not None and cache.lengths else [0] * b
+        h = self.midlayer(input_embeds, self.fc(aux_hidden), past, counts, cache)
         return self.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -305,9 +433,12 @@ class DartDrafter(nn.Module):
         return self.lm_head(hidden)
 
     @torch.no_grad()
-    def draft(self, aux_hidden: torch.Tensor, input_embeds: torch.Tensor, cache: DrafterCache | None) -> torch.Tensor:
-        """Logits [D, draft_vocab_size] for one sequence (batch 1)."""
-        return self.compute_logits(self.forward(aux_hidden, input_embeds, cache))[0]
+    def draft(self, aux_hidden: torch.Tensor, input_embeds: torch.Tensor, cache: DrafterCache | None,
+              counts: list[int] | None = None) -> torch.Tensor:
+        """Logits [D, draft_vocab_size] for one sequence (a batch of one row),
+        [B, D, draft_vocab_size] for several."""
+        out = self.compute_logits(self.forward(aux_hidden, input_embeds, cache, counts))
+        return out[0] if out.shape[0] == 1 else out
 
     # -- checkpoints ----------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """DART draft-and-verify decoding on Hugging Face ``transformers`` causal LMs.
 
-One step (batch 1):
+One step, for each of the B sequences decoded together:
 
 1. the pruner turns the drafter's logits for D positions into a draft tree
    whose root is the last committed token;
@@ -18,6 +18,13 @@ One step (batch 1):
 Invariants: ``seq`` holds every committed token; the target's cache covers
 ``seq[:-1]`` (the last token, the next tree's root, is not yet processed);
 the drafter's cache covers the same positions.
+
+Batches: sequence b's cache entries are positions 0 .. len_b - 1 of its row
+(rows differ in length; what lies beyond is masked out and overwritten).
+The B trees, of different sizes, are padded into one verification forward
+([B, n_max] tokens, a [B, 1, n_max, T + n_max] additive mask); acceptance and
+cache compaction are per row; a sequence that finishes leaves the batch (its
+rows are dropped from both caches).
 
 Greedy decoding is lossless: the output is the target's own greedy
 continuation, token for token (up to floating-point differences between
@@ -60,6 +67,7 @@ class StepRecord:
     drafter_s: float = 0.0  # embeddings + drafter forward for the next tree
     prune_s: float = 0.0  # pruning work on this side (top-k, copies, local search)
     transport_s: float = 0.0  # the RPC round trip (remote search included)
+    batch_size: int = 1  # sequences in this step (the times are the whole batch's step)
 
     @property
     def total_s(self) -> float:
@@ -134,57 +142,139 @@ class _Clock:
         return time.perf_counter()
 
 
-def _process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """Probabilities [..., V] after temperature, top-k and top-p (nucleus)."""
-    x = logits.float() / temperature
-    if top_k and top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if 0.0 < top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        cum = torch.softmax(sorted_x, dim=-1).cumsum(-1)
-        drop = cum - torch.softmax(sorted_x, dim=-1) > top_p  # keep the smallest set reaching top_p
-        sorted_x = sorted_x.masked_fill(drop, float("-inf"))
-        x = torch.full_like(x, float("-inf")).scatter(-1, order, sorted_x)
+def _process_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+                    order: str = "dart") -> torch.Tensor:
+    """Probabilities [..., V] after temperature, then top-p and top-k.
+
+    order "dart" (the default): temperature, top-p, top-k, as DART's
+    ``prepare_logits_processor``; "transformers": temperature, top-k, top-p,
+    as ``transformers``' ``generate``. Top-k keeps the tokens whose logit
+    reaches the k-th largest (ties kept); top-p drops the least likely tokens
+    while the mass they add up to stays within 1 - top_p (at least one token
+    stays)."""
+    if order not in SAMPLING_ORDERS:
+        raise ValueError(f"sampling order must be one of {SAMPLING_ORDERS}, got {order!r}")
+    x = logits.float()
+    if temperature != 1.0:
+        x = x / temperature
+    steps = (_top_p, _top_k) if order == "dart" else (_top_k, _top_p)
+    for f in steps:
+        x = f(x, top_k, top_p)
     return torch.softmax(x, dim=-1)
 
 
-def _compact_cache(cache: Any, start: int, nodes: torch.Tensor, n_keep: int, contiguous: bool) -> None:
-    """Keeps cache positions [0, start) followed by start + nodes (n_keep entries)."""
+SAMPLING_ORDERS = ("dart", "transformers")
+
+
+def _top_k(x: torch.Tensor, top_k: int, _top_p: float) -> torch.Tensor:
+    if not top_k or top_k >= x.shape[-1]:
+        return x
+    kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+    return x.masked_fill(x < kth, float("-inf"))
+
+
+def _top_p(x: torch.Tensor, _top_k: int, top_p: float) -> torch.Tensor:
+    if not 0.0 < top_p < 1.0:
+        return x
+    ascending, order = torch.sort(x, dim=-1)
+    mass_up_to = torch.softmax(ascending, dim=-1).cumsum(-1)
+    drop = mass_up_to <= 1 - top_p
+    drop[..., -1] = False
+    return x.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+
+
+# ---- the target's KV cache ----------------------------------------------------------
+
+def _kv_tensors(cache: Any) -> list[tuple[Any, str, Any]]:
+    """(holder, attribute or index, tensor [B, H, T, d]) for every key and value tensor."""
     layers = getattr(cache, "layers", None)
     if layers is not None:  # transformers >= 4.56: DynamicCache.layers[i].keys / .values
-        pairs = [(layer, "keys", "values") for layer in layers]
+        out = []
         for layer in layers:
-            if type(layer).__name__ not in ("DynamicLayer",):
-                raise NotImplementedError(f"KV-cache compaction of {type(layer).__name__} layers")
-    else:  # older DynamicCache: key_cache / value_cache lists
-        pairs = None
-    end = start + n_keep
-    if pairs is not None:
-        for layer, kn, vn in pairs:
-            for name in (kn, vn):
-                t = getattr(layer, name)
-                if not contiguous:
-                    t[:, :, start:end] = t.index_select(2, nodes + start)
-                setattr(layer, name, t[:, :, :end])
-        return
-    for lst in (cache.key_cache, cache.value_cache):
-        for i, t in enumerate(lst):
-            if not contiguous:
-                t[:, :, start:end] = t.index_select(2, nodes + start)
-            lst[i] = t[:, :, :end]
+            if type(layer).__name__ != "DynamicLayer":
+                raise NotImplementedError(f"KV-cache compaction of {type(layer).__name__} layers "
+                                          "(sliding-window or other non-full attention layers)")
+            out += [(layer, "keys", layer.keys), (layer, "values", layer.values)]
+        return out
+    return [(lst, i, t) for lst in (cache.key_cache, cache.value_cache) for i, t in enumerate(lst)]
+
+
+def _set_kv(holder: Any, key: Any, t: torch.Tensor) -> None:
+    if isinstance(key, str):
+        setattr(holder, key, t)
+    else:
+        holder[key] = t
+
+
+def _truncate(cache: Any, length: int) -> None:
+    for holder, key, t in _kv_tensors(cache):
+        if t.shape[2] > length:
+            _set_kv(holder, key, t[:, :, :length])
     if hasattr(cache, "_seen_tokens"):
-        cache._seen_tokens = end
+        cache._seen_tokens = length
+
+
+def _compact_cache(cache: Any, start: int, lengths: torch.Tensor, paths: torch.Tensor, keep: int,
+                   new_length: int, in_place: bool) -> None:
+    """After a verification forward that appended n nodes at cache position
+    ``start``: row b keeps its first lengths[b] entries followed by the
+    nodes paths[b, :keep] (entries past a row's accepted nodes are scratch),
+    and the cache is cut to new_length positions. in_place: the kept nodes
+    are already where they belong (one row, accepted path 0, 1, 2, ...)."""
+    if not in_place:
+        b = paths.shape[0]
+        src = start + paths[:, :keep].clamp(min=0)
+        dst = lengths[:, None] + torch.arange(keep, device=paths.device)[None]
+        for _holder, _key, t in _kv_tensors(cache):
+            h, d = t.shape[1], t.shape[3]
+            g = t.gather(2, src[:, None, :, None].expand(b, h, keep, d))
+            t.scatter_(2, dst[:, None, :, None].expand(b, h, keep, d), g)
+    _truncate(cache, new_length)
+
+
+def _select_rows(cache: Any, rows: torch.Tensor) -> None:
+    for holder, key, t in _kv_tensors(cache):
+        _set_kv(holder, key, t.index_select(0, rows))
+
+
+# ---- decoding state ---------------------------------------------------------------------
+
+@dataclass
+class _Seq:
+    """One sequence being decoded."""
+
+    prompt: list[int]
+    seq: list[int]  # committed tokens, prompt included
+    res: GenerationResult
+    search_tokens: list[int]  # what the pruner sees (search_context)
+    done: bool = False
+
+    @property
+    def cached(self) -> int:
+        """Cache entries of this sequence: seq[:-1]."""
+        return len(self.seq) - 1
+
+
+SEARCH_CONTEXTS = ("sequence", "step")
 
 
 class DartGenerator:
     """DART decoding: ``target`` (a transformers causal LM, sdpa or eager
     attention), ``drafter`` (DartDrafter), ``pruner`` (LocalPruner or
-    RemotePruner, or any callable with tree_search's signature).
+    RemotePruner: trees for a whole batch in one call; or any callable with
+    tree_search's signature, called once per sequence).
 
-    eos_token_id: one id or several (default: the target's generation
-    config); generation stops after the first. sync_timing: synchronize the
-    device around each timed part (exact split of a step; costs a little).
+    eos_token_id: one id or several that stop a sequence (default: the
+    target's generation config; DART stops at its tokenizer's
+    ``eos_token_id``). The search's EOS is the pruner's (``eos_token_id=``
+    there; default the trie header's). search_context: what the pruner sees
+    as the sequence: "sequence" (default: every committed token, so the
+    search reads the true last N-1 tokens) or "step" (DART: after the first
+    step only the last step's tokens, i.e. the previous root, the accepted
+    tokens and the bonus token; with tries of order 5 or more the trees then
+    differ, because fewer context tokens reach the n-gram). sync_timing:
+    synchronize the device around each timed part (exact split of a step;
+    costs a little).
     """
 
     def __init__(
@@ -197,11 +287,15 @@ class DartGenerator:
         aux_layers: Sequence[int] | None = None,
         sync_timing: bool = True,
         tokenizer: Any = None,
+        search_context: str = "sequence",
     ) -> None:
+        if search_context not in SEARCH_CONTEXTS:
+            raise ValueError(f"search_context must be one of {SEARCH_CONTEXTS}, got {search_context!r}")
         self.target = target
         self.drafter = drafter
         self.pruner = pruner
         self.tokenizer = tokenizer
+        self.search_context = search_context
         cfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
         self.num_layers = int(cfg.num_hidden_layers)
         self.aux_layers = tuple(aux_layers) if aux_layers is not None else aux_layer_indices(self.num_layers)
@@ -209,6 +303,11 @@ class DartGenerator:
         if attn not in ("sdpa", "eager"):
             raise ValueError(f"the target uses {attn!r} attention, which ignores tree masks: "
                              "load it with attn_implementation='sdpa' (or 'eager')")
+        if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) is not False:
+            layer_types = getattr(cfg, "layer_types", None) or []
+            if not layer_types or any("sliding" in str(t) for t in layer_types):
+                raise ValueError(f"the target has sliding-window attention (sliding_window={cfg.sliding_window}): "
+                                 "its cache cannot be compacted per tree; set sliding_window=None")
         dc = drafter.config
         if dc.target_hidden_size != cfg.hidden_size or dc.hidden_size != cfg.hidden_size:
             raise ValueError(f"drafter hidden sizes ({dc.hidden_size}, target {dc.target_hidden_size}) do not fit "
@@ -255,22 +354,20 @@ class DartGenerator:
     # -- the target -------------------------------------------------------------------
 
     def _forward(self, ids: torch.Tensor, cache: Any, *, position_ids: torch.Tensor | None = None,
-                 mask: torch.Tensor | None = None, last_only: bool = False, hidden: bool = True) -> Any:
+                 mask: torch.Tensor | None = None, keep: Any = None, hidden: bool = True) -> Any:
         kw: dict[str, Any] = {}
-        if last_only and self._keep_kw:
-            kw[self._keep_kw] = 1
+        if keep is not None and self._keep_kw:
+            kw[self._keep_kw] = keep
         return self.target(input_ids=ids, past_key_values=cache, use_cache=True, position_ids=position_ids,
                            attention_mask=mask, output_hidden_states=hidden, return_dict=True, **kw)
 
     def _aux(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
         return torch.cat([hidden_states[i] for i in self.aux_layers], dim=-1)
 
-    def _tree_mask(self, tree_mask: torch.Tensor, ctx: int) -> torch.Tensor:
-        n = tree_mask.shape[0]
+    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         dtype = self.target.dtype
-        m = torch.zeros(1, 1, n, ctx + n, dtype=dtype, device=self.device)
-        m[0, 0, :, ctx:].masked_fill_(~tree_mask, torch.finfo(dtype).min)
-        return m
+        m = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        return m.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
     # -- decoding ----------------------------------------------------------------------
 
@@ -283,93 +380,214 @@ class DartGenerator:
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
+        sampling_order: str = "dart",
         seed: int | None = None,
         stop_at_eos: bool = True,
-        on_step: Callable[[int, GenerationResult], None] | None = None,
-    ) -> GenerationResult:
-        """DART decoding of one prompt (token ids). temperature 0: greedy
-        (lossless); > 0: tree speculative sampling (the target's sampling
-        distribution after temperature/top-k/top-p, exactly). on_step(i,
-        result) runs after every verification step."""
-        prompt = _as_list(input_ids)
-        if not prompt:
-            raise ValueError("input_ids is empty")
+        on_step: Callable[[int, Any], None] | None = None,
+    ) -> Any:
+        """DART decoding of one prompt (token ids: a list of ints or a 1-D
+        tensor) -> GenerationResult, or of several (a list of such prompts,
+        of any lengths, or a 2-D tensor) decoded together as one batch ->
+        a list of GenerationResult in prompt order.
+
+        temperature 0: greedy (lossless: every sequence is the target's own
+        greedy continuation); > 0: tree speculative sampling (the target's
+        sampling distribution after temperature, top-p and top-k in
+        ``sampling_order``, exactly). on_step(i, result) runs after every
+        verification step (the list of results for a batch)."""
+        prompts, single = _prompts(input_ids)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if sampling_order not in SAMPLING_ORDERS:
+            raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
         sampling = temperature > 0
         gen = None
         if sampling:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        pick = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, order=sampling_order,
+                    gen=gen)
         clock = _Clock(self.device, self.sync_timing)
-        res = GenerationResult(prompt_ids=list(prompt), output_ids=[])
         t_start = clock()
-        d2t = self.drafter.d2t
-
-        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        out = self._forward(ids, None, last_only=True)
-        cache = out.past_key_values
-        first = self._pick(out.logits[0, -1], sampling, temperature, top_k, top_p, gen)
-        seq = prompt + [first]
-        dcache = DrafterCache()
-        emb = self.embed(torch.tensor([seq[1:]], dtype=torch.long, device=self.device))
-        dlogits = self.drafter.draft(self._aux(out.hidden_states), emb, dcache)
-        del out
-        res.prefill_s = clock() - t_start
+        rows = [_Seq(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[]), []) for p in prompts]
+        results = [r.res for r in rows]
+        cache, dcache, dlogits = self._prefill(rows, pick)
+        prefill_s = clock() - t_start
+        for r in rows:
+            r.res.prefill_s = prefill_s
+            r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
+        rows, cache, dcache, dlogits = self._drop_finished(rows, cache, dcache, dlogits)
 
         step = 0
-        while not self._done(seq, len(prompt), max_new_tokens, stop_at_eos):
-            rec = StepRecord(accepted=0, tree_nodes=0, remote=False)
-            t0 = clock()
-            tree = self.pruner(dlogits, d2t, seq)
-            t1 = clock()
-            tm = getattr(self.pruner, "timing", None)
-            rec.transport_s = tm.transport if tm is not None else 0.0
-            rec.prune_s = (t1 - t0) - rec.transport_s
-            rec.remote = bool(getattr(tm, "remote", False))
-
-            ctx = len(seq) - 1
-            n = tree.draft_tokens.shape[0]
-            rec.tree_nodes = n
-            out = self._forward(tree.draft_tokens[None], cache, position_ids=(tree.tree_position_ids + ctx)[None],
-                                mask=self._tree_mask(tree.tree_mask, ctx))
-            t2 = clock()
-            rec.target_s = t2 - t1
-
-            logits = out.logits[0]
-            if sampling:
-                path, drafts, bonus = self._accept_sampling(tree, logits, temperature, top_k, top_p, gen)
-            else:
-                path, drafts, bonus = self._accept_greedy(tree, logits)
-            a = len(drafts)
-            contiguous = a == 0 or bool(torch.equal(path, torch.arange(a + 1, device=path.device)))
-            _compact_cache(cache, ctx, path, a + 1, contiguous)
-            aux = torch.cat([out.hidden_states[i][0].index_select(0, path) for i in self.aux_layers], dim=-1)[None]
-            del out
-            seq.extend(drafts)
-            seq.append(bonus)
-            rec.accepted = a
-            t3 = clock()
-            rec.verify_s = t3 - t2
-            res.steps.append(rec)
+        while rows:
+            recs, (aux, counts) = self._step(rows, cache, dlogits, pick, clock)
             step += 1
+            for r in rows:
+                r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
             if on_step is not None:
-                on_step(step, res)
-            if self._done(seq, len(prompt), max_new_tokens, stop_at_eos):
-                break
-            emb = self.embed(torch.tensor([seq[-(a + 1):]], dtype=torch.long, device=self.device))
-            dlogits = self.drafter.draft(aux, emb, dcache)
-            rec.drafter_s = clock() - t3
-
-        res.wall_s = clock() - t_start
-        res.output_ids = self._trim(seq[len(prompt):], max_new_tokens, stop_at_eos)
+                on_step(step, results[0] if single else results)
+            live = [i for i, r in enumerate(rows) if not r.done]
+            rows, cache, dcache, dlogits = self._drop_finished(rows, cache, dcache, dlogits)
+            if rows:
+                t3 = clock()
+                if len(live) < len(counts):
+                    aux = aux.index_select(0, torch.tensor(live, device=aux.device))
+                    counts = [counts[i] for i in live]
+                dlogits = self._draft(rows, aux, counts, dcache)
+                dt = clock() - t3
+                for rec in recs:
+                    rec.drafter_s = dt
+        wall = clock() - t_start
         stats = getattr(self.pruner, "stats", None)
-        res.pruner = stats.as_dict() if hasattr(stats, "as_dict") else {}
-        if self.tokenizer is not None:
-            res.text = self.tokenizer.decode(res.output_ids)
-        return res
+        for res in results:
+            res.wall_s = wall
+            res.output_ids = self._trim(res.output_ids, max_new_tokens, stop_at_eos)
+            res.pruner = stats.as_dict() if hasattr(stats, "as_dict") else {}
+            if self.tokenizer is not None:
+                res.text = self.tokenizer.decode(res.output_ids)
+        return results[0] if single else results
+
+    def _prefill(self, rows: list[_Seq], pick: dict[str, Any]) -> tuple[Any, DrafterCache, torch.Tensor]:
+        """The prompts, right-padded into one forward (each row sees its own
+        tokens only); the first token of each; the drafter's first pass."""
+        lens = [len(r.prompt) for r in rows]
+        b, width = len(rows), max(lens)
+        ids = torch.zeros(b, width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, :lens[i]] = torch.tensor(r.prompt)
+        ids = ids.to(self.device)
+        if b == 1:
+            out = self._forward(ids, None, keep=1)
+            last = out.logits[:, -1]
+        else:
+            ar = torch.arange(width, device=self.device)
+            ln = torch.tensor(lens, device=self.device)
+            allowed = (ar[None, None] <= ar[None, :, None]) & (ar[None, None] < ln[:, None, None])
+            last_pos = sorted(set(n - 1 for n in lens))
+            keep = torch.tensor(last_pos, device=self.device) if self._keep_kw else None
+            out = self._forward(ids, None, position_ids=ar[None].expand(b, -1), mask=self._additive(allowed),
+                                keep=keep)
+            col = [last_pos.index(n - 1) if keep is not None else n - 1 for n in lens]
+            last = out.logits[torch.arange(b, device=self.device), torch.tensor(col, device=self.device)]
+        firsts = self._pick_rows(last, pick)
+        for r, f in zip(rows, firsts):
+            r.seq.append(f)
+            r.res.output_ids.append(f)
+            r.search_tokens = list(r.seq)
+        emb_ids = torch.zeros(b, width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            emb_ids[i, :lens[i]] = torch.tensor(r.seq[1:])
+        emb = self.embed(emb_ids.to(self.device))
+        dcache = DrafterCache()
+        dlogits = self.drafter.compute_logits(self.drafter(self._aux(out.hidden_states), emb, dcache, lens))
+        return out.past_key_values, dcache, dlogits
+
+    def _prune(self, rows: list[_Seq], dlogits: torch.Tensor) -> list[DraftTree]:
+        d2t = self.drafter.d2t
+        tokens = [r.seq if self.search_context == "sequence" else r.search_tokens for r in rows]
+        batch = getattr(self.pruner, "prune_batch", None)
+        if batch is not None:
+            return batch(dlogits, d2t, tokens)
+        return [self.pruner(dlogits[i], d2t, t) for i, t in enumerate(tokens)]
+
+    def _step(self, rows: list[_Seq], cache: Any, dlogits: torch.Tensor, pick: dict[str, Any], clock: _Clock
+              ) -> tuple[list[StepRecord], tuple[torch.Tensor, list[int]]]:
+        """Prune, verify, accept, compact: one step for every row. Returns the
+        step records and the drafter's next input (each row's accepted nodes'
+        hidden states [B, W, 3h], and how many of the W are real)."""
+        b = len(rows)
+        t0 = clock()
+        trees = self._prune(rows, dlogits)
+        t1 = clock()
+        tm = getattr(self.pruner, "timing", None)
+        transport = tm.transport if tm is not None else 0.0
+        remote = bool(getattr(tm, "remote", False))
+
+        # -- one verification forward for the padded trees
+        start = int(_cache_length(cache))
+        sizes = [t.n_nodes for t in trees]
+        n = max(sizes)
+        dev = self.device
+        lens = torch.tensor([r.cached for r in rows], device=dev)
+        ids = torch.zeros(b, n, dtype=torch.long, device=dev)
+        depth = torch.zeros(b, n, dtype=torch.long, device=dev)
+        tmask = torch.eye(n, dtype=torch.bool, device=dev).repeat(b, 1, 1)  # padded nodes see themselves
+        for i, t in enumerate(trees):
+            k = sizes[i]
+            ids[i, :k] = t.draft_tokens
+            depth[i, :k] = t.tree_position_ids
+            tmask[i, :k, :k] = t.tree_mask
+        ctx = torch.arange(start, device=dev)[None, None] < lens[:, None, None]
+        allowed = torch.cat((ctx.expand(b, n, start), tmask), dim=2)
+        out = self._forward(ids, cache, position_ids=depth + lens[:, None], mask=self._additive(allowed))
+        t2 = clock()
+
+        # -- acceptance, per row
+        if pick["sampling"]:
+            accepted = [self._accept_sampling(t, out.logits[i, :sizes[i]], pick["temperature"], pick["top_k"],
+                                              pick["top_p"], pick["gen"], pick["order"])
+                        for i, t in enumerate(trees)]
+            w = max(len(p) for p, _, _ in accepted)
+            paths = torch.full((b, w), -1, dtype=torch.long, device=dev)
+            for i, (p, _, _) in enumerate(accepted):
+                paths[i, :len(p)] = p
+            commits = [(d, x) for _, d, x in accepted]
+        else:
+            paths, commits = self._accept_greedy_batch(trees, out.logits)
+        keep = max(len(d) for d, _ in commits) + 1
+        # one row whose accepted path is 0, 1, 2, ...: its nodes are already in place
+        in_place = b == 1 and (keep == 1 or bool(torch.equal(paths[0, :keep], torch.arange(keep, device=dev))))
+        new_len = max(r.cached + len(d) + 1 for r, (d, _) in zip(rows, commits))
+        _compact_cache(cache, start, lens, paths, keep, new_len, in_place)
+        # the drafter's input: hidden states of each row's accepted nodes
+        idx = paths[:, :keep].clamp(min=0)
+        hs = [out.hidden_states[i] for i in self.aux_layers]
+        aux = torch.cat([h.gather(1, idx[..., None].expand(-1, -1, h.shape[-1])) for h in hs], dim=-1)
+        del out
+        recs = []
+        for r, (drafts, bonus), size in zip(rows, commits, sizes):
+            root = r.seq[-1]
+            r.seq.extend(drafts)
+            r.seq.append(bonus)
+            r.res.output_ids.extend(drafts)
+            r.res.output_ids.append(bonus)
+            r.search_tokens = [root, *drafts, bonus]
+            rec = StepRecord(accepted=len(drafts), tree_nodes=size, remote=remote, batch_size=b)
+            rec.transport_s = transport
+            rec.prune_s = (t1 - t0) - transport
+            rec.target_s = t2 - t1
+            r.res.steps.append(rec)
+            recs.append(rec)
+        t3 = clock()
+        for rec in recs:
+            rec.verify_s = t3 - t2
+        return recs, (aux, [len(d) + 1 for d, _ in commits])
+
+    def _draft(self, rows: list[_Seq], aux: torch.Tensor, counts: list[int], dcache: DrafterCache) -> torch.Tensor:
+        """The drafter reads each row's accepted nodes (aux [B, W, 3h], counts[b]
+        real) with the embeddings of the tokens that follow them."""
+        width = aux.shape[1]
+        emb_ids = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, (r, c) in enumerate(zip(rows, counts)):
+            emb_ids[i, :c] = torch.tensor(r.seq[-c:])
+        emb = self.embed(emb_ids.to(self.device))
+        return self.drafter.compute_logits(self.drafter(aux, emb, dcache, counts))
+
+    def _drop_finished(self, rows: list[_Seq], cache: Any, dcache: DrafterCache, dlogits: torch.Tensor
+                       ) -> tuple[list[_Seq], Any, DrafterCache, torch.Tensor]:
+        keep = [i for i, r in enumerate(rows) if not r.done]
+        if len(keep) == len(rows) or not keep:
+            return ([] if not keep else rows), cache, dcache, dlogits
+        sel = torch.tensor(keep, device=self.device)
+        _select_rows(cache, sel)
+        dcache.select(keep)
+        kept = [rows[i] for i in keep]
+        _truncate(cache, max(r.cached for r in kept))
+        return kept, cache, dcache, dlogits.index_select(0, sel)
 
     @torch.no_grad()
     def autoregressive(self, input_ids: Any, max_new_tokens: int = 256, *, stop_at_eos: bool = True,
-                       temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                       temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, sampling_order: str = "dart",
                        seed: int | None = None) -> GenerationResult:
         """The target alone, one token per forward (the baseline and the
         reference for losslessness)."""
@@ -379,18 +597,20 @@ class DartGenerator:
         if sampling:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed if seed is not None else 0)
+        pick = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, order=sampling_order,
+                    gen=gen)
         clock = _Clock(self.device, self.sync_timing)
         res = GenerationResult(prompt_ids=list(prompt), output_ids=[], mode="autoregressive")
         t0 = clock()
-        out = self._forward(torch.tensor([prompt], dtype=torch.long, device=self.device), None, last_only=True,
+        out = self._forward(torch.tensor([prompt], dtype=torch.long, device=self.device), None, keep=1,
                             hidden=False)
         cache = out.past_key_values
-        seq = prompt + [self._pick(out.logits[0, -1], sampling, temperature, top_k, top_p, gen)]
+        seq = prompt + self._pick_rows(out.logits[:, -1], pick)
         res.prefill_s = clock() - t0
         while not self._done(seq, len(prompt), max_new_tokens, stop_at_eos):
             t1 = clock()
             out = self._forward(torch.tensor([[seq[-1]]], device=self.device), cache, hidden=False)
-            seq.append(self._pick(out.logits[0, -1], sampling, temperature, top_k, top_p, gen))
+            seq += self._pick_rows(out.logits[:, -1], pick)
             res.steps.append(StepRecord(accepted=0, tree_nodes=1, remote=False, target_s=clock() - t1))
         res.wall_s = clock() - t0
         res.output_ids = self._trim(seq[len(prompt):], max_new_tokens, stop_at_eos)
@@ -400,58 +620,69 @@ class DartGenerator:
 
     # -- acceptance -----------------------------------------------------------------------
 
-    def _pick(self, logits: torch.Tensor, sampling: bool, temperature: float, top_k: int, top_p: float,
-              gen: torch.Generator | None) -> int:
-        if not sampling:
-            return int(logits.argmax())
-        p = _process_logits(logits, temperature, top_k, top_p)
-        return int(torch.multinomial(p, 1, generator=gen))
+    @staticmethod
+    def _pick_rows(logits: torch.Tensor, pick: dict[str, Any]) -> list[int]:
+        """One token per row of logits [B, V]."""
+        if not pick["sampling"]:
+            return [int(t) for t in logits.argmax(-1).tolist()]
+        p = _process_logits(logits, pick["temperature"], pick["top_k"], pick["top_p"], pick["order"])
+        return [int(t) for t in torch.multinomial(p, 1, generator=pick["gen"])[:, 0].tolist()]
 
     @staticmethod
-    def _accept_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[torch.Tensor, list[int], int]:
-        """The longest root-to-leaf prefix on which every token is the target's
-        argmax after its parent (DART's evaluate_posterior). Returns the
-        accepted node indices (root first), the accepted draft tokens and the
-        bonus token."""
-        pred = logits.argmax(-1)  # the target's choice after each node
-        ri = tree.retrieve_indices
+    def _accept_greedy_batch(trees: list[DraftTree], logits: torch.Tensor
+                             ) -> tuple[torch.Tensor, list[tuple[list[int], int]]]:
+        """For each row, the longest root-to-leaf prefix on which every token
+        is the target's argmax after its parent (DART's evaluate_posterior;
+        ties: the first such leaf). Returns the node indices of each row's
+        best path [B, W] (-1 padded; the accepted ones are its first a + 1)
+        and each row's (accepted draft tokens, bonus token); one device sync."""
+        b = len(trees)
+        dev = logits.device
+        leaves = max(t.retrieve_indices.shape[0] for t in trees)
+        w = max(t.retrieve_indices.shape[1] for t in trees)
+        ri = torch.full((b, leaves, w), -1, dtype=torch.long, device=dev)
+        n = logits.shape[1]
+        toks = torch.full((b, n), -1, dtype=torch.long, device=dev)
+        for i, t in enumerate(trees):
+            r = t.retrieve_indices
+            ri[i, :r.shape[0], :r.shape[1]] = r
+            toks[i, :t.n_nodes] = t.draft_tokens
+        pred = logits.argmax(-1)  # [B, n]: the target's choice after each node
         safe = ri.clamp(min=0)
-        cand = torch.where(ri >= 0, tree.draft_tokens[safe], torch.full_like(ri, -1))
-        after = pred[safe]
-        if ri.shape[1] > 1:
-            ok = (cand[:, 1:] == after[:, :-1]).to(torch.int32)
-            acc = torch.cumprod(ok, dim=1).sum(dim=1)
+        cand = torch.where(ri >= 0, toks.gather(1, safe.view(b, -1)).view(b, leaves, w), torch.full_like(ri, -1))
+        after = pred.gather(1, safe.view(b, -1)).view(b, leaves, w)
+        if w > 1:
+            acc = torch.cumprod((cand[..., 1:] == after[..., :-1]).to(torch.int32), dim=2).sum(dim=2)
         else:
-            acc = torch.zeros(ri.shape[0], dtype=torch.int64, device=ri.device)
-        best = torch.argmax(acc)
-        row = torch.cat((acc[best].view(1).to(torch.int64), cand[best], after[best])).tolist()  # one sync
-        a = int(row[0])
-        w = ri.shape[1]
-        drafts = row[2:2 + a]
-        bonus = int(row[1 + w + a])
-        return ri[best, : a + 1], drafts, bonus
+            acc = torch.zeros(b, leaves, dtype=torch.int64, device=dev)
+        best = torch.argmax(acc, dim=1)
+        rows = torch.arange(b, device=dev)
+        packed = torch.cat((acc[rows, best].view(b, 1).to(torch.int64), cand[rows, best], after[rows, best]), dim=1)
+        commits = []
+        for row in packed.tolist():  # one sync
+            a = int(row[0])
+            commits.append((row[2:2 + a], int(row[1 + w + a])))
+        return ri[rows, best], commits
 
     @staticmethod
     def _accept_sampling(tree: DraftTree, logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
-                         gen: torch.Generator | None) -> tuple[torch.Tensor, list[int], int]:
+                         gen: torch.Generator | None, order: str = "dart") -> tuple[torch.Tensor, list[int], int]:
         """Tree speculative sampling with deterministic drafts: at each node,
         try its children in order; a child x is accepted with probability
         p(x) under the current distribution, else p(x) is zeroed and p
         renormalized; when no child is accepted the bonus token is drawn from
         what remains (at a leaf: from the target's distribution). Every
         committed token is distributed exactly as the target samples it."""
-        n = tree.draft_tokens.shape[0]
-        anc = tree.tree_mask & ~torch.eye(n, dtype=torch.bool, device=tree.tree_mask.device)
-        idx = torch.arange(n, device=anc.device)
-        parents = torch.where(anc.any(1), (anc.to(torch.int64) * idx).argmax(1), torch.full_like(idx, -1))
+        n = tree.n_nodes
         toks = tree.draft_tokens.tolist()
-        par = parents.tolist()
+        assert tree.parents is not None
+        par = tree.parents.tolist()
         children: list[list[int]] = [[] for _ in range(n)]
         for i in range(1, n):
             children[par[i]].append(i)
         cur, path, drafts = 0, [0], []
         while True:
-            p = _process_logits(logits[cur], temperature, top_k, top_p)
+            p = _process_logits(logits[cur], temperature, top_k, top_p, order)
             nxt = -1
             for c in children[cur]:
                 x = toks[c]
@@ -488,6 +719,33 @@ class DartGenerator:
                 if t in self.eos:
                     return new[: i + 1]
         return new
+
+
+def _cache_length(cache: Any) -> int:
+    return int(_kv_tensors(cache)[0][2].shape[2])
+
+
+def _prompts(x: Any) -> tuple[list[list[int]], bool]:
+    """(prompts, single): one prompt (ints, a 1-D tensor) or several (a list
+    of prompts, a 2-D tensor)."""
+    if isinstance(x, torch.Tensor) or hasattr(x, "ndim"):
+        if x.ndim == 2:
+            out = [_as_list(r) for r in x]
+            single = False
+        else:
+            out, single = [_as_list(x)], True
+    else:
+        items = list(x)
+        if items and hasattr(items[0], "__len__"):  # a list of prompts
+            out, single = [_as_list(p) for p in items], False
+        else:
+            out, single = [_as_list(items)], True
+    if not out:
+        raise ValueError("no prompts")
+    for i, p in enumerate(out):
+        if not p:
+            raise ValueError("input_ids is empty" if single else f"prompt {i} is empty")
+    return out, single
 
 
 def _as_list(x: Any) -> list[int]:

@@ -27,10 +27,11 @@ with ngram_weight 0.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,6 +40,7 @@ import numpy as np
 import torch
 
 from ngram_service import NgramIndex
+from ngram_service.fingerprint import tokenizer_json_fingerprint
 from ngram_service.tree import PrunedTree
 
 __all__ = [
@@ -60,13 +62,36 @@ DART_MAX_NODES = 60
 DART_NGRAM_WEIGHT = 0.5
 
 
-class DraftTree(NamedTuple):
-    """DART's draft tree, as ``tree_search`` returns it (no batch dimension)."""
+@dataclass(frozen=True)
+class DraftTree:
+    """DART's draft tree, as ``tree_search`` returns it (no batch dimension),
+    plus each node's parent. Unpacks like DART's four outputs::
+
+        draft_tokens, retrieve_indices, tree_mask, tree_position_ids = tree
+    """
 
     draft_tokens: torch.Tensor  # int64 [n]; node 0 is the root (the last context token)
     retrieve_indices: torch.Tensor  # int64 [leaves, max depth + 1], root to leaf, -1 padded
     tree_mask: torch.Tensor  # bool [n, n]: row i marks node i and its ancestors
     tree_position_ids: torch.Tensor  # int64 [n]: depth of each node (0 for the root)
+    parents: torch.Tensor | None = None  # int64 [n], -1 for the root (None: read from tree_mask)
+
+    def __post_init__(self) -> None:
+        if self.parents is None:  # a tree made by hand: the deepest ancestor of each node
+            m = self.tree_mask
+            n = m.shape[0]
+            anc = m & ~torch.eye(n, dtype=torch.bool, device=m.device)
+            idx = torch.arange(n, device=m.device)
+            par = torch.where(anc.any(1), (anc.to(torch.int64) * idx).argmax(1), torch.full_like(idx, -1))
+            object.__setattr__(self, "parents", par)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter((self.draft_tokens, self.retrieve_indices, self.tree_mask, self.tree_position_ids))
+
+    @property
+    def n_nodes(self) -> int:
+        """Nodes, the root included."""
+        return int(self.draft_tokens.shape[0])
 
 
 class TokenizerMismatchError(ValueError):
@@ -104,11 +129,11 @@ class PrunerStats:
 
 
 def model_fingerprint(tokenizer: Any) -> str:
-    """The tokenizer fingerprint the trie header carries, for a tokenizer
-    spec (tokenizer.json, a folder holding one, a tiktoken rank file)."""
-    from indexer.tokenizer import load_tokenizer
-
-    return load_tokenizer(str(tokenizer), backend="hf").fingerprint
+    """The tokenizer fingerprint the trie header carries, for the model's
+    tokenizer.json (the file, or a folder holding one). For a trie built
+    from a tiktoken rank file, pass ``tokenizer_fingerprint=`` (``ngram-info``
+    prints it)."""
+    return tokenizer_json_fingerprint(tokenizer)
 
 
 def _check_fingerprint(info: dict[str, Any], expected: str | None, where: str) -> None:
@@ -138,18 +163,25 @@ def fallback_index(vocab_size: int) -> NgramIndex:
     with _fallback_lock:
         idx = _fallback.get(size)
         if idx is None:
-            import tempfile
-
-            from indexer.trie_assembly import LevelPlan, write_trie
-            from ngram_service import _engine
-
-            with tempfile.TemporaryDirectory(prefix="dart-fallback-") as d:
-                f = Path(d) / "empty.ngt"
-                write_trie(f, order=1, vocab_size=size, eos_id=None, meta={"name": "dart-client-fallback"},
-                           plans=[LevelPlan(0, set())], chunks=[])
-                data = f.read_bytes()
-            idx = _fallback[size] = NgramIndex(_engine.Trie.from_bytes(data, "<dart-client fallback>", False))
+            idx = _fallback[size] = NgramIndex(_empty_trie(size))
         return idx
+
+
+def _empty_trie(vocab_size: int) -> Any:
+    """An order-1 trie over vocab_size ids, every count 0, written by the
+    engine's writer to a temporary file and loaded into memory."""
+    import tempfile
+
+    from ngram_service import _engine
+
+    meta = json.dumps({"name": "dart-client-fallback"}, sort_keys=True).encode()
+    with tempfile.TemporaryDirectory(prefix="dart-fallback-") as d:
+        f = Path(d) / "empty.ngt"
+        w = _engine.TrieWriter(str(f), 1, vocab_size, -1, meta, [vocab_size], [[0]], [[vocab_size]])
+        w.append(1, None, np.zeros(vocab_size, dtype=np.uint64), None)
+        w.finish()
+        data = f.read_bytes()
+    return _engine.Trie.from_bytes(data, "<dart-client fallback>", False)
 
 
 # ---- shared machinery ----------------------------------------------------------
@@ -159,8 +191,18 @@ class _Lattice(NamedTuple):
     probs: np.ndarray  # float32 [D, K]
 
 
+class _Job(NamedTuple):
+    """One lattice ready for a search: the index that serves it and the request."""
+
+    index: Any  # NgramIndex, or None for "the host"
+    prefix: np.ndarray
+    tokens: Any
+    probs: Any
+    params: dict[str, Any]
+
+
 class _PrunerBase:
-    """Top-k on the device, the search (subclasses), the tree back as tensors."""
+    """Top-k on the device, the search (subclasses), the trees back as tensors."""
 
     def __init__(
         self,
@@ -199,27 +241,40 @@ class _PrunerBase:
     order: int = 1
     vocab_size: int = 0
 
-    def _search(self, prefix: np.ndarray, lat: _Lattice, tm: PruneTiming) -> PrunedTree:
+    def _search(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
         raise NotImplementedError
 
-    # -- the call ------------------------------------------------------------------
+    # -- the calls -----------------------------------------------------------------
 
     def __call__(self, logits: torch.Tensor, d2t: torch.Tensor | None, tokens: Any) -> DraftTree:
         """logits [D, V_draft] (any device); d2t int [V_draft] or None (draft
         ids are target ids); tokens: the sequence so far (list, array or
         tensor; its last token is the root). Returns the DraftTree on
         logits.device."""
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be [D, V_draft], got shape {tuple(logits.shape)}")
+        return self.prune_batch(logits[None], d2t, [tokens])[0]
+
+    def prune_batch(self, logits: torch.Tensor, d2t: torch.Tensor | None, tokens: Sequence[Any]) -> list[DraftTree]:
+        """B sequences at once: logits [B, D, V_draft], tokens: B sequences
+        (each as in ``__call__``). One device-to-host copy, one search call
+        for the batch (the engine's prune_batch, or one PruneTree RPC), one
+        host-to-device copy; the B trees come back in order."""
+        if logits.ndim != 3:
+            raise ValueError(f"logits must be [B, D, V_draft], got shape {tuple(logits.shape)}")
+        if len(tokens) != logits.shape[0]:
+            raise ValueError(f"{logits.shape[0]} lattices but {len(tokens)} token sequences")
         tm = PruneTiming()
         self.timing = tm
-        self.stats.calls += 1
+        self.stats.calls += len(tokens)
         t0 = time.perf_counter()
-        lat = self._lattice(logits, d2t)
-        prefix = self._prefix(tokens)
+        lats = self._lattices(logits, d2t)
+        prefixes = [self._prefix(t) for t in tokens]
         t1 = time.perf_counter()
         tm.topk = t1 - t0
-        tree = self._search(prefix, lat, tm)
+        trees = self._search(prefixes, lats, tm)
         t2 = time.perf_counter()
-        out = self._tensors(tree, logits.device)
+        out = self._tensors(trees, logits.device)
         tm.tensors = time.perf_counter() - t2
         return out
 
@@ -231,20 +286,18 @@ class _PrunerBase:
         self._d2t_cache = (d2t, m)
         return m
 
-    def _lattice(self, logits: torch.Tensor, d2t: torch.Tensor | None) -> _Lattice:
-        if logits.ndim != 2:
-            raise ValueError(f"logits must be [D, V_draft], got shape {tuple(logits.shape)}")
-        k = min(self.topk, logits.shape[1])
+    def _lattices(self, logits: torch.Tensor, d2t: torch.Tensor | None) -> list[_Lattice]:
+        k = min(self.topk, logits.shape[-1])
         with torch.no_grad():
             vals, idx = torch.topk(logits.float(), k, dim=-1)
             probs = torch.softmax(vals / self.temperature if self.temperature != 1.0 else vals, dim=-1)
             if d2t is not None:
                 idx = idx + self._d2t(d2t, logits.device)[idx]
             # One copy to the host: ids as int32 and the probabilities' bits side by side.
-            packed = torch.cat((idx.to(torch.int32), probs.contiguous().view(torch.int32)), dim=1).cpu().numpy()
-        toks = packed[:, :k].astype(np.int64)
-        pr = np.ascontiguousarray(packed[:, k:]).view(np.float32)
-        return _Lattice(toks, pr)
+            packed = torch.cat((idx.to(torch.int32), probs.contiguous().view(torch.int32)), dim=-1).cpu().numpy()
+        toks = packed[..., :k].astype(np.int64)
+        pr = np.ascontiguousarray(packed[..., k:]).view(np.float32)
+        return [_Lattice(toks[b], pr[b]) for b in range(packed.shape[0])]
 
     def _prefix(self, tokens: Any) -> np.ndarray:
         n = max(1, self.order - 1)
@@ -288,41 +341,76 @@ class _PrunerBase:
             return None
         return prefix, toks, probs
 
-    def _local_search(self, index: NgramIndex, prefix: np.ndarray, lat: _Lattice, ngram_weight: float,
-                      eos: int) -> PrunedTree:
-        params = dict(self.params, ngram_weight=ngram_weight, eos_token_id=eos)
-        fitted = self._fit(prefix, lat, index.vocab_size)
+    def _job(self, index: Any, prefix: np.ndarray, lat: _Lattice, ngram_weight: float, eos: int,
+             vocab: int | None = None) -> _Job | None:
+        """The search request for one lattice on ``index`` (None: the host, of
+        the order and vocab_size it reported); ids are fitted to ``vocab``
+        (default the index's). None when the trie cannot serve it."""
+        if vocab is None:
+            vocab = self.vocab_size if index is None else index.vocab_size
+        order = self.order if index is None else index.order
+        fitted = self._fit(prefix[-max(1, order - 1):], lat, vocab)
         if fitted is None:
-            need = int(max(lat.tokens.max(initial=0), prefix.max(initial=0))) + 1
-            index = fallback_index(need)
-            params["ngram_weight"] = 0.0
-            fitted = (prefix, lat.tokens, lat.probs)
+            return None
         pre, toks, probs = fitted
-        self._trim_weights(params, toks)
-        return index.prune(pre, toks, probs, **params)
-
-    @staticmethod
-    def _trim_weights(params: dict[str, Any], toks: Any) -> None:
+        params = dict(self.params, ngram_weight=ngram_weight, eos_token_id=eos)
         depth = len(toks)
         for key in ("level_weights", "logit_weights"):
             if params.get(key) is not None:
                 params[key] = params[key][:depth]
+        return _Job(index, pre, toks, probs, params)
+
+    def _no_ngram_job(self, prefix: np.ndarray, lat: _Lattice, eos: int) -> _Job:
+        """The n-gram-free search on an empty trie large enough for every id of the request."""
+        need = int(max(lat.tokens.max(initial=0), prefix.max(initial=0), self.vocab_size - 1)) + 1
+        index = fallback_index(need)
+        job = self._job(index, prefix, lat, 0.0, eos if eos < index.vocab_size else -1)
+        assert job is not None
+        return job
 
     @staticmethod
-    def _tensors(tree: PrunedTree, device: torch.device) -> DraftTree:
-        n = len(tree.tokens)
-        ri = tree.retrieve_indices
-        # One host-to-device copy: tokens, depths, retrieve rows, mask.
-        buf = np.concatenate((tree.tokens.astype(np.int64), tree.depths.astype(np.int64),
-                              ri.astype(np.int64).ravel(), tree.tree_mask.astype(np.int64).ravel()))
-        t = torch.from_numpy(buf).to(device)
-        a = 2 * n + ri.size
-        return DraftTree(
-            draft_tokens=t[:n],
-            retrieve_indices=t[2 * n:a].view(ri.shape),
-            tree_mask=t[a:].view(n, n).bool(),
-            tree_position_ids=t[n:2 * n],
-        )
+    def _run_local(jobs: list[_Job]) -> list[PrunedTree]:
+        """Runs the jobs, one engine prune_batch per (index, parameters) group."""
+        return _run_grouped(jobs, lambda index, reqs, params: index.prune_batch(reqs, **params))
+
+    @staticmethod
+    def _tensors(trees: list[PrunedTree], device: torch.device) -> list[DraftTree]:
+        # One host-to-device copy for the batch: per tree tokens, depths, parents, retrieve rows, mask.
+        parts, shapes = [], []
+        for t in trees:
+            ri = t.retrieve_indices
+            parts += [t.tokens.astype(np.int64), t.depths.astype(np.int64), t.parents.astype(np.int64),
+                      ri.astype(np.int64).ravel(), t.tree_mask.astype(np.int64).ravel()]
+            shapes.append((len(t.tokens), ri.shape))
+        buf = torch.from_numpy(np.concatenate(parts)).to(device)
+        out, at = [], 0
+        for n, rs in shapes:
+            r = rs[0] * rs[1]
+            out.append(DraftTree(
+                draft_tokens=buf[at:at + n],
+                tree_position_ids=buf[at + n:at + 2 * n],
+                parents=buf[at + 2 * n:at + 3 * n],
+                retrieve_indices=buf[at + 3 * n:at + 3 * n + r].view(rs),
+                tree_mask=buf[at + 3 * n + r:at + 3 * n + r + n * n].view(n, n).bool(),
+            ))
+            at += 3 * n + r + n * n
+        return out
+
+
+def _run_grouped(jobs: list[_Job], run: Any) -> list[PrunedTree]:
+    """Groups jobs that share an index and parameters (almost always one group)
+    and calls run(index, requests, params) once per group; trees in job order."""
+    groups: dict[Any, list[int]] = {}
+    for i, j in enumerate(jobs):
+        key = (id(j.index), repr(sorted(j.params.items())))
+        groups.setdefault(key, []).append(i)
+    out: list[Any] = [None] * len(jobs)
+    for idx in groups.values():
+        first = jobs[idx[0]]
+        trees = run(first.index, [(jobs[i].prefix, jobs[i].tokens, jobs[i].probs) for i in idx], first.params)
+        for i, t in zip(idx, trees):
+            out[i] = t
+    return out
 
 
 # ---- in process ----------------------------------------------------------------
@@ -349,11 +437,15 @@ class LocalPruner(_PrunerBase):
         self.vocab_size = self.index.vocab_size
         self.eos_token_id = self._eos(self.index.eos_id, self.vocab_size)
 
-    def _search(self, prefix: np.ndarray, lat: _Lattice, tm: PruneTiming) -> PrunedTree:
+    def _search(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
         t0 = time.perf_counter()
-        tree = self._local_search(self.index, prefix, lat, self.params["ngram_weight"], self.eos_token_id)
+        jobs = []
+        for pre, lat in zip(prefixes, lats):
+            job = self._job(self.index, pre, lat, self.params["ngram_weight"], self.eos_token_id)
+            jobs.append(job if job is not None else self._no_ngram_job(pre, lat, self.eos_token_id))
+        trees = self._run_local(jobs)
         tm.search = time.perf_counter() - t0
-        return tree
+        return trees
 
 
 # ---- over gRPC -----------------------------------------------------------------
@@ -453,61 +545,65 @@ class RemotePruner(_PrunerBase):
             "trie host %s: %s; pruning locally without the n-gram, retrying in %.3f s",
             self.client.targets, self.stats.last_error, self._backoff)
 
-    def _search(self, prefix: np.ndarray, lat: _Lattice, tm: PruneTiming) -> PrunedTree:
+    def _search(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
+        n = len(lats)
         if not self._disabled and time.monotonic() >= self._retry_at:
             t0 = time.perf_counter()
             try:
                 if self.info is None:  # first contact after a failed start: order, vocab, fingerprint
                     self._contact(max(self.deadline, 0.02))
-                tree = self._remote(prefix, lat)
-                tm.transport = time.perf_counter() - t0
+                trees = self._remote(prefixes, lats, tm)
+                tm.transport = time.perf_counter() - t0 - tm.search
                 tm.remote = True
-                self.stats.remote_ok += 1
                 if self._backoff:
                     log.warning("trie host %s: back (after %s)", self.client.targets, self.stats.last_error)
                 self._backoff = 0.0
-                return tree
-            except _Unservable as e:  # this call only: no back-off
-                self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + 1
-                self.stats.last_error = str(e)
+                return trees
             except TokenizerMismatchError as e:
                 self._disabled = str(e)
                 self.stats.last_error = self._disabled
                 log.error("%s; the n-gram is off for this pruner", e)
             except Exception as e:  # noqa: BLE001 (any failure: fall back, never stop decoding)
                 self._failed(e)
-            tm.transport = time.perf_counter() - t0
+            tm.transport = time.perf_counter() - t0 - tm.search
         else:
-            self.stats.skipped_backoff += 1
-        self.stats.fallbacks += 1
+            self.stats.skipped_backoff += n
+        self.stats.fallbacks += n
         t1 = time.perf_counter()
-        tree = self._fallback(prefix, lat)
-        tm.search = time.perf_counter() - t1
-        return tree
+        trees = self._run_local([self._fallback_job(p, l) for p, l in zip(prefixes, lats)])
+        tm.search += time.perf_counter() - t1
+        return trees
 
-    def _remote(self, prefix: np.ndarray, lat: _Lattice) -> PrunedTree:
-        n = max(1, self.order - 1)
-        prefix = prefix[-n:]
-        fitted = self._fit(prefix, lat, self.vocab_size)
-        if fitted is None:
-            raise _Unservable("the root token is outside the host's vocabulary")
-        pre, toks, probs = fitted
-        params = dict(self.params, eos_token_id=self.eos_token_id)
-        self._trim_weights(params, toks)
-        return self.client.prune(pre, toks, probs, timeout=self.deadline, **params)
+    def _remote(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
+        """One PruneTree RPC for every lattice the host can serve (one per
+        distinct depth when level weights are given); a lattice whose root
+        the host does not know is pruned here without the n-gram."""
+        jobs = [self._job(None, p, l, self.params["ngram_weight"], self.eos_token_id) for p, l in zip(prefixes, lats)]
+        served = [j for j in jobs if j is not None]
+        trees = _run_grouped(served, lambda _i, reqs, params: self.client.prune_batch(
+            reqs, timeout=self.deadline, **params))
+        self.stats.remote_ok += len(served)
+        out, it = [], iter(trees)
+        for p, l, j in zip(prefixes, lats, jobs):
+            if j is not None:
+                out.append(next(it))
+                continue
+            self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + 1
+            self.stats.last_error = "the root token is outside the host's vocabulary"
+            self.stats.fallbacks += 1
+            t0 = time.perf_counter()
+            out.append(self._run_local([self._no_ngram_job(p, l, self.eos_token_id)])[0])
+            tm.search += time.perf_counter() - t0
+        return out
 
-    def _fallback(self, prefix: np.ndarray, lat: _Lattice) -> PrunedTree:
+    def _fallback_job(self, prefix: np.ndarray, lat: _Lattice) -> _Job:
         if self.info is not None:  # the host's request without the n-gram: the tree it would return
-            fitted = self._fit(prefix[-max(1, self.order - 1):], lat, self.vocab_size)
-            if fitted is not None:
-                pre, toks, probs = fitted
-                params = dict(self.params, ngram_weight=0.0, eos_token_id=self.eos_token_id)
-                self._trim_weights(params, toks)
-                return fallback_index(self.vocab_size).prune(pre, toks, probs, **params)
-        need = int(max(lat.tokens.max(initial=0), prefix.max(initial=0), self.vocab_size - 1)) + 1
-        index = fallback_index(need)
-        eos = self.eos_token_id if self.info is not None else self._eos(None, index.vocab_size)
-        return self._local_search(index, prefix, lat, 0.0, eos)
+            job = self._job(fallback_index(self.vocab_size), prefix[-max(1, self.order - 1):], lat, 0.0,
+                            self.eos_token_id, vocab=self.vocab_size)
+            if job is not None:
+                return job
+            return self._no_ngram_job(prefix, lat, self.eos_token_id)
+        return self._no_ngram_job(prefix, lat, self._eos(None, 1 << 31))
 
     def _prefix(self, tokens: Any) -> np.ndarray:
         # Before the first contact the order is unknown: keep enough context for any host.
@@ -519,10 +615,6 @@ class RemotePruner(_PrunerBase):
             finally:
                 self.order = saved
         return super()._prefix(tokens)
-
-
-class _Unservable(Exception):
-    pass
 
 
 def _status_name(e: BaseException) -> str:

@@ -30,25 +30,34 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
+#: Mixture-of-experts settings added to a shape for the MoE families (4 experts, 2 per token).
+MOE = {
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+                      norm_topk_prob=True),
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
+}
+
+FAMILIES = ("qwen3", "llama", "qwen3_moe", "mixtral")
+
+
 def random_target(shape: str | dict[str, Any] = "tiny", *, family: str = "qwen3", seed: int = 0,
                   dtype: torch.dtype = torch.float32, device: Any = "cpu", **overrides: Any) -> Any:
-    """A random causal LM (Qwen3 or Llama family) of a named shape."""
-    from transformers import (
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen3Config,
-        Qwen3ForCausalLM,
-    )
+    """A random causal LM of a named shape: family qwen3, llama, or the
+    mixture-of-experts qwen3_moe and mixtral (the shape's intermediate size
+    per expert)."""
+    import transformers
 
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     kw = dict(SHAPES[shape] if isinstance(shape, str) else shape)
+    if family == "qwen3_moe":
+        kw["moe_intermediate_size"] = kw["intermediate_size"]
+    kw.update(MOE.get(family, {}))
     kw.update(overrides)
     torch.manual_seed(seed)
-    if family == "qwen3":
-        cfg, cls = Qwen3Config(**kw), Qwen3ForCausalLM
-    elif family == "llama":
-        cfg, cls = LlamaConfig(**kw), LlamaForCausalLM
-    else:
-        raise ValueError(f"family must be 'qwen3' or 'llama', got {family!r}")
+    name = {"qwen3": "Qwen3", "llama": "Llama", "qwen3_moe": "Qwen3Moe", "mixtral": "Mixtral"}[family]
+    cfg = getattr(transformers, f"{name}Config")(**kw)
+    cls = getattr(transformers, f"{name}ForCausalLM")
     cfg._attn_implementation = "sdpa"
     with torch.device(device):
         model = cls(cfg)

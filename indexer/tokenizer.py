@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ngram_service.fingerprint import hf_fingerprint as _hf_fingerprint, tiktoken_fingerprint as _tiktoken_fingerprint
+
 __all__ = ["TRICKY_TEXTS", "Tokenizer", "TokenizerError", "load_tokenizer"]
 
 logger = logging.getLogger(__name__)
@@ -152,52 +154,6 @@ _BYTE_OF_CHAR: dict[str, int] = {c: b for b, c in _bytes_to_unicode().items()}
 
 # --------------------------------------------------------------------------
 # Tokenizer definitions (what a spec points at)
-
-
-def _canonical_sha256(obj: Any) -> str:
-    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _hf_fingerprint(cfg: dict[str, Any]) -> str:
-    # Only what decides the ids of plain text: model (vocab, merges and
-    # options), normalizer, pre-tokenizer, added tokens. Not the decoder,
-    # padding, truncation or post-processor, nor key order or whitespace.
-    model = dict(cfg.get("model") or {})
-    vocab = model.get("vocab")
-    if isinstance(vocab, dict):
-        model["vocab"] = sorted(([i, t] for t, i in vocab.items()), key=lambda p: (p[0], p[1]))
-    merges = model.get("merges")
-    if isinstance(merges, list):
-        # Old files store "a b", new ones ["a", "b"]; both mean the same.
-        model["merges"] = [m.split(" ", 1) if isinstance(m, str) else list(m) for m in merges]
-    added = sorted(
-        (
-            {k: tok.get(k) for k in ("id", "content", "special", "lstrip", "rstrip", "single_word", "normalized")}
-            for tok in cfg.get("added_tokens") or []
-        ),
-        key=lambda t: t["id"],
-    )
-    return _canonical_sha256(
-        {
-            "format": "hf-tokenizer",
-            "model": model,
-            "normalizer": cfg.get("normalizer"),
-            "pre_tokenizer": cfg.get("pre_tokenizer"),
-            "added_tokens": added,
-        }
-    )
-
-
-def _tiktoken_fingerprint(ranks: dict[bytes, int], pattern: str, special: dict[str, int]) -> str:
-    return _canonical_sha256(
-        {
-            "format": "tiktoken-bpe",
-            "ranks": [[r, base64.b64encode(t).decode("ascii")] for t, r in sorted(ranks.items(), key=lambda x: x[1])],
-            "pattern": pattern,
-            "special_tokens": sorted([i, s] for s, i in special.items()),
-        }
-    )
 
 
 def _parse_rank_file(path: Path, data: bytes) -> dict[bytes, int]:
