@@ -464,8 +464,14 @@ class ShardReader:
         if self.format == "parquet":
             done, total = self._parquet_rows
             return done / total if total else 1.0
-        size = self._counter.size if self._counter else 0
-        return min(self._counter.consumed / size, 1.0) if self._counter and size else 1.0
+        if not self._counter or not self._counter.size:
+            return 1.0
+        # The byte stream is read a step (_READ_SIZE) ahead of the documents
+        # yielded: count half a step as not yet used (a sample reads little).
+        used = self._counter.consumed
+        if used < self._counter.size:
+            used = max(used - _READ_SIZE // 2, 1)
+        return min(used / self._counter.size, 1.0)
 
     def __iter__(self) -> Iterator[list[str]]:
         return self.iter_batches()
