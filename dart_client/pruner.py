@@ -3,27 +3,31 @@
 ``LocalPruner(trie)`` runs the engine in process; ``RemotePruner(targets)``
 asks a trie host (``ngram-serve``) over gRPC and, when the host is slow or
 down, prunes locally without the n-gram. Both are called like DART's
-``tree_search``::
+``tree_search``, for one sequence, or for a batch::
 
     tree = pruner(logits, d2t, tokens)   # logits [D, V_draft] on the device
-    tree.draft_tokens, tree.retrieve_indices, tree.tree_mask, tree.tree_position_ids
+    tree.draft_tokens, tree.retrieve_indices, tree.tree_mask, tree.tree_position_ids, tree.parents
+    trees = pruner.prune_batch(logits, d2t, [tokens, ...])   # logits [B, D, V_draft]
 
 Per call: top-k of each position's logits on the device, the draft ids mapped
 to target ids with ``d2t`` (target = draft + d2t[draft]), a softmax over the k
 logits of each position (DART's probabilities), one device-to-host copy of
-the k tokens and probabilities per level; the search sees the last N-1
-tokens of the context (N: the trie's order; the last token is the tree's
-root). The tree comes back as tensors on the logits' device, in the shapes of
-DART's ``tree_search``: draft_tokens int64 [n], retrieve_indices int64
-[leaves, depth + 1] (-1 padded), tree_mask bool [n, n] (row i: node i and its
-ancestors), tree_position_ids int64 [n] (node depths). DART's generation loop
+the k tokens and probabilities per level for the whole batch; the search
+(one engine ``prune_batch``, or one PruneTree RPC) sees the last N-1 tokens
+of each context (N: the trie's order; the last token is the tree's root).
+The trees come back in one host-to-device copy, as tensors on the logits'
+device, in the shapes of DART's ``tree_search``: draft_tokens int64 [n],
+retrieve_indices int64 [leaves, depth + 1] (-1 padded), tree_mask bool
+[n, n] (row i: node i and its ancestors), tree_position_ids int64 [n] (node
+depths), plus parents int64 [n] (-1 for the root). DART's generation loop
 adds the batch dimensions ([1, n], [1, 1, n, n], [1, n]) itself.
 
-The fallback search (RemotePruner, host unreachable) is the engine's own
-search with ngram_weight 0 on an empty order-1 trie built in memory: with
+The fallback search (RemotePruner, host unreachable: the whole call's
+lattices) is the engine's own search with ngram_weight 0 on an empty
+order-1 trie written by the engine's writer and held in memory: with
 ngram_weight 0 the engine never looks the n-gram up, so the trie serves only
-to validate token ids, and the tree is exactly the one the host would return
-with ngram_weight 0.
+to validate token ids, and each tree is exactly the one the host would
+return with ngram_weight 0.
 """
 from __future__ import annotations
 
