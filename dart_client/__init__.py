@@ -7,35 +7,36 @@
 - ``DartGenerator``: draft-and-verify decoding on ``transformers`` causal LMs
   (greedy: lossless; sampling: tree speculative sampling).
 
-torch, transformers and safetensors are needed (``pip install
+torch, transformers and safetensors are needed by all but ``lattice_log`` (``pip install
 'ngram-trie-host[dart]'`` after installing torch yourself).
 """
-from dart_client.drafter import DartDrafter, DrafterCache, DrafterConfig
-from dart_client.generate import (
-    DartGenerator,
-    GenerationResult,
-    StepRecord,
-    aux_layer_indices,
-)
-from dart_client.pruner import (
-    DraftTree,
-    LocalPruner,
-    PrunerStats,
-    RemotePruner,
-    TokenizerMismatchError,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "DartDrafter",
-    "DartGenerator",
-    "DraftTree",
-    "DrafterCache",
-    "DrafterConfig",
-    "GenerationResult",
-    "LocalPruner",
-    "PrunerStats",
-    "RemotePruner",
-    "StepRecord",
-    "TokenizerMismatchError",
-    "aux_layer_indices",
-]
+# Names are imported on first use (PEP 562), so that torch-free modules of
+# this package (lattice_log, read by ngram-eval) import without torch.
+_EXPORTS = {
+    "DartDrafter": "dart_client.drafter",
+    "DrafterCache": "dart_client.drafter",
+    "DrafterConfig": "dart_client.drafter",
+    "DartGenerator": "dart_client.generate",
+    "GenerationResult": "dart_client.generate",
+    "StepRecord": "dart_client.generate",
+    "aux_layer_indices": "dart_client.generate",
+    "DraftTree": "dart_client.pruner",
+    "LocalPruner": "dart_client.pruner",
+    "PrunerStats": "dart_client.pruner",
+    "RemotePruner": "dart_client.pruner",
+    "TokenizerMismatchError": "dart_client.pruner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dart_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,283 @@
+"""Lattice logs: what a DART decoding run drafted and what the target committed, step by step.
+
+One Parquet file, one row per verification step (``LATTICE_SCHEMA``):
+
+| column | type | meaning |
+|---|---|---|
+| ``sequence_id`` | int64 | one generation (prompt) of the run; rows of one sequence share it |
+| ``step`` | int32 | 0, 1, 2, ... within the sequence, without gaps |
+| ``prefix_tail`` | list<int32> | the last committed tokens before the step (at most ``tail``); its last token is the tree's root |
+| ``topk_tokens`` | list<list<int32>> | per draft level (depth 1..D), the drafter's top-k target ids, most probable first |
+| ``topk_probs`` | list<list<float32>> | their probabilities (softmax over the k logits, as the pruner computes them) |
+| ``committed`` | list<int32> | the tokens the target committed in this step: the accepted drafts, then the bonus token |
+
+The committed tokens of a step and of the steps after it, concatenated, are
+the continuation the target produced after ``prefix_tail``: under greedy
+decoding the target's choice does not depend on the tree, so any other tree
+for the same lattice would have been verified against that continuation
+(``ngram-eval`` replays logs that way); ``read_lattices`` gives each row that
+continuation, cut at the lattice depth + 1.
+
+``LatticeWriter`` writes a log atomically (a temporary file renamed on
+``close``); ``read_lattices`` reads and validates one. pyarrow only: torch is
+imported only by ``LatticeWriter.record_step``, which takes the drafter's
+logits as ``dart_client.pruner`` does.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["LATTICE_SCHEMA", "LatticeFormatError", "LatticeSet", "LatticeWriter", "read_lattices"]
+
+LATTICE_SCHEMA = pa.schema([
+    pa.field("sequence_id", pa.int64(), nullable=False),
+    pa.field("step", pa.int32(), nullable=False),
+    pa.field("prefix_tail", pa.list_(pa.int32()), nullable=False),
+    pa.field("topk_tokens", pa.list_(pa.list_(pa.int32())), nullable=False),
+    pa.field("topk_probs", pa.list_(pa.list_(pa.float32())), nullable=False),
+    pa.field("committed", pa.list_(pa.int32()), nullable=False),
+])
+
+#: Prefix tokens kept per step by default: enough context for tries up to order 17.
+DEFAULT_TAIL = 16
+_ROWS_PER_GROUP = 4096
+
+
+class LatticeFormatError(ValueError):
+    """A lattice file that does not follow LATTICE_SCHEMA; the message names the file, row and column."""
+
+
+@dataclass
+class LatticeSet:
+    """Lattices in memory, one per step, with what the target committed.
+
+    ``topk_tokens[i]`` / ``topk_probs[i]``: int64 [D, K] and float32 [D, K]
+    arrays, or lists of D 1-D arrays when K differs per level (the shapes
+    ``NgramIndex.prune`` accepts). ``continuations[i]``: the tokens the
+    target committed after ``prefixes[i]``, from this step on (at least one).
+    """
+
+    prefixes: list[np.ndarray]
+    topk_tokens: list[Any]
+    topk_probs: list[Any]
+    continuations: list[np.ndarray]
+    sequence_ids: np.ndarray
+    steps: np.ndarray
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.prefixes)
+
+    @property
+    def depth(self) -> int:
+        """The deepest lattice (D)."""
+        return max((len(t) for t in self.topk_tokens), default=0)
+
+
+class LatticeWriter:
+    """Writes a lattice log; ``close()`` (or leaving the ``with`` block) publishes it atomically.
+
+    ``write_step`` takes host arrays; ``record_step`` takes the drafter's
+    logits as the generator holds them and computes the lattice the pruner
+    sees (top-k of each level, draft ids mapped through ``d2t``, softmax over
+    the k logits divided by ``temperature``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, topk: int = 25, temperature: float = 1.0,
+                 tail: int = DEFAULT_TAIL) -> None:
+        if topk < 1 or tail < 1 or temperature <= 0:
+            raise ValueError(f"topk and tail must be >= 1 and temperature > 0 (got {topk}, {tail}, {temperature})")
+        self.path = Path(path)
+        self.topk = int(topk)
+        self.temperature = float(temperature)
+        self.tail = int(tail)
+        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self._tmp, LATTICE_SCHEMA, compression="zstd")
+        self._rows: dict[str, list[Any]] = {f.name: [] for f in LATTICE_SCHEMA}
+        self._sequence = -1
+        self.rows_written = 0
+
+    def write_step(self, sequence_id: int, step: int, prefix: Sequence[int] | np.ndarray, topk_tokens: Any,
+                   topk_probs: Any, committed: Sequence[int]) -> None:
+        """One step: ``prefix`` the committed tokens before it (only the last
+        ``tail`` are kept), the lattice per level, the tokens committed."""
+        if self._writer is None:
+            raise ValueError(f"{self.path}: the lattice log is closed")
+        tail = [int(t) for t in list(np.asarray(prefix).reshape(-1)[-self.tail:])]
+        toks = [[int(t) for t in np.asarray(level).reshape(-1)] for level in topk_tokens]
+        probs = [[float(p) for p in np.asarray(level, dtype=np.float32).reshape(-1)] for level in topk_probs]
+        done = [int(t) for t in committed]
+        if not tail or not done or not toks or [len(x) for x in toks] != [len(x) for x in probs]:
+            raise ValueError(f"{self.path}: step {step}: empty prefix or committed tokens, "
+                             "or top-k tokens and probabilities of different shapes")
+        row = (int(sequence_id), int(step), tail, toks, probs, done)
+        for name, value in zip(self._rows, row):
+            self._rows[name].append(value)
+        if len(self._rows["step"]) >= _ROWS_PER_GROUP:
+            self._flush()
+
+    def record_step(self, tokens: Sequence[int], step: int, logits: Any, d2t: Any, committed: Sequence[int]) -> None:
+        """The generator's hook: ``tokens`` the sequence before the step (its
+        last token is the root), ``step`` the step's index in this generation
+        (0 starts a new sequence), ``logits`` the drafter's [D, V_draft]
+        logits the tree was pruned from, ``d2t`` the draft-to-target id
+        offsets (None: draft ids are target ids)."""
+        import torch
+
+        if step == 0:
+            self._sequence += 1
+        with torch.no_grad():
+            k = min(self.topk, logits.shape[-1])
+            vals, idx = torch.topk(logits.float(), k, dim=-1)
+            probs = torch.softmax(vals / self.temperature if self.temperature != 1.0 else vals, dim=-1)
+            if d2t is not None:
+                idx = idx + d2t.to(device=idx.device, dtype=torch.int64)[idx]
+        self.write_step(self._sequence, step, tokens[-self.tail:], idx.cpu().numpy(), probs.cpu().numpy(),
+                        committed)
+
+    def _flush(self) -> None:
+        if self._rows["step"] and self._writer is not None:
+            self._writer.write_table(pa.table(self._rows, schema=LATTICE_SCHEMA))
+            self.rows_written += len(self._rows["step"])
+            for v in self._rows.values():
+                v.clear()
+
+    def close(self) -> None:
+        """Writes what is left and renames the file into place."""
+        if self._writer is None:
+            return
+        self._flush()
+        self._writer.close()
+        self._writer = None
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Drops the log (the temporary file is removed, nothing is published)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> LatticeWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def read_lattices(path: str | os.PathLike[str]) -> LatticeSet:
+    """Reads and checks a lattice log. Raises LatticeFormatError naming the
+    file, and the row and column where a row is at fault."""
+    path = Path(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise LatticeFormatError(f"{path}: not a readable Parquet file ({e})") from e
+    _check_schema(path, table.schema)
+    cols = {name: table.column(name).to_pylist() for name in LATTICE_SCHEMA.names}
+    for name, values in cols.items():
+        for i, v in enumerate(values):
+            if v is None:
+                raise LatticeFormatError(f"{path}: row {i}: column {name} is null")
+    seq = np.asarray(cols["sequence_id"], dtype=np.int64)
+    step = np.asarray(cols["step"], dtype=np.int64)
+    order = np.lexsort((step, seq))
+    prefixes, toks, probs, committed = [], [], [], []
+    for i in order.tolist():
+        prefixes.append(np.asarray(cols["prefix_tail"][i], dtype=np.int64))
+        lt, lp = cols["topk_tokens"][i], cols["topk_probs"][i]
+        _check_row(path, i, prefixes[-1], lt, lp, cols["committed"][i])
+        if len({len(x) for x in lt}) == 1:
+            toks.append(np.asarray(lt, dtype=np.int64))
+            probs.append(np.asarray(lp, dtype=np.float32))
+        else:
+            toks.append([np.asarray(x, dtype=np.int64) for x in lt])
+            probs.append([np.asarray(x, dtype=np.float32) for x in lp])
+        committed.append(np.asarray(cols["committed"][i], dtype=np.int64))
+    seq, step = seq[order], step[order]
+    continuations = _continuations(path, order, seq, step, prefixes, committed, [len(t) for t in toks])
+    return LatticeSet(prefixes, toks, probs, continuations, seq, step, source=str(path))
+
+
+def _check_schema(path: Path, schema: pa.Schema) -> None:
+    for field in LATTICE_SCHEMA:
+        if field.name not in schema.names:
+            raise LatticeFormatError(f"{path}: missing column {field.name} ({field.type}); "
+                                     f"a lattice log has {', '.join(LATTICE_SCHEMA.names)}")
+        have = schema.field(field.name).type
+        if not _compatible(have, field.type):
+            raise LatticeFormatError(f"{path}: column {field.name} is {have}, expected {field.type}")
+
+
+def _compatible(have: pa.DataType, want: pa.DataType) -> bool:
+    """Integer and float widths may differ (a log written by other tools); nesting may not."""
+    if pa.types.is_list(want) or pa.types.is_large_list(want):
+        return (pa.types.is_list(have) or pa.types.is_large_list(have)) and _compatible(have.value_type,
+                                                                                       want.value_type)
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(have)
+    if pa.types.is_floating(want):
+        return pa.types.is_floating(have)
+    return have == want
+
+
+def _check_row(path: Path, row: int, prefix: np.ndarray, toks: list[list[int]], probs: list[list[float]],
+               committed: list[int]) -> None:
+    where = f"{path}: row {row}"
+    if prefix.size == 0:
+        raise LatticeFormatError(f"{where}: prefix_tail is empty (it must end with the tree's root)")
+    if not committed:
+        raise LatticeFormatError(f"{where}: committed is empty (a step commits at least the bonus token)")
+    if not toks:
+        raise LatticeFormatError(f"{where}: topk_tokens has no level")
+    if len(toks) != len(probs):
+        raise LatticeFormatError(f"{where}: topk_tokens has {len(toks)} levels, topk_probs {len(probs)}")
+    for level, (t, p) in enumerate(zip(toks, probs)):
+        if not t or len(t) != len(p):
+            raise LatticeFormatError(f"{where}: level {level}: {len(t)} top-k tokens, {len(p)} probabilities "
+                                     "(need the same number, at least one)")
+        if any(x is None for x in t) or any(x is None or not (0.0 <= x <= 1.0) for x in p):
+            raise LatticeFormatError(f"{where}: level {level}: a null token, or a probability outside [0, 1]")
+
+
+def _continuations(path: Path, order: np.ndarray, seq: np.ndarray, step: np.ndarray, prefixes: list[np.ndarray],
+                   committed: list[np.ndarray], depths: list[int]) -> list[np.ndarray]:
+    """Per row (sorted by sequence and step), its committed tokens followed by
+    those of the later steps of its sequence, cut at the row's depth + 1 (no
+    tree can accept more)."""
+    n = len(committed)
+    for i in range(n):
+        if i == 0 or seq[i - 1] != seq[i]:
+            if step[i] != 0:
+                raise LatticeFormatError(f"{path}: row {int(order[i])}: sequence {int(seq[i])} starts at step "
+                                         f"{int(step[i])}, not 0")
+            continue
+        c, pre = committed[i - 1], prefixes[i]
+        m = min(len(c), len(pre))
+        if step[i] != step[i - 1] + 1 or not np.array_equal(pre[len(pre) - m:], c[len(c) - m:]):
+            raise LatticeFormatError(
+                f"{path}: row {int(order[i])}: sequence {int(seq[i])} step {int(step[i])} does not follow step "
+                f"{int(step[i - 1])} (steps must run 0, 1, 2, ... and each prefix_tail end with the previous "
+                "step's committed tokens)")
+    out: list[np.ndarray] = []
+    i = 0
+    while i < n:
+        j = i
+        while j < n and seq[j] == seq[i]:
+            j += 1
+        flat = np.concatenate(committed[i:j])
+        starts = np.cumsum([0] + [len(c) for c in committed[i:j - 1]])
+        out.extend(flat[s:s + depths[r] + 1] for r, s in zip(range(i, j), starts.tolist()))
+        i = j
+    return out
