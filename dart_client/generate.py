@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from dart_client.drafter import DartDrafter, DrafterCache
+from dart_client.lattice_log import LatticeWriter
 from dart_client.pruner import DraftTree
 
 __all__ = ["DartGenerator", "GenerationResult", "StepRecord", "aux_layer_indices"]
@@ -286,11 +287,14 @@ class DartGenerator:
         seed: int | None = None,
         stop_at_eos: bool = True,
         on_step: Callable[[int, GenerationResult], None] | None = None,
+        lattice_log: LatticeWriter | None = None,
     ) -> GenerationResult:
         """DART decoding of one prompt (token ids). temperature 0: greedy
         (lossless); > 0: tree speculative sampling (the target's sampling
         distribution after temperature/top-k/top-p, exactly). on_step(i,
-        result) runs after every verification step."""
+        result) runs after every verification step. lattice_log records each
+        step's lattice and committed tokens (one sequence per call; ngram-eval
+        replays the file)."""
         prompt = _as_list(input_ids)
         if not prompt:
             raise ValueError("input_ids is empty")
@@ -344,6 +348,8 @@ class DartGenerator:
             _compact_cache(cache, ctx, path, a + 1, contiguous)
             aux = torch.cat([out.hidden_states[i][0].index_select(0, path) for i in self.aux_layers], dim=-1)[None]
             del out
+            if lattice_log is not None:
+                lattice_log.record_step(seq, step, dlogits, d2t, drafts + [bonus])
             seq.extend(drafts)
             seq.append(bonus)
             rec.accepted = a

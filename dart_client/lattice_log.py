@@ -88,7 +88,8 @@ class LatticeWriter:
     ``write_step`` takes host arrays; ``record_step`` takes the drafter's
     logits as the generator holds them and computes the lattice the pruner
     sees (top-k of each level, draft ids mapped through ``d2t``, softmax over
-    the k logits divided by ``temperature``).
+    the k logits divided by ``temperature``): give it the pruner's ``topk``
+    and ``temperature`` so that the log holds the lattices the pruner saw.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, topk: int = 25, temperature: float = 1.0,

@@ -58,7 +58,7 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any) -> None:
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("tries", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="TRIE...")
 @click.option("--lattices", type=click.Path(exists=True, dir_okay=False),
-              help="A lattice log (Parquet, one row per decoding step: dart_client/lattice_log.py).")
+              help="A lattice log (Parquet, one row per decoding step) from dart-generate --log-lattices.")
 @click.option("--text", "texts", multiple=True, type=click.Path(exists=True),
               help="Held-out documents (shard files or folders, the formats ngram-build reads; repeatable): "
                    "synthetic lattices from them (docs/EVALUATION.md states the model).")

@@ -355,3 +355,70 @@ def test_cli_errors(sample_trie: Path, corpus_trie: Path, tmp_path: Path) -> Non
     assert "beam_width" in r.output
     r = run([sample_trie, "--lattices", f, "--max-nodes", "a,b"], 2)
     assert "comma-separated int" in r.output
+
+
+# ---- dart-generate --log-lattices: logged runs replay to the run's own accepted lengths ------
+
+PROMPTS = ["The following PEP describes", "def main():\n    return"]
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory):
+    """A random tiny Qwen3 target and a DART drafter over the tokens it emits most (so that drafts are
+    sometimes accepted), both saved as folders."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import collections
+
+    from tokenizers import Tokenizer
+
+    from dart_client.generate import DartGenerator
+    from dart_client.random_models import random_drafter, random_target
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    tok = Tokenizer.from_file(str(SAMPLE_TOKENIZER))
+    prompts = [tok.encode(p, add_special_tokens=False).ids for p in PROMPTS]
+    target = random_target("tiny", family="qwen3", seed=1, eos_token_id=0, bos_token_id=0)
+    probe = DartGenerator(target, random_drafter(target, draft_vocab_size=8), lambda *a: None)
+    counts = collections.Counter(t for p in prompts for t in probe.autoregressive(p, 24).output_ids)
+    ids = [t for t, _ in counts.most_common(16)]
+    ids += [i for i in range(4096) if i not in set(ids)][: 16 - len(ids)]
+    drafter = random_drafter(target, draft_length=3, draft_ids=ids, seed=2)
+    d = tmp_path_factory.mktemp("tiny")
+    target.save_pretrained(d / "target")
+    drafter.save_pretrained(d / "drafter")
+    return target, drafter, prompts, d
+
+
+def test_generator_log_replays_to_the_runs_accepted_lengths(tiny_models, sample_trie: Path, tmp_path: Path) -> None:
+    from dart_client.generate import DartGenerator
+    from dart_client.pruner import LocalPruner
+
+    target, drafter, prompts, _ = tiny_models
+    gen = DartGenerator(target, drafter, LocalPruner(sample_trie, beam_width=6, max_nodes=12))
+    f = tmp_path / "run.parquet"
+    accepted = []
+    with LatticeWriter(f, topk=25) as log:
+        for p in prompts:
+            res = gen.generate(p, 24, lattice_log=log)
+            accepted += [s.accepted + 1 for s in res.steps]
+    lat = read_lattices(f)
+    assert len(lat) == len(accepted) and sorted(set(lat.sequence_ids.tolist())) == [0, 1]
+    assert lat.depth == 4 and all(t.shape == (4, 16) for t in lat.topk_tokens)  # 16 draft ids
+    r = replay(NgramIndex.open(sample_trie), lat, PruneSetting(6, 12, 0.5))
+    assert r.accepted.tolist() == accepted
+    assert max(accepted) > 1  # some drafts were accepted: the check is not only about bonus tokens
+
+
+def test_dart_generate_log_lattices_cli(tiny_models, sample_trie: Path, tmp_path: Path) -> None:
+    from dart_client.cli import main as generate_main
+
+    _, _, _, d = tiny_models
+    f, out = tmp_path / "cli.parquet", tmp_path / "eval.json"
+    r = CliRunner().invoke(generate_main, [str(d / "target"), str(d / "drafter"), "--trie", str(sample_trie),
+                                           "--tokenizer", str(SAMPLE_TOKENIZER), "-n", "20", "-p", PROMPTS[0],
+                                           "--json", "--log-lattices", str(f)])
+    assert r.exit_code == 0, r.output
+    tau = json.loads(r.stdout)["mean_accepted_length"]
+    run([sample_trie, "--lattices", f, "--json", out, "--quiet"])
+    assert json.loads(out.read_text())["tries"][0]["mean_accepted_length"] == pytest.approx(tau, abs=1e-12)
