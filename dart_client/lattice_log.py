@@ -102,27 +102,26 @@ class LatticeWriter:
         self.tail = int(tail)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self._tmp, LATTICE_SCHEMA, compression="zstd")
-        self._rows: dict[str, list[Any]] = {f.name: [] for f in LATTICE_SCHEMA}
+        self._rows: list[tuple[Any, ...]] = []
         self._sequence = -1
         self.rows_written = 0
 
     def write_step(self, sequence_id: int, step: int, prefix: Sequence[int] | np.ndarray, topk_tokens: Any,
                    topk_probs: Any, committed: Sequence[int]) -> None:
         """One step: ``prefix`` the committed tokens before it (only the last
-        ``tail`` are kept), the lattice per level, the tokens committed."""
+        ``tail`` are kept), the lattice per level ([D, K] arrays or D 1-D
+        arrays), the tokens committed."""
         if self._writer is None:
             raise ValueError(f"{self.path}: the lattice log is closed")
-        tail = [int(t) for t in list(np.asarray(prefix).reshape(-1)[-self.tail:])]
-        toks = [[int(t) for t in np.asarray(level).reshape(-1)] for level in topk_tokens]
-        probs = [[float(p) for p in np.asarray(level, dtype=np.float32).reshape(-1)] for level in topk_probs]
-        done = [int(t) for t in committed]
-        if not tail or not done or not toks or [len(x) for x in toks] != [len(x) for x in probs]:
+        tail = np.asarray(prefix, dtype=np.int64).reshape(-1)[-self.tail:]
+        toks = [np.asarray(level, dtype=np.int64).reshape(-1) for level in topk_tokens]
+        probs = [np.asarray(level, dtype=np.float32).reshape(-1) for level in topk_probs]
+        done = np.asarray(committed, dtype=np.int64).reshape(-1)
+        if not tail.size or not done.size or not toks or [len(x) for x in toks] != [len(x) for x in probs]:
             raise ValueError(f"{self.path}: step {step}: empty prefix or committed tokens, "
                              "or top-k tokens and probabilities of different shapes")
-        row = (int(sequence_id), int(step), tail, toks, probs, done)
-        for name, value in zip(self._rows, row):
-            self._rows[name].append(value)
-        if len(self._rows["step"]) >= _ROWS_PER_GROUP:
+        self._rows.append((int(sequence_id), int(step), tail, toks, probs, done))
+        if len(self._rows) >= _ROWS_PER_GROUP:
             self._flush()
 
     def record_step(self, tokens: Sequence[int], step: int, logits: Any, d2t: Any, committed: Sequence[int]) -> None:
@@ -145,11 +144,14 @@ class LatticeWriter:
                         committed)
 
     def _flush(self) -> None:
-        if self._rows["step"] and self._writer is not None:
-            self._writer.write_table(pa.table(self._rows, schema=LATTICE_SCHEMA))
-            self.rows_written += len(self._rows["step"])
-            for v in self._rows.values():
-                v.clear()
+        if not self._rows or self._writer is None:
+            return
+        seq, step, tails, toks, probs, done = zip(*self._rows)
+        columns = [pa.array(seq, pa.int64()), pa.array(step, pa.int32()), _list_array(tails, pa.int32()),
+                   _nested_array(toks, pa.int32()), _nested_array(probs, pa.float32()), _list_array(done, pa.int32())]
+        self._writer.write_table(pa.Table.from_arrays(columns, schema=LATTICE_SCHEMA))
+        self.rows_written += len(self._rows)
+        self._rows = []
 
     def close(self) -> None:
         """Writes what is left and renames the file into place."""
@@ -177,6 +179,22 @@ class LatticeWriter:
             self.abort()
 
 
+def _offsets(lengths: Sequence[int]) -> pa.Array:
+    return pa.array(np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))).astype(np.int32), pa.int32())
+
+
+def _list_array(rows: Sequence[np.ndarray], kind: pa.DataType) -> pa.Array:
+    """list<kind> from per-row 1-D arrays, without Python-level elements."""
+    values = pa.array(np.concatenate(rows).astype(kind.to_pandas_dtype()), kind)
+    return pa.ListArray.from_arrays(_offsets([len(r) for r in rows]), values)
+
+
+def _nested_array(rows: Sequence[list[np.ndarray]], kind: pa.DataType) -> pa.Array:
+    """list<list<kind>> from per-row lists of per-level 1-D arrays."""
+    levels = [level for r in rows for level in r]
+    return pa.ListArray.from_arrays(_offsets([len(r) for r in rows]), _list_array(levels, kind))
+
+
 def read_lattices(path: str | os.PathLike[str]) -> LatticeSet:
     """Reads and checks a lattice log. Raises LatticeFormatError naming the
     file, and the row and column where a row is at fault."""
@@ -186,29 +204,87 @@ def read_lattices(path: str | os.PathLike[str]) -> LatticeSet:
     except (OSError, pa.ArrowException) as e:
         raise LatticeFormatError(f"{path}: not a readable Parquet file ({e})") from e
     _check_schema(path, table.schema)
-    cols = {name: table.column(name).to_pylist() for name in LATTICE_SCHEMA.names}
-    for name, values in cols.items():
-        for i, v in enumerate(values):
-            if v is None:
-                raise LatticeFormatError(f"{path}: row {i}: column {name} is null")
-    seq = np.asarray(cols["sequence_id"], dtype=np.int64)
-    step = np.asarray(cols["step"], dtype=np.int64)
+    n = table.num_rows
+    for name in LATTICE_SCHEMA.names:
+        col = table.column(name)
+        if col.null_count:
+            row = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
+            raise LatticeFormatError(f"{path}: row {row}: column {name} is null")
+    seq = table.column("sequence_id").to_numpy().astype(np.int64)
+    step = table.column("step").to_numpy().astype(np.int64)
+    tail_off, tails = _flat(path, table, "prefix_tail", np.int64)
+    done_off, done = _flat(path, table, "committed", np.int64)
+    lvl_t, tok_off, tok = _flat2(path, table, "topk_tokens", np.int64)
+    lvl_p, prob_off, prob = _flat2(path, table, "topk_probs", np.float32)
+    _check_rows(path, tail_off, done_off, lvl_t, lvl_p, tok_off, prob_off, prob)
     order = np.lexsort((step, seq))
     prefixes, toks, probs, committed = [], [], [], []
     for i in order.tolist():
-        prefixes.append(np.asarray(cols["prefix_tail"][i], dtype=np.int64))
-        lt, lp = cols["topk_tokens"][i], cols["topk_probs"][i]
-        _check_row(path, i, prefixes[-1], lt, lp, cols["committed"][i])
-        if len({len(x) for x in lt}) == 1:
-            toks.append(np.asarray(lt, dtype=np.int64))
-            probs.append(np.asarray(lp, dtype=np.float32))
+        prefixes.append(tails[tail_off[i]:tail_off[i + 1]])
+        committed.append(done[done_off[i]:done_off[i + 1]])
+        la, lb = lvl_t[i], lvl_t[i + 1]
+        sizes = np.diff(tok_off[la:lb + 1])
+        va, vb = tok_off[la], tok_off[lb]
+        if (sizes == sizes[0]).all():
+            toks.append(tok[va:vb].reshape(lb - la, sizes[0]))
+            probs.append(prob[va:vb].reshape(lb - la, sizes[0]))
         else:
-            toks.append([np.asarray(x, dtype=np.int64) for x in lt])
-            probs.append([np.asarray(x, dtype=np.float32) for x in lp])
-        committed.append(np.asarray(cols["committed"][i], dtype=np.int64))
+            toks.append([tok[tok_off[j]:tok_off[j + 1]] for j in range(la, lb)])
+            probs.append([prob[tok_off[j]:tok_off[j + 1]] for j in range(la, lb)])
     seq, step = seq[order], step[order]
     continuations = _continuations(path, order, seq, step, prefixes, committed, [len(t) for t in toks])
-    return LatticeSet(prefixes, toks, probs, continuations, seq, step, source=str(path))
+    return LatticeSet(prefixes, toks, probs, continuations, seq, step, source=str(path)) if n else \
+        LatticeSet([], [], [], [], seq, step, source=str(path))
+
+
+def _flat(path: Path, table: pa.Table, name: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A list column as (row offsets [n + 1], values)."""
+    col = table.column(name).combine_chunks()
+    if isinstance(col, pa.ChunkedArray):  # no chunk at all: an empty table
+        col = pa.array([], col.type)
+    if col.values.null_count:
+        raise LatticeFormatError(f"{path}: column {name} holds a null token")
+    return col.offsets.to_numpy().astype(np.int64), col.values.to_numpy().astype(dtype)
+
+
+def _flat2(path: Path, table: pa.Table, name: str, dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A list<list> column as (row offsets into levels, level offsets into values, values)."""
+    col = table.column(name).combine_chunks()
+    if isinstance(col, pa.ChunkedArray):
+        col = pa.array([], col.type)
+    inner = col.values
+    if inner.null_count or inner.values.null_count:
+        raise LatticeFormatError(f"{path}: column {name} holds a null level or value")
+    return (col.offsets.to_numpy().astype(np.int64), inner.offsets.to_numpy().astype(np.int64),
+            inner.values.to_numpy().astype(dtype))
+
+
+def _check_rows(path: Path, tail_off: np.ndarray, done_off: np.ndarray, lvl_t: np.ndarray, lvl_p: np.ndarray,
+                tok_off: np.ndarray, prob_off: np.ndarray, prob: np.ndarray) -> None:
+    """Shapes and ranges of every row at once; the first bad row is named."""
+    def fail(mask: np.ndarray, what: Any) -> None:
+        bad = np.nonzero(mask)[0]
+        if bad.size:
+            raise LatticeFormatError(f"{path}: row {int(bad[0])}: {what(int(bad[0]))}")
+
+    fail(np.diff(tail_off) == 0, lambda i: "prefix_tail is empty (it must end with the tree's root)")
+    fail(np.diff(done_off) == 0, lambda i: "committed is empty (a step commits at least the bonus token)")
+    fail(np.diff(lvl_t) == 0, lambda i: "topk_tokens has no level")
+    fail(np.diff(lvl_t) != np.diff(lvl_p),
+         lambda i: f"topk_tokens has {lvl_t[i + 1] - lvl_t[i]} levels, topk_probs {lvl_p[i + 1] - lvl_p[i]}")
+    nt, np_ = np.diff(tok_off), np.diff(prob_off)
+    bad_level = (nt != np_) | (nt == 0)
+    if bad_level.any():
+        j = int(np.nonzero(bad_level)[0][0])
+        i = int(np.searchsorted(lvl_t, j, side="right") - 1)
+        raise LatticeFormatError(f"{path}: row {i}: level {j - lvl_t[i]}: {nt[j]} top-k tokens, {np_[j]} "
+                                 "probabilities (need the same number, at least one)")
+    out = ~((prob >= 0) & (prob <= 1))
+    if out.any():
+        v = int(np.nonzero(out)[0][0])
+        j = int(np.searchsorted(prob_off, v, side="right") - 1)
+        i = int(np.searchsorted(lvl_p, j, side="right") - 1)
+        raise LatticeFormatError(f"{path}: row {i}: level {j - lvl_p[i]}: probability {prob[v]} outside [0, 1]")
 
 
 def _check_schema(path: Path, schema: pa.Schema) -> None:
@@ -231,25 +307,6 @@ def _compatible(have: pa.DataType, want: pa.DataType) -> bool:
     if pa.types.is_floating(want):
         return pa.types.is_floating(have)
     return have == want
-
-
-def _check_row(path: Path, row: int, prefix: np.ndarray, toks: list[list[int]], probs: list[list[float]],
-               committed: list[int]) -> None:
-    where = f"{path}: row {row}"
-    if prefix.size == 0:
-        raise LatticeFormatError(f"{where}: prefix_tail is empty (it must end with the tree's root)")
-    if not committed:
-        raise LatticeFormatError(f"{where}: committed is empty (a step commits at least the bonus token)")
-    if not toks:
-        raise LatticeFormatError(f"{where}: topk_tokens has no level")
-    if len(toks) != len(probs):
-        raise LatticeFormatError(f"{where}: topk_tokens has {len(toks)} levels, topk_probs {len(probs)}")
-    for level, (t, p) in enumerate(zip(toks, probs)):
-        if not t or len(t) != len(p):
-            raise LatticeFormatError(f"{where}: level {level}: {len(t)} top-k tokens, {len(p)} probabilities "
-                                     "(need the same number, at least one)")
-        if any(x is None for x in t) or any(x is None or not (0.0 <= x <= 1.0) for x in p):
-            raise LatticeFormatError(f"{where}: level {level}: a null token, or a probability outside [0, 1]")
 
 
 def _continuations(path: Path, order: np.ndarray, seq: np.ndarray, step: np.ndarray, prefixes: list[np.ndarray],

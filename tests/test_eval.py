@@ -243,6 +243,17 @@ def test_lattice_log_round_trip(tmp_path: Path) -> None:
         assert cont.tolist() == seq[pos:pos + 4]  # the rest of the sequence, cut at depth + 1
 
 
+def test_lattice_log_levels_of_different_widths(tmp_path: Path) -> None:
+    f = tmp_path / "ragged.parquet"
+    with LatticeWriter(f) as w:
+        w.write_step(3, 0, [1, 2], [[5, 6, 7], [8]], [[0.5, 0.3, 0.2], [1.0]], [5, 8])
+        w.write_step(3, 1, [1, 2, 5, 8], np.array([[9, 10]]), np.array([[0.9, 0.1]]), [4])
+    lat = read_lattices(f)
+    assert [x.tolist() for x in lat.topk_tokens[0]] == [[5, 6, 7], [8]]
+    assert lat.topk_probs[0][1].dtype == np.float32 and lat.topk_tokens[1].shape == (1, 2)
+    assert [c.tolist() for c in lat.continuations] == [[5, 8, 4], [4]]
+
+
 def test_lattice_writer_is_atomic(tmp_path: Path) -> None:
     f = tmp_path / "log.parquet"
     w = LatticeWriter(f)
@@ -287,6 +298,17 @@ def test_lattice_log_bad_input(tmp_path: Path) -> None:
     bad = _rewrite(f, tmp_path / "d.parquet",
                    lambda t: t.set_column(4, "topk_probs", pa.array(probs, pa.list_(pa.list_(pa.float32())))))
     with pytest.raises(LatticeFormatError, match=r"row 2: level 1: 4 top-k tokens, 3 probabilities"):
+        read_lattices(bad)
+    probs = t.column("topk_probs").to_pylist()
+    probs[4][2][0] = 1.5
+    bad = _rewrite(f, tmp_path / "p.parquet",
+                   lambda t: t.set_column(4, "topk_probs", pa.array(probs, pa.list_(pa.list_(pa.float32())))))
+    with pytest.raises(LatticeFormatError, match=r"row 4: level 2: probability 1.5 outside \[0, 1\]"):
+        read_lattices(bad)
+    done = t.column("committed").to_pylist()
+    done[1] = []
+    bad = _rewrite(f, tmp_path / "q.parquet", lambda t: t.set_column(5, "committed", pa.array(done, pa.list_(pa.int32()))))
+    with pytest.raises(LatticeFormatError, match="row 1: committed is empty"):
         read_lattices(bad)
     (tmp_path / "e.parquet").write_bytes(b"not parquet")
     with pytest.raises(LatticeFormatError, match="e.parquet: not a readable Parquet file"):
