@@ -7,6 +7,7 @@ The JSON document (``evaluate`` returns it, ``ngram-eval --json`` writes it):
      "tries": [{"path", "file_bytes", "order", "vocab_size", "ngrams_total", "min_count",
                 "mean_accepted_length", "ci95", "accepted_length_histogram", "prune_us_per_tree",
                 "hit_rate": {"2": ..., "N": ...}, "setting": {...},       # the base setting
+                "vs_first": {"mean", "ci95"},    # paired difference from the first trie, base setting
                 "grid": [{"setting", "mean_accepted_length", "ci95", "accepted_length_histogram",
                           "prune_us_per_tree"}, ...],
                 "best": {...}}]}                                          # the grid's best entry
@@ -15,7 +16,10 @@ The JSON document (``evaluate`` returns it, ``ngram-eval --json`` writes it):
 (1.96 standard errors, steps taken as independent: steps of one sequence
 are correlated, so read it as a lower bound on the uncertainty).
 ``accepted_length_histogram[a]`` is the share of steps that accepted a
-tokens (bonus included; index 0 is always 0).
+tokens (bonus included; index 0 is always 0). ``vs_first`` compares tries on
+the same lattices: the mean of the per-step difference from the first trie
+(base setting) and its 95 % half width, much tighter than the tries' own
+intervals, since most of a step's variance is the lattice's, not the trie's.
 """
 from __future__ import annotations
 
@@ -43,6 +47,12 @@ def accepted_stats(accepted: np.ndarray, depth: int) -> dict[str, Any]:
             "accepted_length_histogram": [float(x) for x in hist]}
 
 
+def _paired(accepted: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    d = accepted.astype(np.float64) - reference
+    n = len(d)
+    return {"mean": float(d.mean()), "ci95": 1.96 * float(d.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0}
+
+
 def _trie_facts(index: NgramIndex, path: str) -> dict[str, Any]:
     info = index.info()
     build = info.get("build") or info.get("build_parameters") or {}
@@ -66,6 +76,7 @@ def evaluate(tries: Sequence[str], lattices: LatticeSet, settings: Sequence[Prun
         "settings": [s.as_dict() for s in settings],
         "tries": [],
     }
+    reference: np.ndarray | None = None  # the first trie's accepted lengths, base setting
     for path in tries:
         index = NgramIndex.open(path)
         entry = _trie_facts(index, str(path))
@@ -73,6 +84,9 @@ def evaluate(tries: Sequence[str], lattices: LatticeSet, settings: Sequence[Prun
         grid = []
         for s in settings:
             r = replay(index, lattices, s, threads=threads)
+            if s is settings[0]:
+                reference = r.accepted if reference is None else reference
+                entry["vs_first"] = _paired(r.accepted, reference)
             g = {"setting": s.as_dict(), **accepted_stats(r.accepted, depth),
                  "prune_us_per_tree": r.prune_us_per_tree}
             grid.append(g)
@@ -95,7 +109,7 @@ def format_table(result: dict[str, Any]) -> str:
     orders = sorted({int(k) for t in result["tries"] for k in t["hit_rate"]})
     head = (f"{'trie':<28} {'MB':>7} {'N':>2} {'beam':>4} {'nodes':>5} {'lambda':>6} {'tau':>6} {'+-95%':>6} "
             + " ".join(f"P(={a})".rjust(6) for a in range(1, depth + 2))
-            + " " + " ".join(f"hit{k}".rjust(5) for k in orders) + f" {'us/tree':>8}")
+            + " " + " ".join(f"hit{k}".rjust(5) for k in orders) + f" {'us/tree':>8} {'vs first':>15}")
     lines = [f"{lat['steps']} lattices, depth {depth}, from {lat['source']}", head, "-" * len(head)]
     for t in result["tries"]:
         name = Path(t["path"]).name
@@ -109,6 +123,9 @@ def format_table(result: dict[str, Any]) -> str:
             cells += [f"{x:6.3f}" for x in g["accepted_length_histogram"][1:]]
             cells += [f"{t['hit_rate'].get(str(k), float('nan')):5.3f}" if first else " " * 5 for k in orders]
             cells.append(f"{g['prune_us_per_tree']:8.1f}")
+            if first:
+                v = t["vs_first"]
+                cells.append(f"{v['mean']:+7.3f} +-{v['ci95']:.3f}")
             lines.append(" ".join(cells))
         b = t["best"]
         if len(t["grid"]) > 1:

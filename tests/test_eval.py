@@ -324,9 +324,14 @@ def run(args: list[str], code: int = 0):
 
 
 def test_cli_text_json_and_plot(sample_trie: Path, tmp_path: Path) -> None:
+    from indexer.pipeline import BuildConfig, build
+
+    bigram = tmp_path / "sample2.ngt"
+    build(BuildConfig(inputs=[str(SAMPLE_CORPUS)], out=str(bigram), tokenizer=str(SAMPLE_TOKENIZER), order=2,
+                      workers=1), progress=lambda _m: None)
     out, png = tmp_path / "r.json", tmp_path / "r.png"
-    r = run([sample_trie, sample_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, "--steps", 150,
-             "--depth", 4, "--topk", 6, "--ngram-weight", "0,0.5", "--max-nodes", "10,30", "--json", out,
+    r = run([sample_trie, bigram, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, "--steps", 150,
+             "--depth", 4, "--topk", 6, "--ngram-weight", "0.5,0", "--max-nodes", "10,30", "--json", out,
              "--plot", png, "--quiet"])
     assert "150 lattices, depth 4" in r.output and "best:" in r.output
     doc = json.loads(out.read_text())
@@ -335,13 +340,18 @@ def test_cli_text_json_and_plot(sample_trie: Path, tmp_path: Path) -> None:
     t = doc["tries"][0]
     assert t["path"] == str(sample_trie) and t["order"] == 3 and t["min_count"] == 1
     assert set(t["hit_rate"]) == {"2", "3"}
-    assert t["setting"] == {"beam_width": 20, "max_nodes": 10, "ngram_weight": 0.0}
+    assert t["setting"] == {"beam_width": 20, "max_nodes": 10, "ngram_weight": 0.5}
     assert t["mean_accepted_length"] == t["grid"][0]["mean_accepted_length"]
     assert len(t["accepted_length_histogram"]) == 6 and abs(sum(t["accepted_length_histogram"]) - 1) < 1e-9
     assert t["best"] == max(t["grid"], key=lambda g: g["mean_accepted_length"])
     # The n-gram helps on its own training text.
     by = {(g["setting"]["max_nodes"], g["setting"]["ngram_weight"]): g["mean_accepted_length"] for g in t["grid"]}
     assert by[(30, 0.5)] > by[(30, 0.0)]
+    # Paired comparison with the first trie: the difference of the means, a tighter interval.
+    t2 = doc["tries"][1]
+    assert t["vs_first"] == {"mean": 0.0, "ci95": 0.0} and t2["order"] == 2
+    assert t2["vs_first"]["mean"] == pytest.approx(t2["mean_accepted_length"] - t["mean_accepted_length"])
+    assert 0 < t2["vs_first"]["ci95"] < t2["ci95"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
