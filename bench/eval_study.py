@@ -46,11 +46,10 @@ def read_lines(path: Path) -> list[bytes]:
     return [line for line in raw.split(b"\n") if line.strip()]
 
 
-def split_corpus(corpus: Path, train: Path, held: Path) -> dict[str, int]:
+def split_corpus(corpus: Path, train: Path, held: Path) -> None:
     """Every HOLD_EVERY-th document of each shard to ``held``, the rest to ``train`` (plain JSON lines)."""
     train.mkdir(parents=True, exist_ok=True)
     held.mkdir(parents=True, exist_ok=True)
-    counts = {"train_docs": 0, "held_docs": 0}
     for shard in sorted(corpus.iterdir()):
         lines = read_lines(shard)
         stem = shard.name.split(".")[0]
@@ -59,9 +58,6 @@ def split_corpus(corpus: Path, train: Path, held: Path) -> dict[str, int]:
         (train / f"{stem}.jsonl").write_bytes(b"\n".join(keep) + b"\n")
         if out:
             (held / f"{stem}.jsonl").write_bytes(b"\n".join(out) + b"\n")
-        counts["train_docs"] += len(keep)
-        counts["held_docs"] += len(out)
-    return counts
 
 
 def build(train: Path, tokenizer: Path, order: int, min_count: int, out: Path) -> float:
@@ -91,7 +87,10 @@ def main() -> None:
 
     work = a.work
     train, held, other = work / "train", work / "held-same", work / "held-other"
-    split = split_corpus(corpus, train, held) if not train.is_dir() else {}
+    if not train.is_dir():
+        split_corpus(corpus, train, held)
+    split = {name: sum(len(read_lines(f)) for f in folder.iterdir()) for name, folder in
+             (("train_docs", train), ("held_docs", held))}
     if not other.is_dir():
         subprocess.run([sys.executable, str(a.shared / "tools" / "make-kernel-corpus"), str(other), "--max-mb", "2"],
                        check=True, stdout=subprocess.DEVNULL)
