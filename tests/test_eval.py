@@ -332,7 +332,7 @@ def test_cli_text_json_and_plot(sample_trie: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     r = run([sample_trie, bigram, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, "--steps", 150,
              "--depth", 4, "--topk", 6, "--ngram-weight", "0.5,0", "--max-nodes", "10,30", "--json", out,
-             "--plot", png, "--quiet"])
+             "--quiet"])
     assert "150 lattices, depth 4" in r.output and "best:" in r.output
     doc = json.loads(out.read_text())
     assert doc["lattices"]["mode"] == "synthetic" and doc["lattices"]["steps"] == 150
@@ -352,7 +352,16 @@ def test_cli_text_json_and_plot(sample_trie: Path, tmp_path: Path) -> None:
     assert t["vs_first"] == {"mean": 0.0, "ci95": 0.0} and t2["order"] == 2
     assert t2["vs_first"]["mean"] == pytest.approx(t2["mean_accepted_length"] - t["mean_accepted_length"])
     assert 0 < t2["vs_first"]["ci95"] < t2["ci95"]
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The plot needs the optional matplotlib ('.[plot]'); without it, a clear error.
+    args = [sample_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, "--steps", 50, "--depth", 3,
+            "--topk", 4, "--plot", png, "--quiet"]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "plots need matplotlib" in run(args, 1).output
+    else:
+        run(args)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_cli_lattices(sample_trie: Path, tmp_path: Path) -> None:
