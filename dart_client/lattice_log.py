@@ -204,7 +204,6 @@ def read_lattices(path: str | os.PathLike[str]) -> LatticeSet:
     except (OSError, pa.ArrowException) as e:
         raise LatticeFormatError(f"{path}: not a readable Parquet file ({e})") from e
     _check_schema(path, table.schema)
-    n = table.num_rows
     for name in LATTICE_SCHEMA.names:
         col = table.column(name)
         if col.null_count:
@@ -233,8 +232,7 @@ def read_lattices(path: str | os.PathLike[str]) -> LatticeSet:
             probs.append([prob[tok_off[j]:tok_off[j + 1]] for j in range(la, lb)])
     seq, step = seq[order], step[order]
     continuations = _continuations(path, order, seq, step, prefixes, committed, [len(t) for t in toks])
-    return LatticeSet(prefixes, toks, probs, continuations, seq, step, source=str(path)) if n else \
-        LatticeSet([], [], [], [], seq, step, source=str(path))
+    return LatticeSet(prefixes, toks, probs, continuations, seq, step, source=str(path))
 
 
 def _flat(path: Path, table: pa.Table, name: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:

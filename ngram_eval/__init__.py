@@ -4,6 +4,8 @@
 the accepted length; ``synthetic`` makes lattices from held-out text;
 ``report`` gathers the statistics; ``plot`` draws them; ``cli`` is the command.
 """
-from ngram_eval.replay import PruneSetting, ReplayResult, accepted_length, accepted_lengths, hit_rates, replay
+from ngram_eval.replay import (PruneSetting, ReplayResult, accepted_length, accepted_lengths, hit_rates,
+                               prune_lattices, replay)
 
-__all__ = ["PruneSetting", "ReplayResult", "accepted_length", "accepted_lengths", "hit_rates", "replay"]
+__all__ = ["PruneSetting", "ReplayResult", "accepted_length", "accepted_lengths", "hit_rates", "prune_lattices",
+           "replay"]

@@ -310,6 +310,9 @@ def test_lattice_log_bad_input(tmp_path: Path) -> None:
     bad = _rewrite(f, tmp_path / "q.parquet", lambda t: t.set_column(5, "committed", pa.array(done, pa.list_(pa.int32()))))
     with pytest.raises(LatticeFormatError, match="row 1: committed is empty"):
         read_lattices(bad)
+    with LatticeWriter(tmp_path / "empty.parquet"):
+        pass
+    assert len(read_lattices(tmp_path / "empty.parquet")) == 0
     (tmp_path / "e.parquet").write_bytes(b"not parquet")
     with pytest.raises(LatticeFormatError, match="e.parquet: not a readable Parquet file"):
         read_lattices(tmp_path / "e.parquet")
@@ -377,6 +380,8 @@ def test_cli_lattices(sample_trie: Path, tmp_path: Path) -> None:
 def test_cli_errors(sample_trie: Path, corpus_trie: Path, tmp_path: Path) -> None:
     f = tmp_path / "log.parquet"
     write_log(f, [list(range(100, 110))])
+    with LatticeWriter(tmp_path / "empty.parquet"):
+        pass
     r = run([sample_trie], 2)
     assert "give exactly one of --lattices FILE or --text FILE" in r.output
     r = run([sample_trie, "--lattices", f, "--text", SAMPLE_CORPUS], 2)
@@ -392,6 +397,8 @@ def test_cli_errors(sample_trie: Path, corpus_trie: Path, tmp_path: Path) -> Non
     bad = _rewrite(f, tmp_path / "nocol.parquet", lambda t: t.drop(["prefix_tail"]))
     r = run([sample_trie, "--lattices", bad], 1)
     assert "nocol.parquet: missing column prefix_tail" in r.output
+    r = run([sample_trie, "--lattices", tmp_path / "empty.parquet"], 1)
+    assert "empty.parquet: no lattices to replay" in r.output
     r = run([sample_trie, "--lattices", f, "--beam-width", "0"], 1)
     assert "beam_width" in r.output
     r = run([sample_trie, "--lattices", f, "--max-nodes", "a,b"], 2)
