@@ -12,6 +12,7 @@ after the base install, and a run without torch says what to install.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -140,11 +141,13 @@ def format_summary(s: dict[str, Any]) -> str:
               help="dart: temperature, top-p, top-k; transformers: temperature, top-k, top-p.")
 @click.option("--compare", is_flag=True, help="Also decode with the target alone: speedup, and (greedy) equality.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text and figures) to stdout.")
+@click.option("--log-lattices", type=click.Path(dir_okay=False),
+              help="Record each step's draft lattice and committed tokens (Parquet) for ngram-eval.")
 def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], prompt: str | None, prompt_file: Any,
          chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, seed: int | None,
          tokenizer: str | None, device: str, dtype: str, deadline_ms: float, topk: int, beam_width: int,
          max_nodes: int, ngram_weight: float, eos_spec: str, search_context: str, sampling_order: str,
-         compare: bool, as_json: bool) -> None:
+         compare: bool, as_json: bool, log_lattices: str | None) -> None:
     """DART speculative decoding of a prompt with MODEL (a transformers causal
     LM folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
     trees in process (--trie) or on a trie host (--host).
@@ -204,7 +207,10 @@ def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], pro
     gen = DartGenerator.from_pretrained(model, drafter, pruner, device=dev, dtype=dt, tokenizer=None,
                                         eos_token_id=stop_eos, search_context=search_context)
     sample = dict(temperature=temperature, top_k=top_k, top_p=top_p, sampling_order=sampling_order, seed=seed)
-    res = gen.generate(ids, max_new_tokens, **sample)
+    from dart_client.lattice_log import LatticeWriter
+
+    with LatticeWriter(log_lattices, topk=topk) if log_lattices else contextlib.nullcontext() as lattice_log:
+        res = gen.generate(ids, max_new_tokens, **sample, lattice_log=lattice_log)
     res.text = tok.decode(res.output_ids)
     out: dict[str, Any] = {"text": res.text, **res.summary(), "device": dev, "dtype": str(dt).replace("torch.", ""),
                            "eos": {"stop": sorted(gen.eos), "search": getattr(pruner, "eos_token_id", None)}}

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from dart_client.drafter import DartDrafter, DrafterCache
+from dart_client.lattice_log import LatticeWriter
 from dart_client.pruner import DraftTree
 
 __all__ = ["DartGenerator", "GenerationResult", "StepRecord", "aux_layer_indices"]
@@ -248,6 +249,7 @@ class _Seq:
     res: GenerationResult
     search_tokens: list[int]  # what the pruner sees (search_context)
     done: bool = False
+    log_id: int = -1  # its sequence id in a lattice log
 
     @property
     def cached(self) -> int:
@@ -384,6 +386,7 @@ class DartGenerator:
         seed: int | None = None,
         stop_at_eos: bool = True,
         on_step: Callable[[int, Any], None] | None = None,
+        lattice_log: LatticeWriter | None = None,
     ) -> Any:
         """DART decoding of one prompt (token ids: a list of ints or a 1-D
         tensor) -> GenerationResult, or of several (a list of such prompts,
@@ -410,6 +413,10 @@ class DartGenerator:
         clock = _Clock(self.device, self.sync_timing)
         t_start = clock()
         rows = [_Seq(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[]), []) for p in prompts]
+        if lattice_log is not None:
+            first = lattice_log.new_sequences(len(rows))
+            for i, r in enumerate(rows):
+                r.log_id = first + i
         results = [r.res for r in rows]
         cache, dcache, dlogits = self._prefill(rows, pick)
         prefill_s = clock() - t_start
@@ -420,7 +427,7 @@ class DartGenerator:
 
         step = 0
         while rows:
-            recs, (aux, counts) = self._step(rows, cache, dlogits, pick, clock)
+            recs, (aux, counts) = self._step(rows, cache, dlogits, pick, clock, lattice_log)
             step += 1
             for r in rows:
                 r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
@@ -490,11 +497,12 @@ class DartGenerator:
             return batch(dlogits, d2t, tokens)
         return [self.pruner(dlogits[i], d2t, t) for i, t in enumerate(tokens)]
 
-    def _step(self, rows: list[_Seq], cache: Any, dlogits: torch.Tensor, pick: dict[str, Any], clock: _Clock
-              ) -> tuple[list[StepRecord], tuple[torch.Tensor, list[int]]]:
+    def _step(self, rows: list[_Seq], cache: Any, dlogits: torch.Tensor, pick: dict[str, Any], clock: _Clock,
+              lattice_log: LatticeWriter | None = None) -> tuple[list[StepRecord], tuple[torch.Tensor, list[int]]]:
         """Prune, verify, accept, compact: one step for every row. Returns the
         step records and the drafter's next input (each row's accepted nodes'
-        hidden states [B, W, 3h], and how many of the W are real)."""
+        hidden states [B, W, 3h], and how many of the W are real). A
+        lattice_log records each row's lattice and committed tokens."""
         b = len(rows)
         t0 = clock()
         trees = self._prune(rows, dlogits)
@@ -545,7 +553,10 @@ class DartGenerator:
         aux = torch.cat([h.gather(1, idx[..., None].expand(-1, -1, h.shape[-1])) for h in hs], dim=-1)
         del out
         recs = []
-        for r, (drafts, bonus), size in zip(rows, commits, sizes):
+        for i, (r, (drafts, bonus), size) in enumerate(zip(rows, commits, sizes)):
+            if lattice_log is not None:
+                lattice_log.record_step(r.seq, len(r.res.steps), dlogits[i], self.drafter.d2t, drafts + [bonus],
+                                        sequence=r.log_id)
             root = r.seq[-1]
             r.seq.extend(drafts)
             r.seq.append(bonus)

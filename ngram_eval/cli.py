@@ -1,0 +1,152 @@
+"""ngram-eval: which trie makes DART accept the most tokens, measured offline.
+
+    ngram-eval a.ngt b.ngt --lattices run.parquet --json out.json --plot out.png
+    ngram-eval a.ngt --text heldout/ --tokenizer qwen3-tokenizer.json --ngram-weight 0,0.5,1
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dart_client.lattice_log import LatticeFormatError, read_lattices
+from ngram_eval.replay import PruneSetting
+from ngram_eval.report import evaluate, format_table
+from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
+from ngram_service import NgramIndex, TrieFormatError
+
+
+def _list(kind: type, name: str) -> Any:
+    def parse(_ctx: Any, _param: Any, value: str) -> list[Any]:
+        try:
+            items = [kind(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise click.BadParameter(f"{value!r}: expected comma-separated {kind.__name__} values") from None
+        if not items:
+            raise click.BadParameter(f"{name}: give at least one value")
+        return items
+
+    return parse
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, p)
+
+
+def _check_tries(tries: tuple[str, ...], tokenizer: Any) -> None:
+    """Every TRIE opens, and (with a tokenizer) was built with that tokenizer."""
+    for t in tries:
+        try:
+            info = NgramIndex.open(t).info()
+        except (TrieFormatError, OSError) as e:
+            raise click.BadParameter(f"{t}: not a trie file: {e}", param_hint="TRIE") from None
+        have = (info.get("tokenizer") or {}).get("fingerprint")
+        if tokenizer is not None and have and have != tokenizer.fingerprint:
+            raise click.BadParameter(f"{t}: built with tokenizer {have[:12]}..., not {tokenizer.spec} "
+                                     f"({tokenizer.fingerprint[:12]}...): its n-grams are other token ids",
+                                     param_hint="TRIE")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("tries", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="TRIE...")
+@click.option("--lattices", type=click.Path(exists=True, dir_okay=False),
+              help="A lattice log (Parquet, one row per decoding step) from dart-generate --log-lattices.")
+@click.option("--text", "texts", multiple=True, type=click.Path(exists=True),
+              help="Held-out documents (shard files or folders, the formats ngram-build reads; repeatable): "
+                   "synthetic lattices from them (docs/EVALUATION.md states the model).")
+@click.option("--tokenizer", help="Tokenizer of --text (as ngram-build takes it); also checked against each TRIE.")
+@click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of --text.")
+@click.option("--beam-width", default="20", show_default=True, callback=_list(int, "--beam-width"),
+              help="Beam widths to try, comma-separated (the grid is every combination; the first values "
+                   "form the base setting).")
+@click.option("--max-nodes", default="60", show_default=True, callback=_list(int, "--max-nodes"),
+              help="Tree sizes (nodes without the root) to try, comma-separated.")
+@click.option("--ngram-weight", default="0.5", show_default=True, callback=_list(float, "--ngram-weight"),
+              help="n-gram weights (lambda) to try, comma-separated; 0 is the tree without the n-gram.")
+@click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
+              help="--text: lattices to draw (positions sampled uniformly).")
+@click.option("--depth", default=8, show_default=True, type=click.IntRange(1, 64), help="--text: levels D.")
+@click.option("--topk", default=25, show_default=True, type=click.IntRange(1, 1024), help="--text: candidates K.")
+@click.option("--hit", default=0.9, show_default=True, type=click.FloatRange(0, 1),
+              help="--text: probability that the true token is a level-0 candidate.")
+@click.option("--decay", default=0.85, show_default=True, type=click.FloatRange(0, 1),
+              help="--text: per-level factor on --hit and --true-bonus.")
+@click.option("--true-bonus", default=4.0, show_default=True, type=float,
+              help="--text: logit added to the true token at level 0.")
+@click.option("--noise", default=1.0, show_default=True, type=click.FloatRange(0), help="--text: logit noise sd.")
+@click.option("--seed", default=0, show_default=True, type=int, help="--text: random seed.")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
+              help="Pruning threads (the time per tree is measured with these).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON here.")
+@click.option("--plot", "plot_out", type=click.Path(dir_okay=False),
+              help="Write a PNG: accepted length per setting and trie, 95% intervals (needs '.[plot]').")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], tokenizer: str | None,
+         text_field: str, beam_width: list[int], max_nodes: list[int], ngram_weight: list[float], steps: int,
+         depth: int, topk: int, hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int,
+         json_out: str | None, plot_out: str | None, quiet: bool) -> None:
+    """Replays draft lattices through each TRIE's DART pruning and reports the
+    mean accepted length DART would reach (tokens per verification step: the
+    longest prefix of the target's continuation that is a path of the pruned
+    tree, plus the bonus token), its distribution, the n-gram hit rate per
+    order and the pruning time, for every combination of the grid options."""
+    if bool(lattices) == bool(texts):
+        raise click.UsageError("give exactly one of --lattices FILE or --text FILE...")
+    if texts and not tokenizer:
+        raise click.UsageError("--text needs --tokenizer (the tokenizer the tries were built with)")
+    say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+    tok = None
+    if tokenizer:
+        from indexer.tokenizer import TokenizerError, load_tokenizer
+
+        try:
+            tok = load_tokenizer(tokenizer)
+        except (TokenizerError, OSError) as e:
+            raise click.BadParameter(str(e), param_hint="--tokenizer") from None
+    _check_tries(tries, tok)
+    info: dict[str, Any]
+    if lattices:
+        try:
+            lat = read_lattices(lattices)
+        except LatticeFormatError as e:
+            raise click.ClickException(str(e)) from None
+        info = {"mode": "logged"}
+    else:
+        from indexer.shards import ShardError
+
+        model = LogitModel(depth=depth, topk=topk, hit=hit, decay=decay, true_bonus=true_bonus, noise=noise)
+        try:
+            docs, nbytes = load_documents(list(texts), tokenizer, text_field)  # type: ignore[arg-type]
+            lat = synthetic_lattices(docs, model, steps, seed, source=",".join(texts))
+        except (ShardError, ValueError) as e:
+            raise click.ClickException(str(e)) from None
+        info = {"mode": "synthetic", "model": model.as_dict(), "seed": seed, "documents": len(docs),
+                "text_bytes": nbytes}
+        say(f"{len(lat)} synthetic lattices from {len(docs)} documents ({nbytes:,} bytes)")
+    settings = [PruneSetting(b, n, w) for b, n, w in itertools.product(beam_width, max_nodes, ngram_weight)]
+    try:
+        result = evaluate(list(tries), lat, settings, threads=threads, lattice_info=info, progress=say)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(format_table(result))
+    if json_out:
+        _write_json(json_out, result)
+    if plot_out:
+        from ngram_eval.plot import plot_grid
+
+        try:
+            plot_grid(result, plot_out)
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

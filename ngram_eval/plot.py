@@ -1,0 +1,89 @@
+"""PNG plots of ngram-eval results (matplotlib: ``pip install -e '.[plot]'``).
+
+``plot_grid``: mean accepted length per pruning setting, one series per trie,
+95 % confidence intervals as error bars. ``plot_against_bytes``: accepted
+length against trie size, for studies over many tries (bench/eval_study.py).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["plot_against_bytes", "plot_grid"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise RuntimeError("plots need matplotlib: pip install -e '.[plot]'") from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, out: str | os.PathLike[str]) -> None:
+    """Atomically: a temporary file renamed into place."""
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, out)
+
+
+def _setting_label(s: dict[str, Any]) -> str:
+    return f"b{s['beam_width']} n{s['max_nodes']}\nλ={s['ngram_weight']:g}"
+
+
+def plot_grid(result: dict[str, Any], out: str | os.PathLike[str], title: str | None = None) -> None:
+    """Accepted length per setting (x) and trie (series), with 95 % intervals."""
+    plt = _pyplot()
+    tries = result["tries"]
+    settings = result["settings"]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(settings) + 2.5), 3.8))
+    width = 0.8 / max(1, len(tries))
+    for i, t in enumerate(tries):
+        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(settings))]
+        ys = [g["mean_accepted_length"] for g in t["grid"]]
+        es = [g["ci95"] for g in t["grid"]]
+        ax.errorbar(xs, ys, yerr=es, fmt="o", capsize=3, label=Path(t["path"]).name)
+    ax.set_xticks(range(len(settings)), [_setting_label(s) for s in settings], fontsize=8)
+    ax.set_ylabel("mean accepted length (tokens/step)")
+    lat = result["lattices"]
+    ax.set_title(title or f"{lat['steps']} lattices from {Path(str(lat['source'])).name}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+
+
+def plot_against_bytes(series: Sequence[dict[str, Any]], out: str | os.PathLike[str], title: str,
+                       baseline: float | None = None) -> None:
+    """series: [{"label", "points": [{"file_bytes", "mean_accepted_length", "ci95", "note"?}]}];
+    accepted length against trie bytes (log scale), one line per series.
+    baseline: a horizontal line (e.g. the tree without the n-gram)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for s in series:
+        pts = sorted(s["points"], key=lambda p: p["file_bytes"])
+        xs = [p["file_bytes"] / 1e6 for p in pts]
+        ax.errorbar(xs, [p["mean_accepted_length"] for p in pts], yerr=[p["ci95"] for p in pts], fmt="-o",
+                    capsize=3, markersize=4, label=s["label"])
+        for p, x in zip(pts, xs):
+            if p.get("note"):
+                ax.annotate(p["note"], (x, p["mean_accepted_length"]), textcoords="offset points", xytext=(3, 4),
+                            fontsize=6)
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="no n-gram (λ = 0)")
+    ax.set_xscale("log")
+    ax.set_xlabel("trie file size (MB, log scale)")
+    ax.set_ylabel("mean accepted length (tokens/step)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
