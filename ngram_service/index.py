@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ngram_service import _engine, tree
+from ngram_service import _engine
 from ngram_service._engine import TrieFormatError
-
-if TYPE_CHECKING:
-    from ngram_service.tree import PrunedTree
+from ngram_service.tree import PrunedTree
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -26,22 +24,6 @@ class TopK(NamedTuple):
     probs: np.ndarray  # float32 [k'], count(s+w) / count(s)
     counts: np.ndarray  # uint64 [k']
     matched: int  # length of the context suffix s used; 0: unigram distribution
-
-
-def _int_array(x: Any, field: str, ndim: int) -> np.ndarray:
-    """Checks dtype and rank before the engine sees the ids (floats would be
-    truncated silently by a cast)."""
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        if a.size == 0 and a.dtype.kind == "f":  # [] from an empty list
-            a = a.astype(np.int64)
-        else:
-            raise ValueError(f"{field}: token ids must be integers, got dtype {a.dtype}")
-    if a.ndim != ndim:
-        raise ValueError(f"{field}: expected a {ndim}-D array, got shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"{field}: token id {int(a.max())} out of range")
-    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 class NgramIndex:
@@ -101,30 +83,26 @@ class NgramIndex:
         p = float32(count(s+w)) * (1 / float32(count(s))) and matched = len(s);
         a candidate never seen after any suffix gets 0 and 0.
         """
-        c = _int_array(contexts, "contexts", 2)
-        w = _int_array(candidates, "candidates", 2)
-        return self._t.conditional_probs(c, w)
+        return self._t.conditional_probs(contexts, candidates)
 
     def count(self, ngram: Any) -> int:
         """Occurrences of an n-gram of 1..order tokens in the corpus (0 if absent)."""
-        return self._t.count(_int_array(ngram, "ngram", 1))
+        return self._t.count(ngram)
 
     def topk(self, context: Any, k: int) -> TopK:
         """The k most frequent continuations of the longest suffix of
         ``context`` (at most order-1 tokens) that has any continuation; with
         none, the k most frequent tokens (matched = 0)."""
-        if k < 0:
-            raise ValueError(f"k must be >= 0, got {k}")
-        tokens, probs, counts, matched = self._t.topk(_int_array(context, "context", 1), k)
+        tokens, probs, counts, matched = self._t.topk(context, k)
         return TopK(tokens, probs, counts, matched)
 
-    def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> "PrunedTree":
+    def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> PrunedTree:
         """DART tree pruning of one draft lattice; see ngram_service.tree.prune."""
-        return tree.prune(self._t, prefix, topk_tokens, topk_probs, **params)
+        return _engine.prune(self._t, prefix, topk_tokens, topk_probs, **params)
 
-    def prune_batch(self, requests: Any, **params: Any) -> list["PrunedTree"]:
+    def prune_batch(self, requests: Any, *, threads: int | None = None, **params: Any) -> list[PrunedTree]:
         """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch."""
-        return tree.prune_batch(self._t, requests, **params)
+        return _engine.prune_batch(self._t, requests, threads=threads, **params)
 
     def info(self) -> dict[str, Any]:
         """Header, metadata (tokenizer, corpus manifest, build parameters) and sizes."""

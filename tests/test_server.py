@@ -166,9 +166,7 @@ def test_info_equals_engine(server: ServerProcess, dart_trie: Path, sample_trie:
     resp = server.stub().GetInfo(pb.GetInfoRequest(index="sample"), timeout=5)
     meta = json.loads(resp.meta_json)
     assert resp.index == "sample" and list(resp.indexes) == ["dart", "sample"]
-    assert resp.tokenizer_fingerprint == meta["tokenizer"]["fingerprint"] != ""
-    assert resp.tokenizer_name == meta["tokenizer"]["name"]
-    assert json.loads(resp.corpus_json) == meta["corpus"] and json.loads(resp.build_json) == meta["build"]
+    assert meta["tokenizer"]["fingerprint"] != "" and {"corpus", "build"} <= set(meta)
 
 
 def test_conditional_probs_equal_engine_and_golden(server: ServerProcess, dart_trie: Path) -> None:
@@ -210,13 +208,12 @@ def test_prune_equals_engine(server: ServerProcess, dart_trie: Path, tree_inputs
         for got, want in zip(c.prune_batch(batch), idx.prune_batch(batch)):
             assert_trees_equal(got, want)
         dicts = [dict(prefix=p, topk_tokens=t, topk_probs=q) for p, t, q in tree_inputs[40:45]]
-        for got, want in zip(c.prune_batch(dicts, stream=True), idx.prune_batch(dicts)):
+        for got, want in zip(c.prune_batch(dicts), idx.prune_batch(dicts)):
             assert_trees_equal(got, want)
         # ragged levels (K differs per level)
         p, t, q = tree_inputs[5]
         rt, rq = [t[0][:5], t[1][:9], t[2]], [q[0][:5], q[1][:9], q[2]]
         assert_trees_equal(c.prune(p, rt, rq), idx.prune(p, rt, rq))
-        c.close_stream()
 
 
 def test_golden_trees(server: ServerProcess, tree_inputs: list) -> None:
@@ -367,34 +364,31 @@ def _heavy(n: int = 20000) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_resource_exhausted_under_overload(dart_trie: Path) -> None:
-    # Deterministic overload: two open streams hold both in-flight places
-    # (a stream holds one for its life), so a third call must be refused at
-    # once, whatever the speed of the machine; when they close it succeeds.
-    with ServerProcess([dart_trie], "--threads", "1", "--max-inflight", "2") as s:
+    # Deterministic overload: two slow calls hold both in-flight places
+    # (one computing, one queued behind the single compute slot), so a third
+    # call must be refused at once, whatever the speed of the machine; when
+    # they finish it succeeds.
+    port = free_port()
+    req = _heavy_prune_request(3000)
+    with ServerProcess([dart_trie], "--threads", "1", "--max-inflight", "2", "--metrics-port", str(port),
+                       "--metrics-host", "127.0.0.1") as s:
         stub = s.stub()
-        feeds: list[queue.Queue[Any]] = [queue.Queue(), queue.Queue()]
-        streams = [stub.PruneTreeStream(iter(f.get, None), timeout=60) for f in feeds]
-        for f, st in zip(feeds, streams):
-            f.put(_prune(_lattice()))
-            assert len(next(st).trees) == 1  # answered: the stream is admitted and holds its place
+        results: list[Any] = []
+        slow = [threading.Thread(target=lambda: results.append(len(stub.PruneTree(req, timeout=60).trees)))
+                for _ in range(2)]
+        for t in slow:
+            t.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and in_flight(port) < 2:
+            time.sleep(0.002)
         with pytest.raises(grpc.RpcError) as e:
             stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=10)
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "--max-inflight" in e.value.details()
-        with pytest.raises(grpc.RpcError) as e:
-            next(stub.PruneTreeStream(iter([_prune(_lattice())]), timeout=10))
-        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        for f, st in zip(feeds, streams):
-            f.put(None)  # half-close: the server ends the stream and frees its place
-            assert list(st) == []
-        deadline = time.monotonic() + 10
-        while True:  # the server frees the place just after the client sees the stream end
-            try:
-                stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=10)
-                break
-            except grpc.RpcError as err:
-                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
-                time.sleep(0.01)
+        for t in slow:
+            t.join(60)
+        assert results == [3000, 3000]
+        stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=10)
 
 
 def test_reload_under_load_fails_nothing(dart_trie: Path, tmp_path: Path) -> None:
@@ -471,7 +465,6 @@ def test_sigterm_drains_in_flight_calls(dart_trie: Path) -> None:
     with ServerProcess([dart_trie], "--threads", "1", "--metrics-port", str(port),
                        "--metrics-host", "127.0.0.1") as s, \
             s.client() as c:
-        c.prune_batch([([1, 2], [[3, 4]], [[0.5, 0.4]])], stream=True)  # an idle stream must not hold the drain
         stub = s.stub()
 
         def call() -> None:
@@ -483,10 +476,10 @@ def test_sigterm_drains_in_flight_calls(dart_trie: Path) -> None:
         threads = [threading.Thread(target=call) for _ in range(4)]
         for t in threads:
             t.start()
-        # Until the stream and all four calls are in flight: admitted, their
-        # requests read (a call still uploading at SIGTERM is not in flight).
+        # Until all four calls are in flight: admitted, their requests read
+        # (a call still uploading at SIGTERM is not in flight).
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and in_flight(port) < 5:
+        while time.monotonic() < deadline and in_flight(port) < 4:
             time.sleep(0.002)
         t0 = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)

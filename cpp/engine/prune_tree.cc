@@ -348,17 +348,17 @@ void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams&
       throw InvalidArgument(at("topk_tokens", l) + " lists token " + std::to_string(twice) +
                             " twice: candidates of one level must be distinct");
   }
-  if (params.beam_width == 0 || params.beam_width > PruneLimits::kMaxBeamWidth)
+  if (params.beam_width < 1 || params.beam_width > PruneLimits::kMaxBeamWidth)
     throw InvalidArgument("beam_width = " + std::to_string(params.beam_width) + ": must be 1.." +
                           std::to_string(PruneLimits::kMaxBeamWidth));
-  if (params.max_nodes > PruneLimits::kMaxNodes)
+  if (params.max_nodes < 0 || params.max_nodes > PruneLimits::kMaxNodes)
     throw InvalidArgument("max_nodes = " + std::to_string(params.max_nodes) + ": must be 0.." +
                           std::to_string(PruneLimits::kMaxNodes));
   check_weight(params.ngram_weight, "ngram_weight");
   check_weights(params.level_weights, in.depth, "level_weights");
   check_weights(params.logit_weights, in.depth, "logit_weights");
-  if (params.eos_token_id < -1 || params.eos_token_id >= static_cast<int64_t>(vocab))
-    throw InvalidArgument("eos_token_id = " + std::to_string(params.eos_token_id) + ": must be -1 (none) or in [0, " +
+  if (params.eos_token_id && (*params.eos_token_id < -1 || *params.eos_token_id >= static_cast<int64_t>(vocab)))
+    throw InvalidArgument("eos_token_id = " + std::to_string(*params.eos_token_id) + ": must be -1 (none) or in [0, " +
                           std::to_string(vocab) + ")");
 }
 
@@ -441,7 +441,7 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
   const uint64_t total = in.level_offsets[depth];
   const uint32_t cap = t.order() - 1;  // context tokens the n-gram term looks at
   const float lambda = params.ngram_weight;
-  const int64_t eos = params.eos_token_id;
+  const int64_t eos = params.eos_token_id.value_or(t.eos_id());
   struct Defaults {
     float lw[PruneLimits::kMaxDepth], gw[PruneLimits::kMaxDepth];
     Defaults() {
@@ -462,8 +462,8 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
   ws.beam_nodes.clear();
   ws.pool.clear();
   ws.beam.assign(1, kRoot);
-  const uint32_t max_nodes = params.max_nodes;
-  const uint32_t beam_width = params.beam_width;
+  const uint32_t max_nodes = static_cast<uint32_t>(params.max_nodes);  // validated: they fit
+  const uint32_t beam_width = static_cast<uint32_t>(params.beam_width);
   const float zero_q_term = std::log(0.0f + kEps) * lambda;
   bool pool_full = false;  // the pool holds max_nodes entries, the worst of rank `threshold`
   float threshold = 0.0f;

@@ -26,16 +26,16 @@ void narrow(const int64_t* in, uint32_t n, int32_t* out) {
 
 }  // namespace
 
-uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
+uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint64_t len) {
   if (len < 1 || len > t.order())
     throw InvalidArgument("ngram has " + std::to_string(len) + " tokens: must be 1.." +
                           std::to_string(t.order()) + " (the trie's order)");
   check_tokens(t, toks, len, "ngram");
   int32_t buf[kMaxOrder];
-  narrow(toks, len, buf);
+  narrow(toks, static_cast<uint32_t>(len), buf);
   uint64_t idx;
-  if (!t.find(buf, len, &idx)) return 0;
-  return t.level(len).count(idx);
+  if (!t.find(buf, static_cast<uint32_t>(len), &idx)) return 0;
+  return t.level(static_cast<uint32_t>(len)).count(idx);
 }
 
 namespace {
@@ -248,8 +248,10 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
   }
 }
 
-TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, uint64_t k) {
+TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t k_wanted) {
+  if (k_wanted < 0) throw InvalidArgument("k must be >= 0, got " + std::to_string(k_wanted));
   check_tokens(t, context, ctx_len, "context");
+  const uint64_t k = static_cast<uint64_t>(k_wanted);
   TopK out;
   if (k == 0) return out;
   const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(t.order() - 1, ctx_len));

@@ -14,7 +14,7 @@ namespace ngram {
 void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field);
 
 // Occurrences of the n-gram toks[0..len); 0 when absent. 1 <= len <= order.
-uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len);
+uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint64_t len);
 
 // DART-compatible conditional probabilities for a batch of B queries:
 // contexts [B, C] (C >= 1), candidates [B, K], row-major. For each query and
@@ -97,6 +97,7 @@ struct TopK {
 // The k most frequent continuations of the longest suffix s of `context`
 // (at most order-1 tokens) that has any; with none, the k most frequent
 // tokens with p = count / total tokens.
-TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, uint64_t k);
+// k >= 0.
+TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t k);
 
 }  // namespace ngram

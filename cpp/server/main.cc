@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
           .kv("vocab_size", idx->trie->vocab_size())
           .kv("file_bytes", idx->trie->file_size())
           .kv("mapped", idx->trie->mapped())
-          .kv("tokenizer_fingerprint", idx->meta.tokenizer_fingerprint)
+          .kv("tokenizer_fingerprint", idx->tokenizer_fingerprint)
           .kv("seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())
           .emit();
     }
@@ -170,7 +170,6 @@ int main(int argc, char** argv) {
           .kv("drain_seconds", config.drain_seconds)
           .emit();
       if (health) health->Shutdown();  // health checks now answer NOT_SERVING
-      service.begin_drain();
       const auto deadline = std::chrono::system_clock::now() +
                             std::chrono::milliseconds(static_cast<int64_t>(config.drain_seconds * 1000));
       server->Shutdown(deadline);  // refuses new calls, waits for the running ones
