@@ -35,8 +35,11 @@ class NgramIndex:
     decompressed into RAM.
     """
 
-    def __init__(self, engine: "_engine.Trie") -> None:
+    def __init__(self, engine: "_engine.Trie", compressed_bytes: int | None = None) -> None:
+        """engine: an opened ``_engine.Trie``; compressed_bytes: the size of
+        the zstd file it was decompressed from, if it was."""
         self._t = engine
+        self._compressed_bytes = compressed_bytes
         try:
             self._meta: dict[str, Any] = json.loads(engine.meta_json.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -56,7 +59,7 @@ class NgramIndex:
         with open(path, "rb") as f:
             magic = f.read(4)
         if magic == ZSTD_MAGIC:
-            return cls(_engine.Trie.from_bytes(_decompress(path), path, verify))
+            return cls(_engine.Trie.from_bytes(_decompress(path), path, verify), Path(path).stat().st_size)
         return cls(_engine.Trie.open(path, in_ram=(mode == "ram"), verify=verify))
 
     @property
@@ -105,14 +108,19 @@ class NgramIndex:
         return _engine.prune_batch(self._t, requests, threads=threads, **params)
 
     def info(self) -> dict[str, Any]:
-        """Header, metadata (tokenizer, corpus manifest, build parameters) and sizes."""
+        """Header, metadata (tokenizer, corpus manifest, build parameters) and
+        sizes: file_bytes is the file's size; a zstd-compressed trie also has
+        image_bytes (the plain trie held in RAM) and compressed = True."""
         counts = [self._t.ngram_count(k) for k in range(1, self.order + 1)]
+        sizes = {"file_bytes": self._t.file_size}
+        if self._compressed_bytes is not None:  # file_bytes is the file's; image_bytes what it holds
+            sizes = {"file_bytes": self._compressed_bytes, "image_bytes": self._t.file_size, "compressed": True}
         return {
             "path": self._t.path,
             "order": self.order,
             "vocab_size": self.vocab_size,
             "eos_id": self.eos_id,
-            "file_bytes": self._t.file_size,
+            **sizes,
             "mapped": self._t.mapped,
             "ngrams": counts,
             "ngrams_total": sum(counts),

@@ -149,7 +149,7 @@ __attribute__((target_clones("avx2", "default"))) NGRAM_NO_FP_CONTRACT void scor
 // The n-gram terms logf(q + 1e-10f) * lambda of the level's candidates after
 // each row's context (ws.row_entry: one beam entry per distinct context),
 // into ws.ngram_terms (row r at r * k, in the level's candidate order), with q
-// the DART-compatible conditional probability (conditional_probs_one). The
+// the DART-compatible conditional probability (conditional_probs_many). The
 // one-token backoff step is computed once per distinct last token. Each step
 // runs over all rows before the next (first every run is found, then every
 // run searched), so that the memory reads of different rows overlap instead
@@ -167,10 +167,11 @@ uint32_t search_found_runs(const TrieIndex& t, PruneWorkspace& ws, uint32_t len,
     const size_t at = static_cast<size_t>(ws.suffix_row[i]) * k;
     ws.runs[searched] = ws.runs[i];
     ws.suffix_row[searched] = ws.suffix_row[i];
+    ws.run_tables[searched] = &ws.candidates;
     ws.run_q[searched] = q + at;
     ws.run_matched[searched++] = m + at;
   }
-  lookup_in_runs(t, len, ws.runs.data(), searched, ws.candidates, ws.run_q.data(), ws.run_matched.data(),
+  lookup_in_runs(t, len, ws.runs.data(), searched, ws.run_tables.data(), ws.run_q.data(), ws.run_matched.data(),
                  ws.matched_count.data());
   return searched;
 }
@@ -186,6 +187,7 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
   ws.runs.resize(most);
   ws.run_found.resize(most);
   ws.run_q.resize(most);
+  ws.run_tables.resize(most);
   ws.run_matched.resize(most);
   ws.matched_count.resize(most);
   auto ctx_of = [&](uint32_t r) { return ws.contexts.data() + static_cast<size_t>(ws.row_entry[r]) * cap; };

@@ -125,6 +125,7 @@ struct PruneWorkspace {
   std::vector<uint32_t> suffix_row;
   std::vector<Run> runs;              // per suffix looked up: its run of continuations
   std::vector<uint8_t> run_found;
+  std::vector<const CandidateTable*> run_tables;  // per run found: the level's candidates (all the same)
   std::vector<float*> run_q;          // per run found: where its q go (lookup_in_runs)
   std::vector<int32_t*> run_matched;  // and its matched lengths
   std::vector<uint32_t> matched_count;

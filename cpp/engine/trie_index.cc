@@ -92,9 +92,14 @@ std::shared_ptr<TrieIndex> TrieIndex::from_buffer(std::string bytes, const std::
 void TrieIndex::parse() {
   const std::string& p = path_;
   std::memcpy(&header_, base_, sizeof(FileHeader));
-  if (std::memcmp(header_.magic, kMagic, sizeof(kMagic)) != 0)
-    throw FormatError(p + ": not a trie file (bad magic; a zstd-compressed trie must be opened "
-                          "through NgramIndex.open, which decompresses it)");
+  if (std::memcmp(header_.magic, kMagic, sizeof(kMagic)) != 0) {
+    static constexpr uint8_t kZstdMagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+    if (std::memcmp(base_, kZstdMagic, sizeof(kZstdMagic)) == 0)
+      throw FormatError(p + ": a zstd-compressed trie (ngram-build --compress, for shipping): it must be "
+                            "decompressed before it can be mapped (zstd -d " + p + " -o PLAIN.ngt, then serve "
+                            "PLAIN.ngt; in Python NgramIndex.open decompresses it into RAM)");
+    throw FormatError(p + ": not a trie file (bad magic)");
+  }
   if (header_.version != kFormatVersion)
     throw FormatError(p + ": format version " + std::to_string(header_.version) +
                       ", this engine reads version " + std::to_string(kFormatVersion));
@@ -375,22 +380,42 @@ void TrieIndex::verify_checksums() const {
 }
 
 bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
-  if (len == 0 || len > header_.order) return false;
-  const uint64_t t0 = static_cast<uint32_t>(toks[0]);
-  if (t0 >= header_.vocab_size) return false;
-  uint64_t idx = t0;
-  if (levels_[0].count(idx) == 0) return false;
-  for (uint32_t k = 1; k < len; ++k) {
-    uint64_t lo, hi;
-    children(k, idx, &lo, &hi);
-    const Level& next = levels_[k];
-    const uint64_t w = static_cast<uint32_t>(toks[k]);
-    const uint64_t pos = next.lower_bound(lo, hi, w);
-    if (pos == hi || next.tokens[pos] != w) return false;
-    idx = pos;
+  bool found;
+  find_many(&toks, 1, len, index, &found);
+  return found;
+}
+
+void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const {
+  for (uint32_t done = 0; done < n; done += Level::kMaxBatch) {
+    const uint32_t m = std::min(n - done, Level::kMaxBatch);
+    const int32_t* const* tk = toks + done;
+    uint64_t* node = index + done;
+    bool* ok = found + done;
+    if (len == 0 || len > header_.order) {
+      std::fill(ok, ok + m, false);
+      continue;
+    }
+    const Level& first = levels_[0];
+    for (uint32_t i = 0; i < m; ++i) {
+      node[i] = static_cast<uint32_t>(tk[i][0]);
+      ok[i] = node[i] < first.size && first.count(node[i]) != 0;
+    }
+    uint64_t lo[Level::kMaxBatch], hi[Level::kMaxBatch], pos[Level::kMaxBatch];
+    uint32_t v[Level::kMaxBatch];
+    for (uint32_t k = 1; k < len; ++k) {
+      for (uint32_t i = 0; i < m; ++i) {
+        lo[i] = hi[i] = 0;
+        if (ok[i]) children(k, node[i], &lo[i], &hi[i]);
+        v[i] = static_cast<uint32_t>(tk[i][k]);
+      }
+      const Level& next = levels_[k];
+      next.lower_bound_runs(lo, hi, v, m, pos);
+      for (uint32_t i = 0; i < m; ++i) {
+        ok[i] = ok[i] && pos[i] < hi[i] && next.tokens[pos[i]] == v[i];
+        node[i] = pos[i];
+      }
+    }
   }
-  *index = idx;
-  return true;
 }
 
 void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {

@@ -37,17 +37,8 @@ struct Level {
     return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
   }
 
-  // First index in [lo, hi) whose token is >= v; the range must be one run
-  // of children (sorted). Long runs first narrow the search to one block of
-  // kSampleEvery entries through the samples.
-  uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v) const {
-    uint64_t out;
-    const uint32_t v32 = static_cast<uint32_t>(v);
-    lower_bound_many_portable(lo, hi, &v32, 1, &out);
-    return out;
-  }
-
-  // lower_bound for m tokens at once (m <= kMaxBatch), out[j] for v[j];
+  // The first index in [lo, hi) whose token is >= v[j] (the range one run
+  // of children, sorted), for m tokens at once (m <= kMaxBatch), out[j];
   // returns a bit mask of the j whose token is there (tokens[out[j]] ==
   // v[j]). With vector gathers (AVX-512 or AVX2) where the CPU has them
   // (search_simd.h), else lower_bound_many_portable.
@@ -62,9 +53,9 @@ struct Level {
   void find_many_runs(uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m,
                       uint64_t* out, uint64_t* hits) const;
 
-  // lower_bound of v[j] in its own run [lo[j], hi[j]) for m <= kMaxBatch
-  // runs at once, in lockstep (as below), so that the reads of different
-  // runs overlap.
+  // The first index in its own run [lo[j], hi[j]) whose token is >= v[j],
+  // for m <= kMaxBatch runs at once, in lockstep (as below), so that the
+  // reads of different runs overlap.
   void lower_bound_runs(const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m, uint64_t* out) const;
 
   // The same answers on any CPU. The searches run in lockstep, so their
@@ -108,6 +99,11 @@ class TrieIndex {
   // Finds the entry of the n-gram toks[0..len) (1 <= len <= order) in level
   // `len`. Returns false when it does not occur.
   bool find(const int32_t* toks, uint32_t len, uint64_t* index) const;
+  // find for n n-grams of `len` tokens each (toks[i]): found[i] and
+  // index[i]. Up to Level::kMaxBatch at a time run in lockstep, each step (a
+  // level's child offsets, the search in the next level) for all of them
+  // before the next, so that their memory reads overlap. find is this for one.
+  void find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const;
   // Children of entry `index` of level k (k < order): [*lo, *hi) in level k+1.
   void children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const;
 
