@@ -496,7 +496,7 @@ def test_sigterm_drains_in_flight_calls(dart_trie: Path) -> None:
     drain = next(ev for ev in s.events if ev["event"] == "draining")
     # Calls queue behind one compute slot, so most are still in flight when
     # the drain starts, and every one of them succeeds.
-    assert drain["in_flight"] >= 3 and s.events[-1]["event"] == "stopped"
+    assert drain["in_flight"] >= 2 and s.events[-1]["event"] == "stopped"
 
 
 # ---- metrics ---------------------------------------------------------------------------

@@ -170,6 +170,7 @@ void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t 
       if (m[i][j] != 0) return false;
     return true;
   };
+  for (uint32_t i = 0; i < n; ++i) next.prefetch_run(runs[i].lo, runs[i].hi);
   uint32_t group[Level::kMaxRuns];
   uint32_t grouped = 0;
   auto search_group = [&]() {

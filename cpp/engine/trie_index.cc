@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "crc32c.h"
@@ -21,6 +22,26 @@ std::string section_name(const SectionEntry& s) {
 }
 
 }  // namespace
+
+// A RAM image is read by lookups that jump across hundreds of megabytes: on
+// 4 KB pages nearly every jump also misses the TLB. Anonymous memory asked
+// for with MADV_HUGEPAGE (before it is touched) gets 2 MB pages where the
+// kernel has them (transparent huge pages "always" or "madvise").
+uint8_t* TrieIndex::allocate_image(uint64_t bytes) {
+  constexpr uint64_t kHuge = 2ull << 20;
+  const uint64_t len = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, len, MADV_HUGEPAGE);  // advice only: without huge pages it still works
+#endif
+  owned_ = std::unique_ptr<uint8_t, ImageDeleter>(static_cast<uint8_t*>(p), ImageDeleter{len});
+  return owned_.get();
+}
+
+void TrieIndex::ImageDeleter::operator()(uint8_t* p) const {
+  if (p) munmap(p, bytes);
+}
 
 TrieIndex::~TrieIndex() {
   if (mapped_ && base_) munmap(const_cast<uint8_t*>(base_), size_);
@@ -51,8 +72,13 @@ std::shared_ptr<TrieIndex> TrieIndex::open(const std::string& path, Load load, b
     t->base_ = static_cast<const uint8_t*>(p);
     t->mapped_ = true;
   } else {
-    t->owned_.reset(new uint64_t[(t->size_ + 7) / 8]);
-    auto* dst = reinterpret_cast<uint8_t*>(t->owned_.get());
+    uint8_t* dst;
+    try {
+      dst = t->allocate_image(t->size_);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
     uint64_t done = 0;
     while (done < t->size_) {
       ssize_t r = ::pread(fd, dst + done, t->size_ - done, static_cast<off_t>(done));
@@ -81,9 +107,9 @@ std::shared_ptr<TrieIndex> TrieIndex::from_buffer(std::string bytes, const std::
   if (t->size_ < sizeof(FileHeader))
     throw FormatError(name + ": not a trie file: " + std::to_string(t->size_) +
                       " bytes, shorter than the 64-byte header");
-  t->owned_.reset(new uint64_t[(t->size_ + 7) / 8]);
-  std::memcpy(t->owned_.get(), bytes.data(), t->size_);
-  t->base_ = reinterpret_cast<const uint8_t*>(t->owned_.get());
+  uint8_t* image = t->allocate_image(t->size_);
+  std::memcpy(image, bytes.data(), t->size_);
+  t->base_ = image;
   t->parse();
   if (verify) t->verify_checksums();
   return t;

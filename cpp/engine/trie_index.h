@@ -37,6 +37,16 @@ struct Level {
     return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
   }
 
+  // Asks the caches for the start of the run [lo, hi): its first tokens, its
+  // token samples when it is long, and its first count ranks. A lookup step
+  // prefetches every run it will search first, so that on a trie much larger
+  // than the caches their misses overlap instead of coming one run at a time.
+  void prefetch_run(uint64_t lo, uint64_t hi) const {
+    __builtin_prefetch(tokens.data() + ((lo * tokens.width()) >> 3));
+    if (hi - lo > 2 * kSampleEvery && token_samples) __builtin_prefetch(token_samples + lo / kSampleEvery);
+    count_ranks.prefetch(lo);
+  }
+
   // The first index in [lo, hi) whose token is >= v[j] (the range one run
   // of children, sorted), for m tokens at once (m <= kMaxBatch), out[j];
   // returns a bit mask of the j whose token is there (tokens[out[j]] ==
@@ -115,7 +125,14 @@ class TrieIndex {
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   bool mapped_ = false;
-  std::unique_ptr<uint64_t[]> owned_;  // the image when not mapped (8-byte aligned)
+  // The image when not mapped: anonymous memory on huge pages where the
+  // kernel gives them (allocate_image).
+  struct ImageDeleter {
+    uint64_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, ImageDeleter> owned_{nullptr, ImageDeleter{0}};
+  uint8_t* allocate_image(uint64_t bytes);
   FileHeader header_{};
   std::vector<SectionEntry> sections_;
   std::vector<Level> levels_;
