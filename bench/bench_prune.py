@@ -11,7 +11,12 @@ Measures, on the 200 golden queries (D = 8, K = 25, beam 20, 60 nodes, N = 3):
     NGRAM_ENGINE_SIMD=0, the portable search): their ratios are the vector
     searches' gains, on one machine in one run;
   - prune_batch throughput on --threads threads (default 2), trees/s;
-  - how many trees equal DART's (same set of token paths).
+  - how many trees equal DART's (same set of token paths);
+  - what one prune() call costs beyond the engine (one call per tree against
+    one prune_batch of the same trees, one thread, interleaved);
+  - with --scale-trie T --scale-corpus C: the engine's time per tree on T
+    (queries drawn from C) over that on --trie (queries drawn from the
+    shared corpus the same way), one thread, interleaved.
 Prints a table and writes bench/results/prune.json.
 
 --trie defaults to /tmp/corpus3.ngt, built with ngram-build from
@@ -87,6 +92,88 @@ def engine_us(idx: Any, reqs: list, params: dict, rounds: int) -> float:
     return round(min(engine), 1)
 
 
+def corpus_documents(corpus: Path, want: int, seed: int) -> list[str]:
+    """`want` documents' texts from the corpus's shards (Dolma JSON lines,
+    .jsonl.zst or .json.gz), taken at random (seeded) from its first shards."""
+    import gzip
+
+    import zstandard
+
+    texts: list[str] = []
+    for shard in sorted(corpus.glob("*.json*"))[:4]:
+        raw = shard.read_bytes()
+        raw = gzip.decompress(raw) if shard.suffix == ".gz" else zstandard.ZstdDecompressor().stream_reader(raw).read()
+        texts += [json.loads(line)["text"] for line in raw.split(b"\n") if line.strip()]
+    rng = np.random.default_rng(seed)
+    return [texts[i] for i in rng.choice(len(texts), min(want, len(texts)), replace=False)]
+
+
+def corpus_queries(corpus: Path, n: int, depth: int = 8, k: int = 25, seed: int = 0) -> list[tuple]:
+    """n tree queries drawn from a corpus, at n distinct places of its text:
+    the prefix is the 64 tokens before the place; level l's candidates are the
+    true token at place + l, then k - 1 distinct tokens drawn from the
+    sample's token frequencies; their probabilities a seeded Dirichlet draw,
+    sorted descending (the true token first). Real contexts and continuations
+    of that corpus, where a drafter's lattice is not at hand."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(TOKENIZER))
+    docs = [d.ids for d in tok.encode_batch(corpus_documents(corpus, 400, seed))]
+    docs = [d for d in docs if len(d) > 64 + depth]
+    flat = np.concatenate([np.asarray(d, np.int64) for d in docs])
+    values, counts = np.unique(flat, return_counts=True)
+    freq = counts / counts.sum()
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        d = docs[i % len(docs)]
+        at = int(rng.integers(64, len(d) - depth))
+        toks = np.empty((depth, k), np.int64)
+        for l in range(depth):
+            true = d[at + l]
+            others = rng.choice(values, 3 * k, replace=False, p=freq)
+            others = [int(x) for x in dict.fromkeys(others.tolist()) if x != true][:k - 1]
+            toks[l] = [true, *others]
+        probs = np.sort(rng.dirichlet(np.ones(k), depth).astype(np.float32), axis=1)[:, ::-1]
+        out.append((np.asarray(d[at - 64:at], np.int64), toks, np.ascontiguousarray(probs)))
+    return out
+
+
+def scale_ratio(small: Any, small_reqs: list, big: Any, big_reqs: list, params: dict, rounds: int) -> dict:
+    """Engine microseconds per tree on two tries, one thread, interleaved
+    passes (thread CPU time); the median ratio big / small."""
+    times: list[tuple[float, float]] = []
+    for idx, reqs in ((small, small_reqs), (big, big_reqs)):
+        idx.prune_batch(reqs, threads=1, **params)  # page in, grow the workspace
+    for _ in range(rounds):
+        pair = []
+        for idx, reqs in ((small, small_reqs), (big, big_reqs)):
+            t0 = time.thread_time_ns()
+            idx.prune_batch(reqs, threads=1, **params)
+            pair.append((time.thread_time_ns() - t0) / 1e3 / len(reqs))
+        times.append((pair[0], pair[1]))
+    a = np.array(times)
+    return {"small_us_per_tree": round(float(np.median(a[:, 0])), 1),
+            "big_us_per_tree": round(float(np.median(a[:, 1])), 1),
+            "big_over_small": round(float(np.median(a[:, 1] / a[:, 0])), 3)}
+
+
+def call_overhead_us(idx: Any, reqs: list, params: dict, rounds: int) -> float:
+    """What one prune() call costs beyond the engine: per tree, one call per
+    tree minus one prune_batch of them all on one thread (thread CPU time,
+    interleaved passes, the median difference)."""
+    diffs = []
+    for _ in range(rounds):
+        t0 = time.thread_time_ns()
+        for r in reqs:
+            idx.prune(*r, **params)
+        t1 = time.thread_time_ns()
+        idx.prune_batch(reqs, threads=1, **params)
+        t2 = time.thread_time_ns()
+        diffs.append(((t1 - t0) - (t2 - t1)) / 1e3 / len(reqs))
+    return round(float(np.median(diffs)), 2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trie", type=Path, default=None, help=f"trie file (default {DEFAULT_TRIE}, built if missing)")
@@ -94,6 +181,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads for the prune_batch throughput")
     ap.add_argument("--mode", choices=["mmap", "ram"], default="mmap", help="how to open the trie")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "prune.json")
+    ap.add_argument("--scale-trie", type=Path, default=None,
+                    help="a much larger trie (e.g. the Linux-source one) to compare per tree with --trie")
+    ap.add_argument("--scale-corpus", type=Path, default=None,
+                    help="the corpus --scale-trie was built from: its tree queries are drawn from it")
     ap.add_argument("--engine-only", action="store_true",
                     help="print only the engine's microseconds per tree (how the narrower searches are measured)")
     args = ap.parse_args()
@@ -162,6 +253,19 @@ def main() -> None:
         idx.prune_batch(batch, threads=args.threads, **params)
         tps.append(len(batch) / (time.perf_counter() - t0))
 
+    overhead = call_overhead_us(idx, reqs, params, max(5, args.rounds))
+
+    scale = None
+    if args.scale_trie:
+        if not (args.scale_corpus and args.scale_corpus.is_dir()):
+            fail("--scale-trie needs --scale-corpus DIR (the corpus it was built from)")
+        big = NgramIndex.open(args.scale_trie, mode=args.mode)
+        small_q, big_q = corpus_queries(CORPUS, n), corpus_queries(args.scale_corpus, n)
+        scale = {"trie": str(args.scale_trie), "corpus": str(args.scale_corpus),
+                 "ngrams": big.info()["ngrams_total"], "small_ngrams": idx.info()["ngrams_total"],
+                 "queries": f"{n} per trie, drawn from its own corpus (corpus_queries)",
+                 **scale_ratio(idx, small_q, big, big_q, params, max(5, args.rounds))}
+
     result = {
         "trie": str(trie),
         "trie_mode": args.mode,
@@ -175,6 +279,8 @@ def main() -> None:
         "prune_us_p99": round(float(np.percentile(lat_us, 99)), 1),
         "prune_us_mean": round(float(lat_us.mean()), 1),
         "engine_us_per_tree_min": engine,
+        "prune_call_overhead_us": overhead,
+        "scale": scale,
         "engine_simd_search": _engine_simd(),
         "engine_us_per_tree_min_by_search": by_search,
         "batch_threads": args.threads,
@@ -190,7 +296,11 @@ def main() -> None:
         ("prune() p99, 1 thread", f"{result['prune_us_p99']:.1f} us"),
         *((f"engine only, 1 thread, {'portable' if name == 'none' else name} search", f"{us:.1f} us/tree")
           for name, us in by_search.items()),
+        ("prune() call overhead over prune_batch", f"{overhead:.2f} us"),
         (f"prune_batch, {args.threads} threads", f"{result['batch_trees_per_s']:,} trees/s"),
+        *([(f"scale: {scale['ngrams']:,} n-grams / {scale['small_ngrams']:,}, engine per tree",
+            f"{scale['big_us_per_tree']} / {scale['small_us_per_tree']} us = {scale['big_over_small']}x")]
+          if scale else []),
         ("DART searcher (reference)", f"{DART_SEARCHER_US:.0f} us"),
         ("load average (1 min)", f"{result['machine']['load_avg_1m']}"),
     ]

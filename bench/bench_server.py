@@ -4,8 +4,8 @@
 
 Measures, on the golden pruning inputs (../shared/golden/tree_sample.npz):
   1. PruneTree, one tree per call, from Python (NgramClient): p50/p99 beside
-     in-process pruning (NgramIndex.prune), an empty call (PruneTree with no
-     trees) and the same tree over one bidirectional stream;
+     in-process pruning (NgramIndex.prune) and an empty call (PruneTree with
+     no trees);
   2. PruneTree at 4/16/64 concurrent calls (grpc.aio, requests built once):
      trees/s, p50/p99, server CPU time per tree from /proc;
   3. ConditionalProbs with 1,000 queries a call: queries/s (raw stub and
@@ -141,20 +141,17 @@ def main() -> None:
             empty_req = pb.PruneTreeRequest()
             stub = pb_grpc.NgramServiceStub(grpc.insecure_channel(target, options=OPTS))
             empty = timed(lambda _r: stub.PruneTree(empty_req, timeout=10), lattices, 3)
-            c.prune_batch([lattices[0]], stream=True, **params)
-            stream = timed(lambda r: c.prune_batch([r], stream=True, **params), lattices, 3)
-            c.close_stream()
             step = [lattices[i:i + 16] for i in range(0, len(lattices), 16)]
             batch16 = timed(lambda b: c.prune_batch(b, **params), step, 3)
             res["prune_one_tree_us"] = {
                 name: {"p50": pct(v, 50), "p99": pct(v, 99), "n": len(v)}
-                for name, v in [("in_process", local), ("unary_client", unary), ("stream_client", stream),
+                for name, v in [("in_process", local), ("unary_client", unary),
                                 ("empty_call", empty), ("batch16_unary_per_call", batch16)]
             }
             # 3. ConditionalProbs, 1,000 queries a call
             q = np.load(GOLDEN / "prob_sample.npz")
             ctx, cand = q["contexts"][:1000], q["candidates"][:1000]
-            req, _, _ = _probs_request("", "", ctx, cand)
+            req = _probs_request("", "", ctx, cand)
             raw = timed(lambda _r: stub.ConditionalProbs(req, timeout=10), list(range(50)), 1)
             cli = timed(lambda _r: c.conditional_probs(ctx, cand), list(range(50)), 1)
             inproc = timed(lambda _r: idx.conditional_probs(ctx, cand), list(range(50)), 1)

@@ -34,8 +34,11 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         return
     corpus = info.get("corpus") or {}
     tok = info.get("tokenizer") or {}
+    size = f"{info['file_bytes']:,} bytes"
+    if info.get("compressed"):
+        size += f", zstd-compressed; {info['image_bytes']:,} bytes in RAM once opened"
     lines = [
-        f"file        {info['path']} ({info['file_bytes']:,} bytes)",
+        f"file        {info['path']} ({size})",
         f"name        {info.get('name')}",
         f"order       {info['order']}",
         f"vocabulary  {info['vocab_size']:,} (EOS {info['eos_id']})",
@@ -48,9 +51,11 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
     ]
     if verify:
         lines.append("checksums   ok")
-    for s in info.get("sections", []):
-        lines.append(f"  {s['kind']:<14} level {s['level']}  offset {s['offset']:>12,}  {s['length']:>12,} bytes  "
-                     f"{s['count']:>12,} x {s['width']:>2} bits  crc {s['crc32c']:08x}")
+    table = info.get("sections", [])
+    kind_width = max((len(s["kind"]) for s in table), default=0)
+    for s in table:
+        lines.append(f"  {s['kind']:<{kind_width}}  level {s['level']:>2}  offset {s['offset']:>12,}  "
+                     f"{s['length']:>12,} bytes  {s['count']:>12,} x {s['width']:>2} bits  crc {s['crc32c']:08x}")
     click.echo("\n".join(lines))
 
 

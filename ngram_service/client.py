@@ -22,9 +22,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
-import queue
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +30,13 @@ import grpc
 import numpy as np
 
 from ngram_service import _engine, tree, wire
-from ngram_service.index import TopK, _int_array
+from ngram_service.index import TopK
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
-from ngram_service.proto.ngram.v1 import ngram_pb2_grpc as pb_grpc
 
 __all__ = ["NgramClient", "AsyncNgramClient", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 5.0
-SERVICE = "ngram.v1.NgramService"
-_PRUNE_PARAMS = ("beam_width", "max_nodes", "ngram_weight", "level_weights", "logit_weights",
-                 "eos_token_id", "ngram_on_first_level")
+SERVICE = pb.DESCRIPTOR.services_by_name["NgramService"].full_name
 
 
 def service_config(max_attempts: int = 5, initial_backoff: float = 0.05, max_backoff: float = 2.0,
@@ -120,14 +115,14 @@ def _pem(x: bytes | str | Path | None) -> bytes | None:
 
 # ---- requests and results: shared by the sync and async clients ----------------
 
-def _probs_request(index: str, fp: str, contexts: Any, candidates: Any) -> tuple[pb.ConditionalProbsRequest, int, int]:
-    c = _int_array(contexts, "contexts", 2)
-    w = _int_array(candidates, "candidates", 2)
+def _probs_request(index: str, fp: str, contexts: Any, candidates: Any) -> pb.ConditionalProbsRequest:
+    c = _engine.token_ids(contexts, "contexts", 2)
+    w = _engine.token_ids(candidates, "candidates", 2)
     req = pb.ConditionalProbsRequest(index=index, tokenizer_fingerprint=fp, context_len=c.shape[1],
                                      num_candidates=w.shape[1])
     req.contexts.extend(c.ravel().tolist())
     req.candidates.extend(w.ravel().tolist())
-    return req, c.shape[0], w.shape[1]
+    return req
 
 
 def _probs_result(resp: pb.ConditionalProbsResponse) -> tuple[np.ndarray, np.ndarray]:
@@ -141,7 +136,7 @@ def _topk_request(index: str, fp: str, context: Any, k: int) -> pb.TopKRequest:
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     req = pb.TopKRequest(index=index, tokenizer_fingerprint=fp, k=int(k))
-    req.context.extend(_int_array(context, "context", 1).tolist())
+    req.context.extend(_engine.token_ids(context, "context", 1).tolist())
     return req
 
 
@@ -151,88 +146,36 @@ def _topk_result(resp: pb.TopKResponse) -> TopK:
 
 
 def _prune_params(params: dict[str, Any]) -> pb.PruneParams:
-    """PruneParams from NgramIndex.prune's keyword parameters (checked as
-    ngram_service.tree checks them); unset fields take the server's defaults,
-    which are the engine's (the same as NgramIndex.prune's)."""
-    unknown = set(params) - set(_PRUNE_PARAMS)
-    if unknown:
-        raise TypeError(f"unknown pruning parameter(s): {', '.join(sorted(unknown))}")
+    """PruneParams from NgramIndex.prune's keyword parameters, converted as
+    the engine's binding converts them; only the given ones are set (the
+    server's defaults are the engine's)."""
     given = {k: v for k, v in params.items() if v is not None}
-    beam, nodes, lam, lw, gw, eos, first = tree._params(
-        given.get("beam_width", 20), given.get("max_nodes", 60), given.get("ngram_weight", 0.5),
-        params.get("level_weights"), params.get("logit_weights"), params.get("eos_token_id"),
-        params.get("ngram_on_first_level", False))
-    p = pb.PruneParams(ngram_on_first_level=first)
-    if "beam_width" in given:
-        p.beam_width = beam
-    if "max_nodes" in given:
-        p.max_nodes = nodes
-    if "ngram_weight" in given:
-        p.ngram_weight = lam
-    if lw is not None:
-        p.level_weights.extend(lw.tolist())
-    if gw is not None:
-        p.logit_weights.extend(gw.tolist())
-    if eos is not None:
-        p.eos_token_id = eos
+    conv = tree.prune_params(**given)  # TypeError for an unknown name, ValueError for a bad type
+    p = pb.PruneParams(ngram_on_first_level=conv["ngram_on_first_level"])
+    for name in ("beam_width", "max_nodes", "ngram_weight", "eos_token_id"):
+        if name in given:
+            setattr(p, name, conv[name])
+    p.level_weights.extend(conv["level_weights"])
+    p.logit_weights.extend(conv["logit_weights"])
     return p
-
-
-def _prune_input(pre: np.ndarray, tok: np.ndarray, pr: np.ndarray, offsets: np.ndarray | None,
-                 field: str = "") -> bytes:
-    """One lattice as normalized by ngram_service.tree (2-D [D, K], or 1-D
-    levels concatenated with their offsets), as a serialized PruneInput."""
-    if pre.ndim != 1:
-        raise ValueError(f"{field}prefix must be 1-D [P], got shape {pre.shape}")
-    if offsets is None:
-        if tok.ndim != 2:
-            raise ValueError(f"{field}topk_tokens must be 2-D [D, K], got shape {tok.shape}")
-        if pr.shape != tok.shape:
-            raise ValueError(f"{field}topk_probs has shape {pr.shape}, topk_tokens {tok.shape}: they must match")
-        sizes = np.full(tok.shape[0], tok.shape[1], dtype=np.uint32)
-    else:
-        sizes = np.diff(offsets.astype(np.int64))
-    return wire.prune_input(pre, sizes, tok.ravel(), pr.ravel())
-
-
-def _one_input(prefix: Any, topk_tokens: Any, topk_probs: Any) -> bytes:
-    return _prune_input(tree._ids(prefix, "prefix"), *tree._lattice(topk_tokens, topk_probs))
-
-
-def _batch_inputs(requests: Any) -> list[bytes]:
-    out = []
-    for i, r in enumerate(requests):
-        pre, tok, pr, off = tree._request(r, i)
-        out.append(_prune_input(np.asarray(pre), tok, pr, off, f"requests[{i}]: "))
-    return out
 
 
 def tree_from_nodes(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray | None = None) -> tree.PrunedTree:
     """A PrunedTree from the wire's node list (node 0 the root, parents before
     children): depths, the ancestor mask and the retrieve rows are derived by
-    the engine's own encoder (the one prune uses), so both sides agree."""
+    the engine's own encoder (the one prune uses), so both sides agree.
+    Without scores (or of another length) every score is NaN."""
     if scores is None or len(scores) != len(tokens):
         scores = np.full(len(tokens), np.nan, dtype=np.float32)
-    return tree.PrunedTree(*_engine.encode_tree(tokens, parents, scores))
+    return _engine.encode_tree(tokens, parents, scores)
 
 
-def _prune_result(resp: pb.PruneTreeResponse) -> list[Any]:
+def _prune_result(resp: pb.PruneTreeResponse) -> list[tree.PrunedTree]:
     out = []
     for t in resp.trees:
         scores = np.array(t.scores, dtype=np.float32) if len(t.scores) else None
         out.append(tree_from_nodes(np.array(t.tokens, dtype=np.int32), np.array(t.parents, dtype=np.int32), scores))
     return out
-
-
-def _raw_method(channel: Any, name: str, stream: bool = False) -> Any:
-    """A PruneTree call that takes a serialized request (built with
-    ngram_service.wire) and returns the parsed response; the path comes from
-    the proto's descriptor."""
-    path = f"/{pb.DESCRIPTOR.services_by_name['NgramService'].full_name}/{name}"
-    parse = pb.PruneTreeResponse.FromString
-    if stream:
-        return channel.stream_stream(path, response_deserializer=parse)
-    return channel.unary_unary(path, response_deserializer=parse)
 
 
 def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
@@ -253,8 +196,21 @@ def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
     }
 
 
+# Every call: method name -> (request serializer, response parser). PruneTree
+# requests are serialized by the client itself (_ClientBase._prune_request).
+_METHODS: dict[str, tuple[Callable[[Any], bytes] | None, Callable[[bytes], Any]]] = {
+    "GetInfo": (pb.GetInfoRequest.SerializeToString, pb.GetInfoResponse.FromString),
+    "ConditionalProbs": (pb.ConditionalProbsRequest.SerializeToString, pb.ConditionalProbsResponse.FromString),
+    "TopK": (pb.TopKRequest.SerializeToString, pb.TopKResponse.FromString),
+    "PruneTree": (None, pb.PruneTreeResponse.FromString),
+}
+
+
 class _ClientBase:
-    """Configuration shared by the sync and async clients."""
+    """Configuration and the request/response logic of every method, shared by
+    the sync and async clients: each public method builds its request here
+    and hands it to ``_call`` (the only part that differs), with the parser
+    of the response."""
 
     def __init__(
         self,
@@ -310,16 +266,59 @@ class _ClientBase:
             opts.append(("grpc.ssl_target_name_override", server_name))
         self._options = opts + list(options)
         self._turn = itertools.cycle(range(len(self.targets)))
+        self._channels: list[Any] = []
+        self._methods: list[dict[str, Any]] = []
+
+    def _open(self, grpc_module: Any) -> None:
+        """One channel per target (grpc or grpc.aio) and its method callables."""
+        g = grpc_module
+        self._channels = [
+            g.secure_channel(t, self._credentials, options=self._options) if self._credentials
+            else g.insecure_channel(t, options=self._options)
+            for t in self.targets
+        ]
+        self._methods = [
+            {name: c.unary_unary(f"/{SERVICE}/{name}", request_serializer=ser, response_deserializer=parse)
+             for name, (ser, parse) in _METHODS.items()}
+            for c in self._channels
+        ]
+
+    def _method(self, name: str) -> Any:
+        return self._methods[next(self._turn)][name]
 
     def _deadline(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout
 
+    # Each returns (method name, request, parser of the response).
+    def _info(self) -> tuple[str, Any, Callable[[Any], Any]]:
+        return "GetInfo", pb.GetInfoRequest(index=self.index), _info_result
+
+    def _conditional_probs(self, contexts: Any, candidates: Any) -> tuple[str, Any, Callable[[Any], Any]]:
+        return ("ConditionalProbs", _probs_request(self.index, self.tokenizer_fingerprint, contexts, candidates),
+                _probs_result)
+
+    def _topk(self, context: Any, k: int) -> tuple[str, Any, Callable[[Any], Any]]:
+        return "TopK", _topk_request(self.index, self.tokenizer_fingerprint, context, k), _topk_result
+
     def _prune_tree_request(self, inputs: list[bytes], params: dict[str, Any]) -> bytes:
         """A serialized PruneTreeRequest: its small fields through protobuf,
-        the inputs (serialized by ngram_service.wire) appended as field 4."""
+        the inputs (PruneInputs serialized by ngram_service.wire) appended as
+        field 4."""
         head = pb.PruneTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
                                    params=_prune_params(params), with_scores=self.with_scores)
         return head.SerializeToString() + b"".join(wire.length_delimited(4, i) for i in inputs)
+
+    def _prune(self, lattices: list[tuple[Any, ...]], params: dict[str, Any],
+               parse: Callable[[Any], Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+        req = self._prune_tree_request([wire.prune_input(*lat) for lat in lattices], params)
+        return "PruneTree", req, parse
+
+    def _prune_one(self, prefix: Any, topk_tokens: Any, topk_probs: Any,
+                   params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+        return self._prune([tree.lattice(prefix, topk_tokens, topk_probs)], params, lambda r: _prune_result(r)[0])
+
+    def _prune_many(self, requests: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+        return self._prune(tree.lattices(requests), params, _prune_result)
 
 
 class NgramClient(_ClientBase):
@@ -327,21 +326,11 @@ class NgramClient(_ClientBase):
 
     def __init__(self, targets: str | Sequence[str], **kwargs: Any) -> None:
         super().__init__(targets, **kwargs)
-        self._channels = [
-            grpc.secure_channel(t, self._credentials, options=self._options) if self._credentials
-            else grpc.insecure_channel(t, options=self._options)
-            for t in self.targets
-        ]
-        self._stubs = [pb_grpc.NgramServiceStub(c) for c in self._channels]
-        self._prune_calls = [_raw_method(c, "PruneTree") for c in self._channels]
-        self._prune_streams = [_raw_method(c, "PruneTreeStream", stream=True) for c in self._channels]
-        self._streams = threading.local()
+        self._open(grpc)
 
-    def _stub(self) -> pb_grpc.NgramServiceStub:
-        return self._stubs[next(self._turn)]
-
-    def _prune_call(self) -> Any:
-        return self._prune_calls[next(self._turn)]
+    def _call(self, call: tuple[str, Any, Callable[[Any], Any]], timeout: float | None) -> Any:
+        name, req, parse = call
+        return parse(self._method(name)(req, timeout=self._deadline(timeout)))
 
     def close(self) -> None:
         for c in self._channels:
@@ -360,66 +349,29 @@ class NgramClient(_ClientBase):
 
     def info(self, *, timeout: float | None = None) -> dict[str, Any]:
         """Header, metadata and sizes of the index (the same dict as NgramIndex.info())."""
-        return _info_result(self._stub().GetInfo(pb.GetInfoRequest(index=self.index), timeout=self._deadline(timeout)))
+        return self._call(self._info(), timeout)
 
     def conditional_probs(self, contexts: Any, candidates: Any, *, timeout: float | None = None
                           ) -> tuple[np.ndarray, np.ndarray]:
         """(probs float32 [B, K], matched int32 [B, K]); see NgramIndex.conditional_probs."""
-        req, _, _ = _probs_request(self.index, self.tokenizer_fingerprint, contexts, candidates)
-        return _probs_result(self._stub().ConditionalProbs(req, timeout=self._deadline(timeout)))
+        return self._call(self._conditional_probs(contexts, candidates), timeout)
 
     def topk(self, context: Any, k: int, *, timeout: float | None = None) -> TopK:
         """The k most frequent continuations; see NgramIndex.topk."""
-        req = _topk_request(self.index, self.tokenizer_fingerprint, context, k)
-        return _topk_result(self._stub().TopK(req, timeout=self._deadline(timeout)))
+        return self._call(self._topk(context, k), timeout)
 
     def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
               **params: Any) -> tree.PrunedTree:
         """One draft lattice -> its PrunedTree; see NgramIndex.prune (same parameters)."""
-        req = self._prune_tree_request([_one_input(prefix, topk_tokens, topk_probs)], params)
-        return _prune_result(self._prune_call()(req, timeout=self._deadline(timeout)))[0]
+        return self._call(self._prune_one(prefix, topk_tokens, topk_probs, params), timeout)
 
-    def prune_batch(self, requests: Any, *, timeout: float | None = None, stream: bool = False,
-                    threads: int | None = None, **params: Any) -> list[tree.PrunedTree]:
+    def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
+                    **params: Any) -> list[tree.PrunedTree]:
         """All sequences of a decoding step in one call: requests are
         (prefix, topk_tokens, topk_probs) tuples or dicts with those keys;
         see NgramIndex.prune_batch. ``threads`` is accepted for compatibility
-        (the host decides). stream=True sends the batch over this thread's
-        long-lived PruneTreeStream instead of a unary call."""
-        req = self._prune_tree_request(_batch_inputs(requests), params)
-        if stream:
-            return _prune_result(self._stream_call(req))
-        return _prune_result(self._prune_call()(req, timeout=self._deadline(timeout)))
-
-    def _stream_call(self, req: bytes) -> pb.PruneTreeResponse:
-        """One request/response on this thread's bidirectional stream (opened
-        on first use, reopened after an error)."""
-        for attempt in range(2):
-            st = getattr(self._streams, "s", None)
-            if st is None:
-                q: queue.Queue = queue.Queue()
-                responses = self._prune_streams[next(self._turn)](iter(q.get, None))
-                st = self._streams.s = (q, responses)
-            q, responses = st
-            q.put(req)
-            try:
-                return next(responses)
-            except StopIteration:  # the server ended the stream (draining): reopen once
-                self._streams.s = None
-                if attempt:
-                    raise grpc.RpcError("PruneTreeStream ended by the server") from None
-            except BaseException:
-                self._streams.s = None
-                q.put(None)
-                raise
-        raise AssertionError("unreachable")
-
-    def close_stream(self) -> None:
-        """Ends this thread's PruneTreeStream, if any."""
-        st = getattr(self._streams, "s", None)
-        if st is not None:
-            st[0].put(None)
-            self._streams.s = None
+        (the host decides)."""
+        return self._call(self._prune_many(requests, params), timeout)
 
 
 class AsyncNgramClient(_ClientBase):
@@ -427,19 +379,11 @@ class AsyncNgramClient(_ClientBase):
 
     def __init__(self, targets: str | Sequence[str], **kwargs: Any) -> None:
         super().__init__(targets, **kwargs)
-        self._channels = [
-            grpc.aio.secure_channel(t, self._credentials, options=self._options) if self._credentials
-            else grpc.aio.insecure_channel(t, options=self._options)
-            for t in self.targets
-        ]
-        self._stubs = [pb_grpc.NgramServiceStub(c) for c in self._channels]
-        self._prune_calls = [_raw_method(c, "PruneTree") for c in self._channels]
+        self._open(grpc.aio)
 
-    def _stub(self) -> pb_grpc.NgramServiceStub:
-        return self._stubs[next(self._turn)]
-
-    def _prune_call(self) -> Any:
-        return self._prune_calls[next(self._turn)]
+    async def _call(self, call: tuple[str, Any, Callable[[Any], Any]], timeout: float | None) -> Any:
+        name, req, parse = call
+        return parse(await self._method(name)(req, timeout=self._deadline(timeout)))
 
     async def close(self) -> None:
         for c in self._channels:
@@ -457,24 +401,19 @@ class AsyncNgramClient(_ClientBase):
         await asyncio.wait_for(asyncio.gather(*(c.channel_ready() for c in self._channels)), timeout)
 
     async def info(self, *, timeout: float | None = None) -> dict[str, Any]:
-        resp = await self._stub().GetInfo(pb.GetInfoRequest(index=self.index), timeout=self._deadline(timeout))
-        return _info_result(resp)
+        return await self._call(self._info(), timeout)
 
     async def conditional_probs(self, contexts: Any, candidates: Any, *, timeout: float | None = None
                                 ) -> tuple[np.ndarray, np.ndarray]:
-        req, _, _ = _probs_request(self.index, self.tokenizer_fingerprint, contexts, candidates)
-        return _probs_result(await self._stub().ConditionalProbs(req, timeout=self._deadline(timeout)))
+        return await self._call(self._conditional_probs(contexts, candidates), timeout)
 
     async def topk(self, context: Any, k: int, *, timeout: float | None = None) -> TopK:
-        req = _topk_request(self.index, self.tokenizer_fingerprint, context, k)
-        return _topk_result(await self._stub().TopK(req, timeout=self._deadline(timeout)))
+        return await self._call(self._topk(context, k), timeout)
 
     async def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
                     **params: Any) -> tree.PrunedTree:
-        req = self._prune_tree_request([_one_input(prefix, topk_tokens, topk_probs)], params)
-        return _prune_result(await self._prune_call()(req, timeout=self._deadline(timeout)))[0]
+        return await self._call(self._prune_one(prefix, topk_tokens, topk_probs, params), timeout)
 
     async def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
                           **params: Any) -> list[tree.PrunedTree]:
-        req = self._prune_tree_request(_batch_inputs(requests), params)
-        return _prune_result(await self._prune_call()(req, timeout=self._deadline(timeout)))
+        return await self._call(self._prune_many(requests, params), timeout)

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ngram_service import _engine, tree
+from ngram_service import _engine
 from ngram_service._engine import TrieFormatError
-
-if TYPE_CHECKING:
-    from ngram_service.tree import PrunedTree
+from ngram_service.tree import PrunedTree
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -28,22 +26,6 @@ class TopK(NamedTuple):
     matched: int  # length of the context suffix s used; 0: unigram distribution
 
 
-def _int_array(x: Any, field: str, ndim: int) -> np.ndarray:
-    """Checks dtype and rank before the engine sees the ids (floats would be
-    truncated silently by a cast)."""
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        if a.size == 0 and a.dtype.kind == "f":  # [] from an empty list
-            a = a.astype(np.int64)
-        else:
-            raise ValueError(f"{field}: token ids must be integers, got dtype {a.dtype}")
-    if a.ndim != ndim:
-        raise ValueError(f"{field}: expected a {ndim}-D array, got shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"{field}: token id {int(a.max())} out of range")
-    return np.ascontiguousarray(a, dtype=np.int64)
-
-
 class NgramIndex:
     """A trie file opened for queries.
 
@@ -53,8 +35,11 @@ class NgramIndex:
     decompressed into RAM.
     """
 
-    def __init__(self, engine: "_engine.Trie") -> None:
+    def __init__(self, engine: "_engine.Trie", compressed_bytes: int | None = None) -> None:
+        """engine: an opened ``_engine.Trie``; compressed_bytes: the size of
+        the zstd file it was decompressed from, if it was."""
         self._t = engine
+        self._compressed_bytes = compressed_bytes
         try:
             self._meta: dict[str, Any] = json.loads(engine.meta_json.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -74,7 +59,7 @@ class NgramIndex:
         with open(path, "rb") as f:
             magic = f.read(4)
         if magic == ZSTD_MAGIC:
-            return cls(_engine.Trie.from_bytes(_decompress(path), path, verify))
+            return cls(_engine.Trie.from_bytes(_decompress(path), path, verify), Path(path).stat().st_size)
         return cls(_engine.Trie.open(path, in_ram=(mode == "ram"), verify=verify))
 
     @property
@@ -101,40 +86,41 @@ class NgramIndex:
         p = float32(count(s+w)) * (1 / float32(count(s))) and matched = len(s);
         a candidate never seen after any suffix gets 0 and 0.
         """
-        c = _int_array(contexts, "contexts", 2)
-        w = _int_array(candidates, "candidates", 2)
-        return self._t.conditional_probs(c, w)
+        return self._t.conditional_probs(contexts, candidates)
 
     def count(self, ngram: Any) -> int:
         """Occurrences of an n-gram of 1..order tokens in the corpus (0 if absent)."""
-        return self._t.count(_int_array(ngram, "ngram", 1))
+        return self._t.count(ngram)
 
     def topk(self, context: Any, k: int) -> TopK:
         """The k most frequent continuations of the longest suffix of
         ``context`` (at most order-1 tokens) that has any continuation; with
         none, the k most frequent tokens (matched = 0)."""
-        if k < 0:
-            raise ValueError(f"k must be >= 0, got {k}")
-        tokens, probs, counts, matched = self._t.topk(_int_array(context, "context", 1), k)
+        tokens, probs, counts, matched = self._t.topk(context, k)
         return TopK(tokens, probs, counts, matched)
 
-    def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> "PrunedTree":
+    def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> PrunedTree:
         """DART tree pruning of one draft lattice; see ngram_service.tree.prune."""
-        return tree.prune(self._t, prefix, topk_tokens, topk_probs, **params)
+        return _engine.prune(self._t, prefix, topk_tokens, topk_probs, **params)
 
-    def prune_batch(self, requests: Any, **params: Any) -> list["PrunedTree"]:
+    def prune_batch(self, requests: Any, *, threads: int | None = None, **params: Any) -> list[PrunedTree]:
         """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch."""
-        return tree.prune_batch(self._t, requests, **params)
+        return _engine.prune_batch(self._t, requests, threads=threads, **params)
 
     def info(self) -> dict[str, Any]:
-        """Header, metadata (tokenizer, corpus manifest, build parameters) and sizes."""
+        """Header, metadata (tokenizer, corpus manifest, build parameters) and
+        sizes: file_bytes is the file's size; a zstd-compressed trie also has
+        image_bytes (the plain trie held in RAM) and compressed = True."""
         counts = [self._t.ngram_count(k) for k in range(1, self.order + 1)]
+        sizes = {"file_bytes": self._t.file_size}
+        if self._compressed_bytes is not None:  # file_bytes is the file's; image_bytes what it holds
+            sizes = {"file_bytes": self._compressed_bytes, "image_bytes": self._t.file_size, "compressed": True}
         return {
             "path": self._t.path,
             "order": self.order,
             "vocab_size": self.vocab_size,
             "eos_id": self.eos_id,
-            "file_bytes": self._t.file_size,
+            **sizes,
             "mapped": self._t.mapped,
             "ngrams": counts,
             "ngrams_total": sum(counts),

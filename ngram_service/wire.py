@@ -6,9 +6,7 @@ bytes for a ``PruneInput``. Python protobuf fills a repeated field one Python
 number at a time: for one lattice of 8 x 25 candidates that cost the client
 about 13 µs a call, more than the engine takes for a tenth of the tree. The
 lattice fields are fixed-width and packed, so here each is one array copy.
-(Responses are read through protobuf: a parser here saved only about 1 µs of
-the 10 that reading a tree costs.) tests/test_wire.py checks every function
-against protobuf's own encoder.
+tests/test_wire.py checks every function against protobuf's own encoder.
 """
 from __future__ import annotations
 

@@ -55,6 +55,7 @@ class RankView {
   }
 
   uint64_t size() const { return primary_.size(); }
+  void prefetch(uint64_t i) const { __builtin_prefetch(primary_.data() + ((i * primary_.width()) >> 3)); }
 
   uint64_t operator[](uint64_t i) const {
     const uint64_t r = primary_[i];

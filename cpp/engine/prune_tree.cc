@@ -70,16 +70,16 @@ void check_weights(const std::vector<float>& w, uint32_t depth, const char* fiel
   for (uint32_t l = 0; l < depth; ++l) check_weight(w[l], field, static_cast<int>(l));
 }
 
-// Beam order (extensions not ending in EOS first, then by score descending,
-// then in generation order) as one unsigned integer, larger first, so that
-// selecting the beam compares integers. Scores are finite and never -0.0
-// (see score_entry), so the float order maps exactly onto the integer one.
 // A finite float, never -0.0, as an unsigned integer of the same order.
 inline uint32_t ordered_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
   return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
 }
+// Beam order (extensions not ending in EOS first, then by score descending,
+// then in generation order) as one unsigned integer, larger first, so that
+// selecting the beam compares integers. Scores are finite and never -0.0
+// (see score_entry), so the float order maps exactly onto the integer one.
 inline Ext beam_key(float score, uint32_t gen, bool eos) {
   return (uint64_t{!eos} << 63) | (uint64_t{ordered_bits(score)} << 31) | (kMaxGen - gen);
 }
@@ -144,17 +144,6 @@ __attribute__((target_clones("avx2", "default"))) NGRAM_NO_FP_CONTRACT void scor
   }
 }
 
-// The last min(cap, available) tokens of prefix + the sequence ending at beam
-// node x, written to buf[0, n); returns n.
-// The n-gram terms logf(q + 1e-10f) * lambda of the level's candidates after
-// each row's context (ws.row_entry: one beam entry per distinct context),
-// into ws.ngram_terms (row r at r * k, in the level's candidate order), with q
-// the DART-compatible conditional probability (conditional_probs_one). The
-// one-token backoff step is computed once per distinct last token. Each step
-// runs over all rows before the next (first every run is found, then every
-// run searched), so that the memory reads of different rows overlap instead
-// of each row waiting for its own chain of them. A matched candidate's q is
-// count / count > 0, so q == 0 means unmatched.
 // Searches the level's candidates in the runs found among ws.runs[0, n)
 // (ws.run_found), run i answering into q and m at row ws.suffix_row[i] * k.
 // Returns how many were searched; they move to the front, with their rows
@@ -167,14 +156,24 @@ uint32_t search_found_runs(const TrieIndex& t, PruneWorkspace& ws, uint32_t len,
     const size_t at = static_cast<size_t>(ws.suffix_row[i]) * k;
     ws.runs[searched] = ws.runs[i];
     ws.suffix_row[searched] = ws.suffix_row[i];
+    ws.run_tables[searched] = &ws.candidates;
     ws.run_q[searched] = q + at;
     ws.run_matched[searched++] = m + at;
   }
-  lookup_in_runs(t, len, ws.runs.data(), searched, ws.candidates, ws.run_q.data(), ws.run_matched.data(),
+  lookup_in_runs(t, len, ws.runs.data(), searched, ws.run_tables.data(), ws.run_q.data(), ws.run_matched.data(),
                  ws.matched_count.data());
   return searched;
 }
 
+// The n-gram terms logf(q + 1e-10f) * lambda of the level's candidates after
+// each row's context (ws.row_entry: one beam entry per distinct context),
+// into ws.ngram_terms (row r at r * k, in the level's candidate order), with q
+// the DART-compatible conditional probability (conditional_probs_many). The
+// one-token backoff step is computed once per distinct last token. Each step
+// runs over all rows before the next (first every run is found, then every
+// run searched), so that the memory reads of different rows overlap instead
+// of each row waiting for its own chain of them. A matched candidate's q is
+// count / count > 0, so q == 0 means unmatched.
 void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* order, uint32_t cap, uint32_t k,
                        float lambda, float zero_q_term) {
   const uint32_t rows = static_cast<uint32_t>(ws.row_entry.size());
@@ -186,6 +185,7 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
   ws.runs.resize(most);
   ws.run_found.resize(most);
   ws.run_q.resize(most);
+  ws.run_tables.resize(most);
   ws.run_matched.resize(most);
   ws.matched_count.resize(most);
   auto ctx_of = [&](uint32_t r) { return ws.contexts.data() + static_cast<size_t>(ws.row_entry[r]) * cap; };
@@ -250,6 +250,8 @@ void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* o
   }
 }
 
+// The last min(cap, available) tokens of prefix + the sequence ending at beam
+// node x, written to buf[0, n); returns n.
 uint32_t context_of(const PruneWorkspace& ws, uint32_t x, const int64_t* prefix, uint64_t prefix_len, uint32_t cap,
                     int32_t* buf) {
   uint32_t pos = cap;
@@ -348,17 +350,17 @@ void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams&
       throw InvalidArgument(at("topk_tokens", l) + " lists token " + std::to_string(twice) +
                             " twice: candidates of one level must be distinct");
   }
-  if (params.beam_width == 0 || params.beam_width > PruneLimits::kMaxBeamWidth)
+  if (params.beam_width < 1 || params.beam_width > PruneLimits::kMaxBeamWidth)
     throw InvalidArgument("beam_width = " + std::to_string(params.beam_width) + ": must be 1.." +
                           std::to_string(PruneLimits::kMaxBeamWidth));
-  if (params.max_nodes > PruneLimits::kMaxNodes)
+  if (params.max_nodes < 0 || params.max_nodes > PruneLimits::kMaxNodes)
     throw InvalidArgument("max_nodes = " + std::to_string(params.max_nodes) + ": must be 0.." +
                           std::to_string(PruneLimits::kMaxNodes));
   check_weight(params.ngram_weight, "ngram_weight");
   check_weights(params.level_weights, in.depth, "level_weights");
   check_weights(params.logit_weights, in.depth, "logit_weights");
-  if (params.eos_token_id < -1 || params.eos_token_id >= static_cast<int64_t>(vocab))
-    throw InvalidArgument("eos_token_id = " + std::to_string(params.eos_token_id) + ": must be -1 (none) or in [0, " +
+  if (params.eos_token_id && (*params.eos_token_id < -1 || *params.eos_token_id >= static_cast<int64_t>(vocab)))
+    throw InvalidArgument("eos_token_id = " + std::to_string(*params.eos_token_id) + ": must be -1 (none) or in [0, " +
                           std::to_string(vocab) + ")");
 }
 
@@ -434,181 +436,235 @@ void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& par
   encode_tree(out, ws);
 }
 
-void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
-                      PrunedTree& out) {
-  validate_prune(t, in, params, ws);
-  const uint32_t depth = in.depth;
-  const uint64_t total = in.level_offsets[depth];
-  const uint32_t cap = t.order() - 1;  // context tokens the n-gram term looks at
-  const float lambda = params.ngram_weight;
-  const int64_t eos = params.eos_token_id;
-  struct Defaults {
-    float lw[PruneLimits::kMaxDepth], gw[PruneLimits::kMaxDepth];
-    Defaults() {
-      for (uint32_t l = 0; l < PruneLimits::kMaxDepth; ++l) lw[l] = default_level_weight(l), gw[l] = default_logit_weight(l);
-    }
-  };
-  static const Defaults defaults;
-  const float* lw = params.level_weights.empty() ? defaults.lw : params.level_weights.data();
-  const float* gw = params.logit_weights.empty() ? defaults.gw : params.logit_weights.data();
+namespace {
 
-  // The drafter's term depends on the candidate only: once per lattice entry.
-  ws.logit_terms.resize(total);
-  for (uint32_t l = 0; l < depth; ++l) {
-    for (uint64_t i = in.level_offsets[l]; i < in.level_offsets[l + 1]; ++i)
-      ws.logit_terms[i] = std::log(in.probs[i] + kEps) * gw[l];
-  }
-
-  ws.beam_nodes.clear();
-  ws.pool.clear();
-  ws.beam.assign(1, kRoot);
-  const uint32_t max_nodes = params.max_nodes;
-  const uint32_t beam_width = params.beam_width;
-  const float zero_q_term = std::log(0.0f + kEps) * lambda;
+// The state of one search between its steps.
+struct Search {
+  const TrieIndex& t;
+  const PruneInput& in;
+  const PruneParams& params;
+  PruneWorkspace& ws;
+  uint32_t cap;          // context tokens the n-gram term looks at: order - 1
+  const float* lw;       // level weights, D of them
+  const float* gw;       // logit weights
+  int64_t eos;
+  float zero_q_term;     // the n-gram term of q = 0
   bool pool_full = false;  // the pool holds max_nodes entries, the worst of rank `threshold`
   float threshold = 0.0f;
+};
 
-  for (uint32_t l = 0; l < depth && max_nodes > 0; ++l) {
-    const uint64_t off = in.level_offsets[l];
-    const uint32_t k = static_cast<uint32_t>(in.level_offsets[l + 1] - off);
-    const int32_t* toks = ws.tokens.data() + off;
-    const float* logit = ws.logit_terms.data() + off;
-    const uint32_t b_count = static_cast<uint32_t>(ws.beam.size());
-    // DART skips the lookup when lambda == 0: logf(q + eps) * 0 is -0.0, and
-    // x + -0.0 == x, so leaving the term out is the same float.
-    const bool use_ngram = (l > 0 || params.ngram_on_first_level) && lambda != 0.0f;
-    ws.ext.resize(static_cast<size_t>(b_count) * k);
-    uint32_t n_ext = 0;
-
-    if (use_ngram) {
-      // The level's candidates sorted by token, for the lookups.
-      const uint32_t* order = ws.order.data() + off;
-      ws.sorted_tokens.resize(k);
-      for (uint32_t r = 0; r < k; ++r) ws.sorted_tokens[r] = toks[order[r]];
-      ws.candidates.build(ws.sorted_tokens.data(), k);
-      ws.contexts.resize(static_cast<size_t>(b_count) * (cap ? cap : 1));
-      ws.ctx_lens.resize(b_count);
-      ws.ctx_keys.resize(b_count);
-      ws.entry_row.resize(b_count);
-      ws.row_entry.clear();
-      ws.found.resize(k);
-      // Every beam entry's context, deduplicated into rows (a 64-bit key of
-      // the tokens first, then the tokens themselves).
-      for (uint32_t b = 0; b < b_count; ++b) {
-        int32_t* ctx = ws.contexts.data() + static_cast<size_t>(b) * cap;
-        const uint32_t len = context_of(ws, ws.beam[b], in.prefix, in.prefix_len, cap, ctx);
-        uint64_t key = len;
-        for (uint32_t i = 0; i < len; ++i) key = (key ^ static_cast<uint32_t>(ctx[i])) * 0x9E3779B97F4A7C15ull;
-        ws.ctx_lens[b] = len;
-        ws.ctx_keys[b] = key;
-        uint32_t row = 0;
-        const uint32_t rows = static_cast<uint32_t>(ws.row_entry.size());
-        for (; row < rows; ++row) {
-          const uint32_t c = ws.row_entry[row];
-          if (ws.ctx_keys[c] != key || ws.ctx_lens[c] != len) continue;
-          const int32_t* other = ws.contexts.data() + static_cast<size_t>(c) * cap;
-          uint32_t i = 0;
-          while (i < len && other[i] == ctx[i]) ++i;
-          if (i == len) break;
-        }
-        if (row == rows) ws.row_entry.push_back(b);
-        ws.entry_row[b] = row;
-      }
-      ws.ngram_terms.resize(ws.row_entry.size() * k);
-      level_ngram_terms(t, ws, order, cap, k, lambda, zero_q_term);
-    }
-    for (uint32_t b = 0; b < b_count; ++b) {
-      const uint32_t x = ws.beam[b];
-      const float s = x == kRoot ? 0.0f : ws.beam_nodes[x].score;
-      const float* ngram = use_ngram ? ws.ngram_terms.data() + static_cast<size_t>(ws.entry_row[b]) * k : nullptr;
-      Ext* e = ws.ext.data() + n_ext;
-      score_entry(s, lw[l], logit, ngram, k, toks, eos, b * k, e);
-      n_ext += k;
-    }
-    ws.ext.resize(n_ext);
-
-    // The next beam: the best beam_width extensions, kept sorted (largest
-    // key first) in ext[0, n_beam) while the rest stream past. After the
-    // first few an extension rarely beats the beam's worst, so this branch
-    // predicts well where a partition's comparisons are coin tosses; one that
-    // does is inserted from the bottom, usually a short way. The extension it
-    // displaces takes its slot, so every extension stays in ws.ext (the rest
-    // become pool candidates below; their order past n_beam does not matter,
-    // every later order being total).
-    const uint32_t n_beam = std::min(beam_width, n_ext);
-    Ext* ext = ws.ext.data();
-    std::sort(ext, ext + n_beam, std::greater<Ext>());
-    ws.listed.resize(n_ext);
-    uint32_t* listed = ws.listed.data();
-    if (n_beam > 0) {
-      // Only those above the first worst can enter (the worst only rises).
-      const uint32_t n_listed = list_above(ext, n_beam, n_ext, ~Ext{0}, ext[n_beam - 1], listed);
-      for (uint32_t f = 0; f < n_listed; ++f) {
-        const uint32_t i = listed[f];
-        const Ext x = ext[i];
-        if (x <= ext[n_beam - 1]) continue;
-        ext[i] = ext[n_beam - 1];
-        uint32_t at = n_beam - 1;
-        for (; at > 0 && ext[at - 1] < x; --at) ext[at] = ext[at - 1];
-        ext[at] = x;
-      }
-    }
-
-    // Every extension is a candidate node; those entering the beam become
-    // beam nodes (their children name them as parent). A full pool's worst
-    // entry precedes every candidate of this (deeper) level with a rank not
-    // above its own: those cannot be kept, and only beam entries need the
-    // bookkeeping below. Scores compare as the score bits of their keys do.
-    const uint32_t first_node = static_cast<uint32_t>(ws.beam_nodes.size());
-    ws.next_beam.resize(n_beam);
-    auto visit = [&](uint32_t i) {
-      const float score = key_score(ext[i]);
-      const uint32_t gen = key_gen(ext[i]);
-      const uint32_t b = gen / k, j = gen - b * k;
-      const uint32_t parent = ws.beam[b];
-      const float parent_rank = parent == kRoot ? std::numeric_limits<float>::infinity() : ws.beam_nodes[parent].rank;
-      const float rank = std::min(score, parent_rank);
-      int32_t beam_id = -1;
-      if (i < n_beam) {
-        beam_id = static_cast<int32_t>(first_node + i);
-        ws.beam_nodes.push_back(BeamNode{toks[j], parent, score, rank, -1});
-        ws.next_beam[i] = first_node + i;
-      }
-      if (pool_full && !(rank > threshold)) return;
-      ws.pool.push_back(Kept{kept_key(rank, l + 1, gen), rank, score, l + 1, gen, parent, toks[j], beam_id});
-    };
-    for (uint32_t i = 0; i < n_beam; ++i) visit(i);
-    if (!pool_full) {
-      for (uint32_t i = n_beam; i < n_ext; ++i) visit(i);
-    } else {
-      const Ext score_bits = ~(Ext{1} << 63);  // the key less its EOS bit
-      const Ext bound = (beam_key(threshold + 0.0f, 0, false) & score_bits) | kMaxGen;
-      const uint32_t n_listed = list_above(ext, n_beam, n_ext, score_bits, bound, listed);
-      for (uint32_t f = 0; f < n_listed; ++f) visit(listed[f]);
-    }
-    std::swap(ws.beam, ws.next_beam);
-
-    // Keep only the best max_nodes candidates so far: a prefix of the final
-    // order, so trimming early changes nothing.
-    if (ws.pool.size() > max_nodes) {
-      // The nth element is the worst kept: its rank is the lowest.
-      std::nth_element(ws.pool.begin(), ws.pool.begin() + (max_nodes - 1), ws.pool.end(), kept_before);
-      ws.pool.resize(max_nodes);
-      pool_full = true;
-      threshold = ws.pool[max_nodes - 1].rank;
-    } else if (ws.pool.size() == max_nodes && !pool_full) {
-      pool_full = true;
-      threshold = ws.pool[0].rank;
-      for (const Kept& kp : ws.pool) threshold = std::min(threshold, kp.rank);
-    }
+// DART's default weights, computed once.
+struct DefaultWeights {
+  float lw[PruneLimits::kMaxDepth], gw[PruneLimits::kMaxDepth];
+  DefaultWeights() {
+    for (uint32_t l = 0; l < PruneLimits::kMaxDepth; ++l) lw[l] = default_level_weight(l), gw[l] = default_logit_weight(l);
   }
+};
 
+// The drafter's term logf(p + 1e-10f) * gw[l] depends on the candidate only:
+// once per lattice entry, into ws.logit_terms.
+void drafter_terms(Search& s) {
+  const uint32_t depth = s.in.depth;
+  s.ws.logit_terms.resize(s.in.level_offsets[depth]);
+  for (uint32_t l = 0; l < depth; ++l) {
+    for (uint64_t i = s.in.level_offsets[l]; i < s.in.level_offsets[l + 1]; ++i)
+      s.ws.logit_terms[i] = std::log(s.in.probs[i] + kEps) * s.gw[l];
+  }
+}
+
+// Every beam entry's context, deduplicated into rows (ws.entry_row,
+// ws.row_entry): a 64-bit key of the tokens first, then the tokens themselves.
+void level_contexts(Search& s, uint32_t b_count) {
+  PruneWorkspace& ws = s.ws;
+  const uint32_t cap = s.cap;
+  ws.contexts.resize(static_cast<size_t>(b_count) * (cap ? cap : 1));
+  ws.ctx_lens.resize(b_count);
+  ws.ctx_keys.resize(b_count);
+  ws.entry_row.resize(b_count);
+  ws.row_entry.clear();
+  for (uint32_t b = 0; b < b_count; ++b) {
+    int32_t* ctx = ws.contexts.data() + static_cast<size_t>(b) * cap;
+    const uint32_t len = context_of(ws, ws.beam[b], s.in.prefix, s.in.prefix_len, cap, ctx);
+    uint64_t key = len;
+    for (uint32_t i = 0; i < len; ++i) key = (key ^ static_cast<uint32_t>(ctx[i])) * 0x9E3779B97F4A7C15ull;
+    ws.ctx_lens[b] = len;
+    ws.ctx_keys[b] = key;
+    uint32_t row = 0;
+    const uint32_t rows = static_cast<uint32_t>(ws.row_entry.size());
+    for (; row < rows; ++row) {
+      const uint32_t c = ws.row_entry[row];
+      if (ws.ctx_keys[c] != key || ws.ctx_lens[c] != len) continue;
+      const int32_t* other = ws.contexts.data() + static_cast<size_t>(c) * cap;
+      uint32_t i = 0;
+      while (i < len && other[i] == ctx[i]) ++i;
+      if (i == len) break;
+    }
+    if (row == rows) ws.row_entry.push_back(b);
+    ws.entry_row[b] = row;
+  }
+}
+
+// The n-gram terms of level l's k candidates for every distinct context of
+// the beam (ws.ngram_terms, one row per context).
+void level_lookups(Search& s, uint64_t off, uint32_t k) {
+  PruneWorkspace& ws = s.ws;
+  const uint32_t* order = ws.order.data() + off;
+  const int32_t* toks = ws.tokens.data() + off;
+  ws.sorted_tokens.resize(k);
+  for (uint32_t r = 0; r < k; ++r) ws.sorted_tokens[r] = toks[order[r]];
+  ws.candidates.build(ws.sorted_tokens.data(), k);
+  ws.found.resize(k);
+  level_contexts(s, static_cast<uint32_t>(ws.beam.size()));
+  ws.ngram_terms.resize(ws.row_entry.size() * k);
+  level_ngram_terms(s.t, ws, order, s.cap, k, s.params.ngram_weight, s.zero_q_term);
+}
+
+// Every extension of the beam at level l, as its beam key, into ws.ext;
+// returns how many (beam entries x k).
+uint32_t score_level(Search& s, uint32_t l, uint64_t off, uint32_t k, bool use_ngram) {
+  PruneWorkspace& ws = s.ws;
+  const uint32_t b_count = static_cast<uint32_t>(ws.beam.size());
+  const int32_t* toks = ws.tokens.data() + off;
+  const float* logit = ws.logit_terms.data() + off;
+  ws.ext.resize(static_cast<size_t>(b_count) * k);
+  uint32_t n_ext = 0;
+  for (uint32_t b = 0; b < b_count; ++b) {
+    const uint32_t x = ws.beam[b];
+    const float score = x == kRoot ? 0.0f : ws.beam_nodes[x].score;
+    const float* ngram = use_ngram ? ws.ngram_terms.data() + static_cast<size_t>(ws.entry_row[b]) * k : nullptr;
+    score_entry(score, s.lw[l], logit, ngram, k, toks, s.eos, b * k, ws.ext.data() + n_ext);
+    n_ext += k;
+  }
+  ws.ext.resize(n_ext);
+  return n_ext;
+}
+
+// The next beam: the best beam_width extensions, sorted (largest key first)
+// into ext[0, n_beam) while the rest stream past. After the first few an
+// extension rarely beats the beam's worst, so this branch predicts well where
+// a partition's comparisons are coin tosses; one that does is inserted from
+// the bottom, usually a short way. The extension it displaces takes its slot,
+// so every extension stays in ws.ext (the rest become pool candidates; their
+// order past n_beam does not matter, every later order being total).
+// Returns n_beam.
+uint32_t select_beam(Search& s, uint32_t n_ext) {
+  PruneWorkspace& ws = s.ws;
+  const uint32_t n_beam = std::min(static_cast<uint32_t>(s.params.beam_width), n_ext);
+  Ext* ext = ws.ext.data();
+  std::sort(ext, ext + n_beam, std::greater<Ext>());
+  ws.listed.resize(n_ext);
+  uint32_t* listed = ws.listed.data();
+  if (n_beam == 0) return 0;
+  // Only those above the first worst can enter (the worst only rises).
+  const uint32_t n_listed = list_above(ext, n_beam, n_ext, ~Ext{0}, ext[n_beam - 1], listed);
+  for (uint32_t f = 0; f < n_listed; ++f) {
+    const uint32_t i = listed[f];
+    const Ext x = ext[i];
+    if (x <= ext[n_beam - 1]) continue;
+    ext[i] = ext[n_beam - 1];
+    uint32_t at = n_beam - 1;
+    for (; at > 0 && ext[at - 1] < x; --at) ext[at] = ext[at - 1];
+    ext[at] = x;
+  }
+  return n_beam;
+}
+
+// Every extension is a candidate node; those entering the beam become beam
+// nodes (their children name them as parent), and the next beam. A full
+// pool's worst entry precedes every candidate of this (deeper) level with a
+// rank not above its own: those cannot be kept, and only beam entries need
+// the bookkeeping below. Scores compare as the score bits of their keys do.
+void keep_candidates(Search& s, uint32_t l, uint64_t off, uint32_t k, uint32_t n_ext, uint32_t n_beam) {
+  PruneWorkspace& ws = s.ws;
+  const int32_t* toks = ws.tokens.data() + off;
+  const Ext* ext = ws.ext.data();
+  const uint32_t first_node = static_cast<uint32_t>(ws.beam_nodes.size());
+  ws.next_beam.resize(n_beam);
+  auto visit = [&](uint32_t i) {
+    const float score = key_score(ext[i]);
+    const uint32_t gen = key_gen(ext[i]);
+    const uint32_t b = gen / k, j = gen - b * k;
+    const uint32_t parent = ws.beam[b];
+    const float parent_rank = parent == kRoot ? std::numeric_limits<float>::infinity() : ws.beam_nodes[parent].rank;
+    const float rank = std::min(score, parent_rank);
+    int32_t beam_id = -1;
+    if (i < n_beam) {
+      beam_id = static_cast<int32_t>(first_node + i);
+      ws.beam_nodes.push_back(BeamNode{toks[j], parent, score, rank, -1});
+      ws.next_beam[i] = first_node + i;
+    }
+    if (s.pool_full && !(rank > s.threshold)) return;
+    ws.pool.push_back(Kept{kept_key(rank, l + 1, gen), rank, score, l + 1, gen, parent, toks[j], beam_id});
+  };
+  for (uint32_t i = 0; i < n_beam; ++i) visit(i);
+  if (!s.pool_full) {
+    for (uint32_t i = n_beam; i < n_ext; ++i) visit(i);
+  } else {
+    const Ext score_bits = ~(Ext{1} << 63);  // the key less its EOS bit
+    const Ext bound = (beam_key(s.threshold + 0.0f, 0, false) & score_bits) | kMaxGen;
+    const uint32_t n_listed = list_above(ext, n_beam, n_ext, score_bits, bound, ws.listed.data());
+    for (uint32_t f = 0; f < n_listed; ++f) visit(ws.listed[f]);
+  }
+  std::swap(ws.beam, ws.next_beam);
+}
+
+// Keeps only the best max_nodes candidates so far: a prefix of the final
+// order, so trimming early changes nothing.
+void trim_pool(Search& s) {
+  PruneWorkspace& ws = s.ws;
+  const uint32_t max_nodes = static_cast<uint32_t>(s.params.max_nodes);
+  if (ws.pool.size() > max_nodes) {
+    // The nth element is the worst kept: its rank is the lowest.
+    std::nth_element(ws.pool.begin(), ws.pool.begin() + (max_nodes - 1), ws.pool.end(), kept_before);
+    ws.pool.resize(max_nodes);
+    s.pool_full = true;
+    s.threshold = ws.pool[max_nodes - 1].rank;
+  } else if (ws.pool.size() == max_nodes && !s.pool_full) {
+    s.pool_full = true;
+    s.threshold = ws.pool[0].rank;
+    for (const Kept& kp : ws.pool) s.threshold = std::min(s.threshold, kp.rank);
+  }
+}
+
+// The kept candidates in output order, as out's nodes.
+void emit_nodes(Search& s, PrunedTree& out) {
+  PruneWorkspace& ws = s.ws;
   std::sort(ws.pool.begin(), ws.pool.end(), output_before);
   const uint32_t n_kept = static_cast<uint32_t>(ws.pool.size());
   // Map beam nodes to their output index (parents are placed before children).
   for (uint32_t i = 0; i < n_kept; ++i)
     if (ws.pool[i].beam >= 0) ws.beam_nodes[ws.pool[i].beam].kept = static_cast<int32_t>(i + 1);
-  fill_nodes(ws, n_kept, static_cast<int32_t>(in.prefix[in.prefix_len - 1]), out);
+  fill_nodes(ws, n_kept, static_cast<int32_t>(s.in.prefix[s.in.prefix_len - 1]), out);
+}
+
+}  // namespace
+
+void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                      PrunedTree& out) {
+  validate_prune(t, in, params, ws);
+  static const DefaultWeights defaults;
+  const float lambda = params.ngram_weight;
+  Search s{t, in, params, ws, t.order() - 1,
+           params.level_weights.empty() ? defaults.lw : params.level_weights.data(),
+           params.logit_weights.empty() ? defaults.gw : params.logit_weights.data(),
+           params.eos_token_id.value_or(t.eos_id()), std::log(0.0f + kEps) * lambda};
+  drafter_terms(s);
+  ws.beam_nodes.clear();
+  ws.pool.clear();
+  ws.beam.assign(1, kRoot);
+  for (uint32_t l = 0; l < in.depth && params.max_nodes > 0; ++l) {
+    const uint64_t off = in.level_offsets[l];
+    const uint32_t k = static_cast<uint32_t>(in.level_offsets[l + 1] - off);
+    // DART skips the lookup when lambda == 0: logf(q + eps) * 0 is -0.0, and
+    // x + -0.0 == x, so leaving the term out is the same float.
+    const bool use_ngram = (l > 0 || params.ngram_on_first_level) && lambda != 0.0f;
+    if (use_ngram) level_lookups(s, off, k);
+    const uint32_t n_ext = score_level(s, l, off, k, use_ngram);
+    const uint32_t n_beam = select_beam(s, n_ext);
+    keep_candidates(s, l, off, k, n_ext, n_beam);
+    trim_pool(s);
+  }
+  emit_nodes(s, out);
 }
 
 void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,

@@ -6,6 +6,7 @@
 // single definition in code.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "queries.h"
@@ -22,17 +23,22 @@ struct PruneLimits {
   static constexpr float kMaxWeight = 1e6f;        // level, logit and n-gram weights lie in [0, kMaxWeight]
 };
 
+// The parameters of a search. The defaults are DART's production settings,
+// the only definition of them: the Python module exports them (as
+// PRUNE_DEFAULTS) and the server leaves unset fields at these values. The
+// integers are as wide as any caller's, so that validate_prune alone judges
+// their range.
 struct PruneParams {
-  uint32_t beam_width = 20;
-  uint32_t max_nodes = 60;
+  int64_t beam_width = 20;
+  int64_t max_nodes = 60;
   float ngram_weight = 0.5f;
   // D entries each, or empty for DART's defaults: float32((l+1)**-0.7) and
   // float32(0.9**l).
   std::vector<float> level_weights;
   std::vector<float> logit_weights;
   // Extensions ending in this token rank after all others in the beam; -1:
-  // no such rule.
-  int64_t eos_token_id = -1;
+  // no such rule; unset: the trie's EOS id (its header's, -1 when none).
+  std::optional<int64_t> eos_token_id;
   // false: level 0 is scored by the drafter alone (DART's production build).
   bool ngram_on_first_level = false;
 };
@@ -119,6 +125,7 @@ struct PruneWorkspace {
   std::vector<uint32_t> suffix_row;
   std::vector<Run> runs;              // per suffix looked up: its run of continuations
   std::vector<uint8_t> run_found;
+  std::vector<const CandidateTable*> run_tables;  // per run found: the level's candidates (all the same)
   std::vector<float*> run_q;          // per run found: where its q go (lookup_in_runs)
   std::vector<int32_t*> run_matched;  // and its matched lengths
   std::vector<uint32_t> matched_count;

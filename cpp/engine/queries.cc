@@ -26,16 +26,16 @@ void narrow(const int64_t* in, uint32_t n, int32_t* out) {
 
 }  // namespace
 
-uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint32_t len) {
+uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint64_t len) {
   if (len < 1 || len > t.order())
     throw InvalidArgument("ngram has " + std::to_string(len) + " tokens: must be 1.." +
                           std::to_string(t.order()) + " (the trie's order)");
   check_tokens(t, toks, len, "ngram");
   int32_t buf[kMaxOrder];
-  narrow(toks, len, buf);
+  narrow(toks, static_cast<uint32_t>(len), buf);
   uint64_t idx;
-  if (!t.find(buf, len, &idx)) return 0;
-  return t.level(len).count(idx);
+  if (!t.find(buf, static_cast<uint32_t>(len), &idx)) return 0;
+  return t.level(static_cast<uint32_t>(len)).count(idx);
 }
 
 namespace {
@@ -88,41 +88,13 @@ uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, f
 
 }  // namespace
 
-bool find_run(const TrieIndex& t, const int32_t* suffix, uint32_t len, Run* run) {
-  uint64_t node;
-  if (!t.find(suffix, len, &node)) return false;
-  t.children(len, node, &run->lo, &run->hi);
-  if (run->lo == run->hi) return false;
-  run->inv = 1.0f / static_cast<float>(t.level(len).count(node));
-  return true;
-}
-
 void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, uint32_t len, Run* runs,
                uint8_t* found) {
   for (uint32_t done = 0; done < n; done += Level::kMaxBatch) {
     const uint32_t m = std::min(n - done, Level::kMaxBatch);
-    const int32_t* const* sfx = suffixes + done;
-    uint64_t node[Level::kMaxBatch], lo[Level::kMaxBatch], hi[Level::kMaxBatch], pos[Level::kMaxBatch];
-    uint32_t v[Level::kMaxBatch];
+    uint64_t node[Level::kMaxBatch];
     bool ok[Level::kMaxBatch];
-    const Level& first = t.level(1);
-    for (uint32_t i = 0; i < m; ++i) {
-      node[i] = static_cast<uint32_t>(sfx[i][0]);
-      ok[i] = node[i] < first.size && first.count(node[i]) != 0;
-    }
-    for (uint32_t k = 1; k < len; ++k) {
-      for (uint32_t i = 0; i < m; ++i) {
-        lo[i] = hi[i] = 0;
-        if (ok[i]) t.children(k, node[i], &lo[i], &hi[i]);
-        v[i] = static_cast<uint32_t>(sfx[i][k]);
-      }
-      const Level& next = t.level(k + 1);
-      next.lower_bound_runs(lo, hi, v, m, pos);
-      for (uint32_t i = 0; i < m; ++i) {
-        ok[i] = ok[i] && pos[i] < hi[i] && next.tokens[pos[i]] == v[i];
-        node[i] = pos[i];
-      }
-    }
+    t.find_many(suffixes + done, m, len, node, ok);
     const Level& last = t.level(len);
     for (uint32_t i = 0; i < m; ++i) {
       Run& r = runs[done + i];
@@ -135,16 +107,10 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
   }
 }
 
-uint32_t lookup_suffix(const TrieIndex& t, const int32_t* suffix, uint32_t len, const int32_t* w, uint32_t k,
-                       float* p, int32_t* m) {
-  Run run;
-  if (!find_run(t, suffix, len, &run)) return 0;
-  return search_run(t.level(len + 1), run.lo, run.hi, len, run.inv, w, k, p, m);
-}
-
-void CandidateTable::build(const int32_t* w, uint32_t k) {
-  tokens = w;
-  count = k;
+void CandidateTable::hash() const {
+  const int32_t* w = tokens;
+  const uint32_t k = count;
+  hashed = true;
   uint32_t bits = 2;
   while ((1u << bits) < 4 * k) ++bits;  // load factor at most 1/4: most probes end at once
   shift = 64 - bits;
@@ -158,6 +124,9 @@ void CandidateTable::build(const int32_t* w, uint32_t k) {
   }
 }
 
+namespace {
+
+// One run of lookup_in_runs, alone: short runs scanned, long ones searched.
 uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const CandidateTable& table, float* p,
                        int32_t* m) {
   const uint64_t lo = run.lo, hi = run.hi;
@@ -167,6 +136,7 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
     return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);
   // A short run: read each continuation once and look it up among the
   // candidates, instead of a binary search per candidate.
+  if (!table.hashed) table.hash();
   const uint32_t mask = static_cast<uint32_t>(table.key.size()) - 1;
   uint32_t found = 0;
   for (uint64_t i = lo; i < hi; ++i) {
@@ -184,12 +154,15 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
   return found;
 }
 
-void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n, const CandidateTable& table,
-                    float* const* p, int32_t* const* m, uint32_t* matched) {
+}  // namespace
+
+void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
+                    const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched) {
   const Level& next = t.level(len + 1);
-  const uint32_t k = table.count;
-  // Searched (not scanned), nothing matched yet: such runs go in groups.
+  // Searched (not scanned), nothing matched yet: such runs go in groups of
+  // the same candidates.
   auto groupable = [&](uint32_t i) {
+    const uint32_t k = tables[i]->count;
     if (runs[i].hi - runs[i].lo <= std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery) ||
         k > Level::kMaxBatch)
       return false;
@@ -197,11 +170,14 @@ void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t 
       if (m[i][j] != 0) return false;
     return true;
   };
+  for (uint32_t i = 0; i < n; ++i) next.prefetch_run(runs[i].lo, runs[i].hi);
   uint32_t group[Level::kMaxRuns];
   uint32_t grouped = 0;
   auto search_group = [&]() {
     uint64_t lo[Level::kMaxRuns], hi[Level::kMaxRuns], hits[Level::kMaxRuns];
     uint64_t pos[Level::kMaxRuns * Level::kMaxBatch];
+    const CandidateTable& table = *tables[group[0]];
+    const uint32_t k = table.count;
     for (uint32_t r = 0; r < grouped; ++r) lo[r] = runs[group[r]].lo, hi[r] = runs[group[r]].hi;
     next.find_many_runs(grouped, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), k, pos, hits);
     for (uint32_t r = 0; r < grouped; ++r) {
@@ -212,24 +188,55 @@ void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t 
   };
   for (uint32_t i = 0; i < n; ++i) {
     if (!groupable(i)) {
-      matched[i] = lookup_in_run(t, len, runs[i], table, p[i], m[i]);
+      matched[i] = lookup_in_run(t, len, runs[i], *tables[i], p[i], m[i]);
       continue;
     }
+    if (grouped > 0 && tables[group[0]] != tables[i]) search_group();
     group[grouped++] = i;
     if (grouped == Level::kMaxRuns) search_group();
   }
   if (grouped > 0) search_group();
 }
 
-void conditional_probs_one(const TrieIndex& t, const int32_t* context, uint32_t ctx_len,
-                           const int32_t* w, uint32_t k, float* p, int32_t* m) {
-  std::fill(p, p + k, 0.0f);
-  std::fill(m, m + k, 0);
+void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_t n, uint32_t ctx_len,
+                            const int32_t* candidates, uint32_t k, float* probs, int32_t* matched,
+                            ProbsScratch& s) {
+  std::fill(probs, probs + size_t{n} * k, 0.0f);
+  std::fill(matched, matched + size_t{n} * k, 0);
   const uint32_t max_len = std::min<uint32_t>(t.order() - 1, ctx_len);
-  const int32_t* ctx = context + ctx_len - max_len;
-  uint32_t left = k;
-  for (uint32_t len = max_len; len >= 1 && left > 0; --len)
-    left -= lookup_suffix(t, ctx + (max_len - len), len, w, k, p, m);
+  if (max_len == 0 || k == 0 || n == 0) return;
+  if (s.tables.size() < n) s.tables.resize(n);
+  s.left.assign(n, k);
+  for (auto* v : {&s.rows, &s.matched}) v->resize(n);
+  s.run_tables.resize(n);
+  s.suffixes.resize(n);
+  s.runs.resize(n);
+  s.found.resize(n);
+  s.p.resize(n);
+  s.m.resize(n);
+  for (uint32_t q = 0; q < n; ++q) s.tables[q].build(candidates + size_t{q} * k, k);
+  for (uint32_t len = max_len; len >= 1; --len) {
+    uint32_t asked = 0;
+    for (uint32_t q = 0; q < n; ++q) {
+      if (s.left[q] == 0) continue;
+      s.suffixes[asked] = contexts + size_t{q} * ctx_len + (ctx_len - len);
+      s.rows[asked++] = q;
+    }
+    if (asked == 0) break;
+    find_runs(t, s.suffixes.data(), asked, len, s.runs.data(), s.found.data());
+    uint32_t searched = 0;
+    for (uint32_t i = 0; i < asked; ++i) {
+      if (!s.found[i]) continue;
+      const uint32_t q = s.rows[i];
+      s.runs[searched] = s.runs[i];
+      s.rows[searched] = q;
+      s.run_tables[searched] = &s.tables[q];
+      s.p[searched] = probs + size_t{q} * k;
+      s.m[searched++] = matched + size_t{q} * k;
+    }
+    lookup_in_runs(t, len, s.runs.data(), searched, s.run_tables.data(), s.p.data(), s.m.data(), s.matched.data());
+    for (uint32_t i = 0; i < searched; ++i) s.left[s.rows[i]] -= s.matched[i];
+  }
 }
 
 void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
@@ -239,17 +246,27 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
   check_tokens(t, contexts, batch * ctx_len, "contexts");
   check_tokens(t, candidates, batch * k, "candidates");
   const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(t.order() - 1, ctx_len));
-  int32_t ctx[kMaxOrder];
-  std::vector<int32_t> cand(k);
-  for (uint64_t q = 0; q < batch; ++q) {
-    narrow(contexts + q * ctx_len + ctx_len - max_len, max_len, ctx);
-    narrow(candidates + q * k, static_cast<uint32_t>(k), cand.data());
-    conditional_probs_one(t, ctx, max_len, cand.data(), static_cast<uint32_t>(k), probs + q * k, matched + q * k);
+  // Queries a step runs over at once: enough for their memory reads to
+  // overlap, few enough for their candidate tables to stay in cache.
+  const uint64_t chunk = std::clamp<uint64_t>(4096 / std::max<uint64_t>(k, 1), 1, Level::kMaxBatch);
+  thread_local ProbsScratch scratch;
+  thread_local std::vector<int32_t> ctx, cand;
+  for (uint64_t q0 = 0; q0 < batch; q0 += chunk) {
+    const uint32_t n = static_cast<uint32_t>(std::min(chunk, batch - q0));
+    ctx.resize(size_t{n} * max_len);
+    cand.resize(size_t{n} * k);
+    for (uint32_t q = 0; q < n; ++q)
+      narrow(contexts + (q0 + q) * ctx_len + ctx_len - max_len, max_len, ctx.data() + size_t{q} * max_len);
+    narrow(candidates + q0 * k, static_cast<uint32_t>(n * k), cand.data());
+    conditional_probs_many(t, ctx.data(), n, max_len, cand.data(), static_cast<uint32_t>(k), probs + q0 * k,
+                           matched + q0 * k, scratch);
   }
 }
 
-TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, uint64_t k) {
+TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t k_wanted) {
+  if (k_wanted < 0) throw InvalidArgument("k must be >= 0, got " + std::to_string(k_wanted));
   check_tokens(t, context, ctx_len, "context");
+  const uint64_t k = static_cast<uint64_t>(k_wanted);
   TopK out;
   if (k == 0) return out;
   const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(t.order() - 1, ctx_len));

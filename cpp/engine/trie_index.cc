@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "crc32c.h"
@@ -21,6 +22,26 @@ std::string section_name(const SectionEntry& s) {
 }
 
 }  // namespace
+
+// A RAM image is read by lookups that jump across hundreds of megabytes: on
+// 4 KB pages nearly every jump also misses the TLB. Anonymous memory asked
+// for with MADV_HUGEPAGE (before it is touched) gets 2 MB pages where the
+// kernel has them (transparent huge pages "always" or "madvise").
+uint8_t* TrieIndex::allocate_image(uint64_t bytes) {
+  constexpr uint64_t kHuge = 2ull << 20;
+  const uint64_t len = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, len, MADV_HUGEPAGE);  // advice only: without huge pages it still works
+#endif
+  owned_ = std::unique_ptr<uint8_t, ImageDeleter>(static_cast<uint8_t*>(p), ImageDeleter{len});
+  return owned_.get();
+}
+
+void TrieIndex::ImageDeleter::operator()(uint8_t* p) const {
+  if (p) munmap(p, bytes);
+}
 
 TrieIndex::~TrieIndex() {
   if (mapped_ && base_) munmap(const_cast<uint8_t*>(base_), size_);
@@ -51,8 +72,13 @@ std::shared_ptr<TrieIndex> TrieIndex::open(const std::string& path, Load load, b
     t->base_ = static_cast<const uint8_t*>(p);
     t->mapped_ = true;
   } else {
-    t->owned_.reset(new uint64_t[(t->size_ + 7) / 8]);
-    auto* dst = reinterpret_cast<uint8_t*>(t->owned_.get());
+    uint8_t* dst;
+    try {
+      dst = t->allocate_image(t->size_);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
     uint64_t done = 0;
     while (done < t->size_) {
       ssize_t r = ::pread(fd, dst + done, t->size_ - done, static_cast<off_t>(done));
@@ -81,9 +107,9 @@ std::shared_ptr<TrieIndex> TrieIndex::from_buffer(std::string bytes, const std::
   if (t->size_ < sizeof(FileHeader))
     throw FormatError(name + ": not a trie file: " + std::to_string(t->size_) +
                       " bytes, shorter than the 64-byte header");
-  t->owned_.reset(new uint64_t[(t->size_ + 7) / 8]);
-  std::memcpy(t->owned_.get(), bytes.data(), t->size_);
-  t->base_ = reinterpret_cast<const uint8_t*>(t->owned_.get());
+  uint8_t* image = t->allocate_image(t->size_);
+  std::memcpy(image, bytes.data(), t->size_);
+  t->base_ = image;
   t->parse();
   if (verify) t->verify_checksums();
   return t;
@@ -92,9 +118,14 @@ std::shared_ptr<TrieIndex> TrieIndex::from_buffer(std::string bytes, const std::
 void TrieIndex::parse() {
   const std::string& p = path_;
   std::memcpy(&header_, base_, sizeof(FileHeader));
-  if (std::memcmp(header_.magic, kMagic, sizeof(kMagic)) != 0)
-    throw FormatError(p + ": not a trie file (bad magic; a zstd-compressed trie must be opened "
-                          "through NgramIndex.open, which decompresses it)");
+  if (std::memcmp(header_.magic, kMagic, sizeof(kMagic)) != 0) {
+    static constexpr uint8_t kZstdMagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+    if (std::memcmp(base_, kZstdMagic, sizeof(kZstdMagic)) == 0)
+      throw FormatError(p + ": a zstd-compressed trie (ngram-build --compress, for shipping): it must be "
+                            "decompressed before it can be mapped (zstd -d " + p + " -o PLAIN.ngt, then serve "
+                            "PLAIN.ngt; in Python NgramIndex.open decompresses it into RAM)");
+    throw FormatError(p + ": not a trie file (bad magic)");
+  }
   if (header_.version != kFormatVersion)
     throw FormatError(p + ": format version " + std::to_string(header_.version) +
                       ", this engine reads version " + std::to_string(kFormatVersion));
@@ -375,22 +406,42 @@ void TrieIndex::verify_checksums() const {
 }
 
 bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
-  if (len == 0 || len > header_.order) return false;
-  const uint64_t t0 = static_cast<uint32_t>(toks[0]);
-  if (t0 >= header_.vocab_size) return false;
-  uint64_t idx = t0;
-  if (levels_[0].count(idx) == 0) return false;
-  for (uint32_t k = 1; k < len; ++k) {
-    uint64_t lo, hi;
-    children(k, idx, &lo, &hi);
-    const Level& next = levels_[k];
-    const uint64_t w = static_cast<uint32_t>(toks[k]);
-    const uint64_t pos = next.lower_bound(lo, hi, w);
-    if (pos == hi || next.tokens[pos] != w) return false;
-    idx = pos;
+  bool found;
+  find_many(&toks, 1, len, index, &found);
+  return found;
+}
+
+void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const {
+  for (uint32_t done = 0; done < n; done += Level::kMaxBatch) {
+    const uint32_t m = std::min(n - done, Level::kMaxBatch);
+    const int32_t* const* tk = toks + done;
+    uint64_t* node = index + done;
+    bool* ok = found + done;
+    if (len == 0 || len > header_.order) {
+      std::fill(ok, ok + m, false);
+      continue;
+    }
+    const Level& first = levels_[0];
+    for (uint32_t i = 0; i < m; ++i) {
+      node[i] = static_cast<uint32_t>(tk[i][0]);
+      ok[i] = node[i] < first.size && first.count(node[i]) != 0;
+    }
+    uint64_t lo[Level::kMaxBatch], hi[Level::kMaxBatch], pos[Level::kMaxBatch];
+    uint32_t v[Level::kMaxBatch];
+    for (uint32_t k = 1; k < len; ++k) {
+      for (uint32_t i = 0; i < m; ++i) {
+        lo[i] = hi[i] = 0;
+        if (ok[i]) children(k, node[i], &lo[i], &hi[i]);
+        v[i] = static_cast<uint32_t>(tk[i][k]);
+      }
+      const Level& next = levels_[k];
+      next.lower_bound_runs(lo, hi, v, m, pos);
+      for (uint32_t i = 0; i < m; ++i) {
+        ok[i] = ok[i] && pos[i] < hi[i] && next.tokens[pos[i]] == v[i];
+        node[i] = pos[i];
+      }
+    }
   }
-  *index = idx;
-  return true;
 }
 
 void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {

@@ -37,17 +37,18 @@ struct Level {
     return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
   }
 
-  // First index in [lo, hi) whose token is >= v; the range must be one run
-  // of children (sorted). Long runs first narrow the search to one block of
-  // kSampleEvery entries through the samples.
-  uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v) const {
-    uint64_t out;
-    const uint32_t v32 = static_cast<uint32_t>(v);
-    lower_bound_many_portable(lo, hi, &v32, 1, &out);
-    return out;
+  // Asks the caches for the start of the run [lo, hi): its first tokens, its
+  // token samples when it is long, and its first count ranks. A lookup step
+  // prefetches every run it will search first, so that on a trie much larger
+  // than the caches their misses overlap instead of coming one run at a time.
+  void prefetch_run(uint64_t lo, uint64_t hi) const {
+    __builtin_prefetch(tokens.data() + ((lo * tokens.width()) >> 3));
+    if (hi - lo > 2 * kSampleEvery && token_samples) __builtin_prefetch(token_samples + lo / kSampleEvery);
+    count_ranks.prefetch(lo);
   }
 
-  // lower_bound for m tokens at once (m <= kMaxBatch), out[j] for v[j];
+  // The first index in [lo, hi) whose token is >= v[j] (the range one run
+  // of children, sorted), for m tokens at once (m <= kMaxBatch), out[j];
   // returns a bit mask of the j whose token is there (tokens[out[j]] ==
   // v[j]). With vector gathers (AVX-512 or AVX2) where the CPU has them
   // (search_simd.h), else lower_bound_many_portable.
@@ -62,9 +63,9 @@ struct Level {
   void find_many_runs(uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m,
                       uint64_t* out, uint64_t* hits) const;
 
-  // lower_bound of v[j] in its own run [lo[j], hi[j]) for m <= kMaxBatch
-  // runs at once, in lockstep (as below), so that the reads of different
-  // runs overlap.
+  // The first index in its own run [lo[j], hi[j]) whose token is >= v[j],
+  // for m <= kMaxBatch runs at once, in lockstep (as below), so that the
+  // reads of different runs overlap.
   void lower_bound_runs(const uint64_t* lo, const uint64_t* hi, const uint32_t* v, uint32_t m, uint64_t* out) const;
 
   // The same answers on any CPU. The searches run in lockstep, so their
@@ -108,6 +109,11 @@ class TrieIndex {
   // Finds the entry of the n-gram toks[0..len) (1 <= len <= order) in level
   // `len`. Returns false when it does not occur.
   bool find(const int32_t* toks, uint32_t len, uint64_t* index) const;
+  // find for n n-grams of `len` tokens each (toks[i]): found[i] and
+  // index[i]. Up to Level::kMaxBatch at a time run in lockstep, each step (a
+  // level's child offsets, the search in the next level) for all of them
+  // before the next, so that their memory reads overlap. find is this for one.
+  void find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const;
   // Children of entry `index` of level k (k < order): [*lo, *hi) in level k+1.
   void children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const;
 
@@ -119,7 +125,14 @@ class TrieIndex {
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   bool mapped_ = false;
-  std::unique_ptr<uint64_t[]> owned_;  // the image when not mapped (8-byte aligned)
+  // The image when not mapped: anonymous memory on huge pages where the
+  // kernel gives them (allocate_image).
+  struct ImageDeleter {
+    uint64_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, ImageDeleter> owned_{nullptr, ImageDeleter{0}};
+  uint8_t* allocate_image(uint64_t bytes);
   FileHeader header_{};
   std::vector<SectionEntry> sections_;
   std::vector<Level> levels_;

@@ -20,11 +20,12 @@ using namespace ngram_py;
 namespace {
 
 
-py::tuple conditional_probs_py(const TrieIndex& t, I64Array contexts, I64Array candidates) {
-  if (contexts.ndim() != 2) throw InvalidArgument("contexts must be 2-D [B, C]");
-  if (candidates.ndim() != 2) throw InvalidArgument("candidates must be 2-D [B, K]");
+py::tuple conditional_probs_py(const TrieIndex& t, const py::handle& contexts_in, const py::handle& candidates_in) {
+  const Ids contexts(contexts_in, "contexts"), candidates(candidates_in, "candidates");
+  contexts.require_rank(2, "contexts", "[B, C]");
+  candidates.require_rank(2, "candidates", "[B, K]");
   const uint64_t b = contexts.shape(0), c = contexts.shape(1), k = candidates.shape(1);
-  if (static_cast<uint64_t>(candidates.shape(0)) != b)
+  if (candidates.shape(0) != b)
     throw InvalidArgument("contexts has " + std::to_string(b) + " rows, candidates " +
                           std::to_string(candidates.shape(0)) + ": batch sizes must match");
   py::array_t<float> probs({b, k});
@@ -58,6 +59,16 @@ PYBIND11_MODULE(_engine, m) {
   });
 
   bind_prune(m);
+  m.attr("FORMAT_VERSION") = kFormatVersion;  // the trie file version this engine reads and writes
+  m.attr("MAX_ORDER") = kMaxOrder;            // the longest n-gram a trie may store
+
+  m.def("token_ids", [](const py::handle& ids, const std::string& field, int rank) {
+    const Ids a(ids, field);
+    a.require_rank(rank, field, rank == 1 ? "[n]" : "[B, n]");
+    return py::array_t<int64_t>(std::vector<py::ssize_t>(a.array().shape(), a.array().shape() + rank), a.data());
+  }, py::arg("ids"), py::arg("field"), py::arg("rank"),
+     "Token ids as a new C-contiguous int64 array of the given rank, converted as every query converts them "
+     "(ValueError naming `field` for floats or another rank).");
 
   m.def("read_dart_trie", [](const std::string& path) {
     DartNodes d;
@@ -120,16 +131,19 @@ PYBIND11_MODULE(_engine, m) {
         t.verify_checksums();
       })
       .def("conditional_probs", &conditional_probs_py, py::arg("contexts"), py::arg("candidates"))
-      .def("count", [](const TrieIndex& t, I64Array ngram) {
-        if (ngram.ndim() != 1) throw InvalidArgument("ngram must be 1-D");
-        return count_ngram(t, ngram.data(), static_cast<uint32_t>(std::min<py::ssize_t>(ngram.shape(0), 1 << 20)));
+      .def("count", [](const TrieIndex& t, const py::handle& ngram_in) {
+        const Ids ngram(ngram_in, "ngram");
+        ngram.require_rank(1, "ngram", "[n]");
+        return count_ngram(t, ngram.data(), ngram.size());
       }, py::arg("ngram"))
-      .def("topk", [](const TrieIndex& t, I64Array context, uint64_t k) {
-        if (context.ndim() != 1) throw InvalidArgument("context must be 1-D");
+      .def("topk", [](const TrieIndex& t, const py::handle& context_in, const py::handle& k_in) {
+        const Ids context(context_in, "context");
+        context.require_rank(1, "context", "[C]");
+        const int64_t k = integer(k_in, "k");
         TopK r;
         {
           py::gil_scoped_release nogil;
-          r = topk(t, context.data(), context.shape(0), k);
+          r = topk(t, context.data(), context.size(), k);
         }
         return py::make_tuple(py::array_t<int32_t>(r.tokens.size(), r.tokens.data()),
                               py::array_t<float>(r.probs.size(), r.probs.data()),

@@ -1,11 +1,14 @@
-// Bindings of DART tree pruning (see cpp/engine/prune_tree.h): arrays in,
-// arrays out, the GIL released while the engine works. ngram_service/tree.py
-// is the Python-facing API over these two functions.
+// Bindings of DART tree pruning (see cpp/engine/prune_tree.h): Python objects
+// converted to the engine's types, the GIL released while the engine works,
+// the tree returned as a PrunedTree whose arrays view the engine's output.
+// The engine checks every value and limit; this file only converts.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -20,154 +23,240 @@ using namespace ngram_py;
 
 namespace {
 
-
-std::string shape_str(const py::array& a) {
-  std::string s = "(";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + (a.ndim() == 1 ? ",)" : ")");
-}
-
-uint32_t to_u32(int64_t v, const char* field, int64_t lo, int64_t hi) {
-  if (v < lo || v > hi)
-    throw InvalidArgument(std::string(field) + " = " + std::to_string(v) + ": must be " + std::to_string(lo) + ".." +
-                          std::to_string(hi));
-  return static_cast<uint32_t>(v);
-}
-
-std::vector<float> weights(const py::object& w, const char* field) {
+std::vector<float> weights(const py::handle& w, const char* field) {
   if (w.is_none()) return {};
-  F32Array a = py::cast<F32Array>(w);
+  F32Array a = floats(w, field, "weights");
   if (a.ndim() != 1) throw InvalidArgument(std::string(field) + " must be 1-D [D], got shape " + shape_str(a));
   return std::vector<float>(a.data(), a.data() + a.shape(0));
 }
 
-PruneParams make_params(const TrieIndex& t, int64_t beam_width, int64_t max_nodes, double ngram_weight,
-                        const py::object& level_weights, const py::object& logit_weights, const py::object& eos,
-                        bool ngram_on_first_level) {
+PruneParams make_params(const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
+                        const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos,
+                        const py::handle& ngram_on_first_level) {
   PruneParams p;
-  p.beam_width = to_u32(beam_width, "beam_width", 1, PruneLimits::kMaxBeamWidth);
-  p.max_nodes = to_u32(max_nodes, "max_nodes", 0, PruneLimits::kMaxNodes);
-  p.ngram_weight = static_cast<float>(ngram_weight);
+  p.beam_width = integer(beam_width, "beam_width");
+  p.max_nodes = integer(max_nodes, "max_nodes");
+  try {
+    p.ngram_weight = static_cast<float>(py::cast<double>(ngram_weight));
+  } catch (const py::cast_error&) {
+    throw InvalidArgument("ngram_weight must be a number, got " + std::string(py::repr(ngram_weight)));
+  }
   p.level_weights = weights(level_weights, "level_weights");
   p.logit_weights = weights(logit_weights, "logit_weights");
-  p.eos_token_id = eos.is_none() ? t.eos_id() : py::cast<int64_t>(eos);
-  p.ngram_on_first_level = ngram_on_first_level;
+  if (!eos.is_none()) {
+    if (py::isinstance<py::bool_>(eos) || !PyIndex_Check(eos.ptr()))
+      throw InvalidArgument("eos_token_id must be an integer or None, got " + std::string(py::repr(eos)));
+    p.eos_token_id = py::cast<int64_t>(eos);
+  }
+  p.ngram_on_first_level = py::bool_(py::reinterpret_borrow<py::object>(ngram_on_first_level));
   return p;
 }
 
-// Token ids as the engine's int64: an int64 array as it is; a C-contiguous
-// int32 one (the golden data's, and what tokenizers often give) widened
-// here, which costs less than numpy's conversion into a new array.
-struct Ids {
-  py::array array;             // the input (kept alive) or its int64 conversion
-  std::vector<int64_t> wide;   // the widened int32 ids
-  const int64_t* data = nullptr;
-
-  void load(const py::handle& h) {
-    if (py::isinstance<py::array_t<int32_t>>(h)) {
-      auto a = py::reinterpret_borrow<py::array_t<int32_t>>(h);
-      if (a.flags() & py::array::c_style) {
-        array = a;
-        wide.assign(a.data(), a.data() + a.size());
-        data = wide.data();
-        return;
-      }
-    }
-    I64Array a = py::cast<I64Array>(h);
-    array = a;
-    data = a.data();
-  }
-};
-
-// One request's arrays, kept alive while the engine reads them.
-struct Request {
+// One lattice in the engine's layout, its arrays kept alive while the engine
+// reads them: topk_tokens / topk_probs as [D, K] arrays, or (when K differs
+// per level) as lists of D 1-D arrays, concatenated here.
+struct Lattice {
   Ids prefix, tokens;
   F32Array probs;
-  std::vector<uint64_t> offsets;
+  std::vector<int64_t> level_tokens;  // the levels concatenated (list form)
+  std::vector<float> level_probs;
+  std::vector<uint64_t> offsets;      // D + 1
   PruneInput input;
+
+  void load(const py::handle& prefix_in, const py::handle& tokens_in, const py::handle& probs_in) {
+    prefix.load(prefix_in, "prefix");
+    prefix.require_rank(1, "prefix", "[P]");
+    const int64_t* tok = nullptr;
+    const float* pr = nullptr;
+    if (py::isinstance<py::list>(tokens_in) || py::isinstance<py::tuple>(tokens_in)) {
+      load_levels(py::reinterpret_borrow<py::sequence>(tokens_in), probs_in);
+      tok = level_tokens.data();
+      pr = level_probs.data();
+    } else {
+      tokens.load(tokens_in, "topk_tokens");
+      probs = floats(probs_in, "topk_probs", "probabilities");
+      tokens.require_rank(2, "topk_tokens", "[D, K]");
+      if (probs.ndim() != 2 || static_cast<uint64_t>(probs.shape(0)) != tokens.shape(0) ||
+          static_cast<uint64_t>(probs.shape(1)) != tokens.shape(1))
+        throw InvalidArgument("topk_probs has shape " + shape_str(probs) + ", topk_tokens " +
+                              shape_str(tokens.array()) + ": they must match");
+      const uint64_t d = tokens.shape(0), k = tokens.shape(1);
+      offsets.resize(d + 1);
+      for (uint64_t l = 0; l <= d; ++l) offsets[l] = l * k;
+      tok = tokens.data();
+      pr = probs.data();
+    }
+    input.prefix = prefix.data();
+    input.prefix_len = prefix.size();
+    input.tokens = tok;
+    input.probs = pr;
+    input.level_offsets = offsets.data();
+    input.depth = static_cast<uint32_t>(std::min<size_t>(offsets.size() - 1, UINT32_MAX));
+  }
+
+  void load_levels(const py::sequence& levels, const py::handle& probs_in) {
+    const size_t d = levels.size();
+    const bool probs_listed = py::isinstance<py::list>(probs_in) || py::isinstance<py::tuple>(probs_in) ||
+                              py::isinstance<py::array>(probs_in);
+    if (!probs_listed || py::len(probs_in) != d) {
+      const std::string n = py::hasattr(probs_in, "__len__") ? std::to_string(py::len(probs_in)) : "no";
+      throw InvalidArgument("topk_probs has " + n + " levels, topk_tokens " + std::to_string(d) + ": they must match");
+    }
+    offsets.assign(1, 0);
+    level_tokens.clear();
+    level_probs.clear();
+    Ids t;
+    for (size_t l = 0; l < d; ++l) {
+      const std::string at = "[" + std::to_string(l) + "]";
+      t.load(levels[l], "topk_tokens" + at);
+      F32Array p = floats(probs_in[py::int_(l)], "topk_probs" + at, "probabilities");
+      if (t.ndim() != 1 || p.ndim() != 1 || t.shape(0) != static_cast<uint64_t>(p.shape(0)))
+        throw InvalidArgument("level " + std::to_string(l) + ": topk_tokens" + at + " has shape " +
+                              shape_str(t.array()) + ", topk_probs" + at + " " + shape_str(p) +
+                              ": each level must be 1-D and both must match");
+      level_tokens.insert(level_tokens.end(), t.data(), t.data() + t.size());
+      level_probs.insert(level_probs.end(), p.data(), p.data() + p.shape(0));
+      offsets.push_back(level_tokens.size());
+    }
+  }
 };
 
-// tokens/probs: both 2-D [D, K] with level_offsets None, or both 1-D (the
-// levels concatenated) with level_offsets [D + 1].
-void make_request(const py::handle& prefix, const py::handle& tokens, const py::handle& probs,
-                  const py::handle& level_offsets, Request& r) {
-  r.prefix.load(prefix);
-  r.tokens.load(tokens);
-  r.probs = py::cast<F32Array>(probs);
-  if (r.prefix.array.ndim() != 1)
-    throw InvalidArgument("prefix must be 1-D [P], got shape " + shape_str(r.prefix.array));
-  if (level_offsets.is_none()) {
-    if (r.tokens.array.ndim() != 2)
-      throw InvalidArgument("topk_tokens must be 2-D [D, K], got shape " + shape_str(r.tokens.array));
-    if (r.probs.ndim() != 2 || r.probs.shape(0) != r.tokens.array.shape(0) ||
-        r.probs.shape(1) != r.tokens.array.shape(1))
-      throw InvalidArgument("topk_probs has shape " + shape_str(r.probs) + ", topk_tokens " + shape_str(r.tokens.array) +
-                            ": they must match");
-    const uint64_t d = r.tokens.array.shape(0), k = r.tokens.array.shape(1);
-    if (d > PruneLimits::kMaxDepth)
-      throw InvalidArgument("topk_tokens has " + std::to_string(d) + " levels (D): must be 1.." +
-                            std::to_string(PruneLimits::kMaxDepth));
-    r.offsets.resize(d + 1);
-    for (uint64_t l = 0; l <= d; ++l) r.offsets[l] = l * k;
-  } else {
-    U64Array off = py::cast<U64Array>(level_offsets);
-    if (r.tokens.array.ndim() != 1 || r.probs.ndim() != 1 || off.ndim() != 1 || off.shape(0) < 1)
-      throw InvalidArgument("per-level candidates: topk_tokens and topk_probs must be 1-D and level_offsets 1-D [D + 1]");
-    if (r.probs.shape(0) != r.tokens.array.shape(0))
-      throw InvalidArgument("topk_probs has " + std::to_string(r.probs.shape(0)) + " entries, topk_tokens " +
-                            std::to_string(r.tokens.array.shape(0)) + ": they must match");
-    if (static_cast<uint64_t>(off.shape(0)) - 1 > PruneLimits::kMaxDepth)
-      throw InvalidArgument("topk_tokens has " + std::to_string(off.shape(0) - 1) + " levels (D): must be 1.." +
-                            std::to_string(PruneLimits::kMaxDepth));
-    r.offsets.assign(off.data(), off.data() + off.shape(0));
-    for (size_t l = 1; l < r.offsets.size(); ++l)
-      if (r.offsets[l] < r.offsets[l - 1]) throw InvalidArgument("level_offsets must be non-decreasing");
-    if (r.offsets.back() != static_cast<uint64_t>(r.tokens.array.shape(0)))
-      throw InvalidArgument("level_offsets ends at " + std::to_string(r.offsets.back()) + " but there are " +
-                            std::to_string(r.tokens.array.shape(0)) + " candidates");
+// One request of a batch: a dict with keys prefix, topk_tokens, topk_probs or
+// a sequence of those three.
+void load_request(const py::handle& r, Lattice& out) {
+  if (py::isinstance<py::dict>(r)) {
+    py::dict d = py::reinterpret_borrow<py::dict>(r);
+    py::list extra;
+    for (auto item : d) {
+      const py::str key = py::str(item.first);
+      if (std::string(key) != "prefix" && std::string(key) != "topk_tokens" && std::string(key) != "topk_probs")
+        extra.append(item.first);
+    }
+    if (py::len(extra)) {
+      extra.attr("sort")();
+      throw InvalidArgument("unknown keys " + std::string(py::repr(extra)) +
+                            "; parameters apply to the whole batch");
+    }
+    for (const char* key : {"prefix", "topk_tokens", "topk_probs"})
+      if (!d.contains(key)) throw InvalidArgument(std::string("missing key '") + key + "'");
+    out.load(d["prefix"], d["topk_tokens"], d["topk_probs"]);
+    return;
   }
-  r.input.prefix = r.prefix.data;
-  r.input.prefix_len = r.prefix.array.shape(0);
-  r.input.tokens = r.tokens.data;
-  r.input.probs = r.probs.data();
-  r.input.level_offsets = r.offsets.data();
-  r.input.depth = static_cast<uint32_t>(r.offsets.size() - 1);
+  if (!PySequence_Check(r.ptr()) || py::isinstance<py::str>(r) || py::len(r) != 3)
+    throw InvalidArgument("must be a dict or a (prefix, topk_tokens, topk_probs) tuple");
+  py::sequence s = py::reinterpret_borrow<py::sequence>(r);
+  out.load(s[0], s[1], s[2]);
 }
 
-// (tokens, parents, depths, scores, tree_mask, retrieve_indices)
-py::tuple to_python(const PrunedTree& tr) {
-  const py::ssize_t n = tr.size();
-  py::array_t<bool> mask({n, n});
-  std::memcpy(mask.mutable_data(), tr.tree_mask.data(), tr.tree_mask.size());
-  py::array_t<int32_t> retrieve({static_cast<py::ssize_t>(tr.n_leaves), static_cast<py::ssize_t>(tr.retrieve_width)});
-  std::memcpy(retrieve.mutable_data(), tr.retrieve_indices.data(), tr.retrieve_indices.size() * sizeof(int32_t));
-  return py::make_tuple(py::array_t<int32_t>(n, tr.tokens.data()), py::array_t<int32_t>(n, tr.parents.data()),
-                        py::array_t<int32_t>(n, tr.depths.data()), py::array_t<float>(n, tr.scores.data()), mask,
-                        retrieve);
+// An error of requests[i]; "requests[i] must be ..." reads better without a colon.
+std::string request_error(size_t i, const std::string& msg) {
+  return "requests[" + std::to_string(i) + "]" + (msg.rfind("must be", 0) == 0 ? " " : ": ") + msg;
 }
+
+// (prefix int64 [P], level sizes uint32 [D], tokens int64, probs float32): new arrays.
+py::tuple lattice_arrays(const Lattice& r) {
+  const uint32_t d = static_cast<uint32_t>(r.offsets.size() - 1);
+  py::array_t<uint32_t> sizes(d);
+  for (uint32_t l = 0; l < d; ++l) sizes.mutable_data()[l] = static_cast<uint32_t>(r.offsets[l + 1] - r.offsets[l]);
+  const uint64_t n = r.offsets.back();
+  return py::make_tuple(py::array_t<int64_t>(r.input.prefix_len, r.input.prefix), sizes,
+                        py::array_t<int64_t>(n, r.input.tokens), py::array_t<float>(n, r.input.probs));
+}
+
+// The Python PrunedTree: the engine's tree and, made on first use, numpy
+// views of its arrays (each property returns the same array every time). The
+// views' base is a capsule sharing the tree, not this object, so that no
+// reference cycle keeps either alive.
+struct TreeObject {
+  std::shared_ptr<PrunedTree> tree = std::make_shared<PrunedTree>();
+  py::object owner;  // the capsule
+  py::object arrays[6];
+
+  template <class T>
+  py::object& view(int slot, std::vector<T>& v, std::vector<py::ssize_t> shape) {
+    if (!arrays[slot]) {
+      if (!owner)
+        owner = py::capsule(new std::shared_ptr<PrunedTree>(tree),
+                            [](void* p) { delete static_cast<std::shared_ptr<PrunedTree>*>(p); });
+      if constexpr (std::is_same_v<T, uint8_t>)
+        arrays[slot] = py::array(py::dtype::of<bool>(), std::move(shape), v.data(), owner);
+      else
+        arrays[slot] = py::array_t<T>(std::move(shape), v.data(), owner);
+    }
+    return arrays[slot];
+  }
+  py::ssize_t n() const { return static_cast<py::ssize_t>(tree->size()); }
+};
+
+std::unique_ptr<TreeObject> new_tree() { return std::make_unique<TreeObject>(); }
 
 }  // namespace
 
 void bind_prune(py::module_& m) {
+  py::class_<TreeObject, std::unique_ptr<TreeObject>>(m, "PrunedTree", R"(A draft tree of 1 + n nodes; node 0 is the root (the prefix's last token).
+
+Nodes are ordered by depth, within one depth by score descending (ties in the
+order the search generated them); every parent precedes its children. The
+arrays are views of the engine's output (docs/PRUNING.md):
+tokens, parents (-1 for the root), depths, scores: [1 + n];
+tree_mask: bool [1 + n, 1 + n], row i marks i and its ancestors;
+retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 padded.)")
+      .def_property_readonly("tokens", [](TreeObject& t) { return t.view(0, t.tree->tokens, {t.n()}); })
+      .def_property_readonly("parents", [](TreeObject& t) { return t.view(1, t.tree->parents, {t.n()}); })
+      .def_property_readonly("depths", [](TreeObject& t) { return t.view(2, t.tree->depths, {t.n()}); })
+      .def_property_readonly("tree_position_ids", [](TreeObject& t) { return t.view(2, t.tree->depths, {t.n()}); },
+                             "Position offset of each node from the root (= depths), as DART names it.")
+      .def_property_readonly("scores", [](TreeObject& t) { return t.view(3, t.tree->scores, {t.n()}); })
+      .def_property_readonly("tree_mask", [](TreeObject& t) { return t.view(4, t.tree->tree_mask, {t.n(), t.n()}); })
+      .def_property_readonly("retrieve_indices", [](TreeObject& t) {
+        return t.view(5, t.tree->retrieve_indices,
+                      {static_cast<py::ssize_t>(t.tree->n_leaves), static_cast<py::ssize_t>(t.tree->retrieve_width)});
+      })
+      .def_property_readonly("n_nodes", [](const TreeObject& t) { return t.n() - 1; },
+                             "Nodes kept, the root excluded.")
+      .def("paths", [](const TreeObject& obj) {
+        const PrunedTree& t = *obj.tree;
+        std::vector<py::tuple> out(t.size());
+        out[0] = py::tuple();
+        for (uint32_t i = 1; i < t.size(); ++i) {
+          const py::tuple& up = out[t.parents[i]];
+          py::tuple p(up.size() + 1);
+          for (size_t j = 0; j < up.size(); ++j) p[j] = up[j];
+          p[up.size()] = py::int_(t.tokens[i]);
+          out[i] = std::move(p);
+        }
+        return py::list(py::cast(out));
+      }, "The token path (root excluded) of every node, in node order; () for the root.")
+      .def("__repr__", [](const TreeObject& obj) {
+        const PrunedTree& t = *obj.tree;
+        return "PrunedTree(nodes=" + std::to_string(t.size() - 1) + ", depth=" + std::to_string(t.retrieve_width - 1) +
+               ", leaves=" + std::to_string(t.n_leaves) + ")";
+      });
+
   m.def(
       "encode_tree",
-      [](I32Array tokens, I32Array parents, F32Array scores) {
-        if (tokens.ndim() != 1 || parents.ndim() != 1 || scores.ndim() != 1)
-          throw InvalidArgument("tree: tokens, parents and scores must be 1-D");
-        PrunedTree tr;
-        tr.tokens.assign(tokens.data(), tokens.data() + tokens.shape(0));
-        tr.parents.assign(parents.data(), parents.data() + parents.shape(0));
-        tr.scores.assign(scores.data(), scores.data() + scores.shape(0));
+      [](const py::handle& tokens, const py::handle& parents, const py::handle& scores) {
+        I32Array tok = py::cast<I32Array>(tokens), par = py::cast<I32Array>(parents);
+        if (tok.ndim() != 1 || par.ndim() != 1) throw InvalidArgument("tree: tokens and parents must be 1-D");
+        auto obj = new_tree();
+        PrunedTree* tr = obj->tree.get();
+        tr->tokens.assign(tok.data(), tok.data() + tok.shape(0));
+        tr->parents.assign(par.data(), par.data() + par.shape(0));
+        if (!scores.is_none()) {
+          F32Array sc = py::cast<F32Array>(scores);
+          if (sc.ndim() != 1) throw InvalidArgument("tree: scores must be 1-D");
+          tr->scores.assign(sc.data(), sc.data() + sc.shape(0));
+        }
         {
           py::gil_scoped_release nogil;
           thread_local PruneWorkspace ws;
-          encode_tree(tr, ws);
+          encode_tree(*tr, ws);
         }
-        return to_python(tr);
+        return obj;
       },
-      py::arg("tokens"), py::arg("parents"), py::arg("scores"),
-      "DART's encoding of a tree from its node tokens and parents: (tokens, parents, depths, scores, "
-      "tree_mask, retrieve_indices).");
+      py::arg("tokens"), py::arg("parents"), py::arg("scores") = py::none(),
+      "A PrunedTree from its node tokens and parents (node 0 the root, parents before children), encoded as "
+      "prune encodes its trees; scores None (or of another length): zeros.");
 
   py::class_<PruneLimits>(m, "PruneLimits")
       .def_readonly_static("max_depth", &PruneLimits::kMaxDepth)
@@ -176,64 +265,138 @@ void bind_prune(py::module_& m) {
       .def_readonly_static("max_nodes", &PruneLimits::kMaxNodes)
       .def_readonly_static("max_weight", &PruneLimits::kMaxWeight);
 
+  const PruneParams defaults;
+  py::dict d;
+  d["beam_width"] = defaults.beam_width;
+  d["max_nodes"] = defaults.max_nodes;
+  d["ngram_weight"] = defaults.ngram_weight;
+  m.attr("PRUNE_DEFAULTS") = d;
+
   m.def("default_level_weight", &default_level_weight, py::arg("level"));
   m.def("default_logit_weight", &default_logit_weight, py::arg("level"));
 
   m.def(
+      "lattice",
+      [](const py::handle& prefix, const py::handle& tokens, const py::handle& probs) {
+        Lattice r;
+        r.load(prefix, tokens, probs);
+        return lattice_arrays(r);
+      },
+      py::arg("prefix"), py::arg("topk_tokens"), py::arg("topk_probs"),
+      "One lattice as prune reads it: (prefix int64 [P], level sizes uint32 [D], tokens int64 [sum], "
+      "probs float32 [sum]), the levels concatenated. Raises ValueError as prune does for what it cannot "
+      "convert; values are the engine's (or the server's) to check.");
+
+  m.def(
+      "lattices",
+      [](const py::iterable& requests) {
+        py::list out;
+        Lattice r;
+        for (const py::handle q : requests) {
+          const size_t i = py::len(out);
+          try {
+            load_request(q, r);
+          } catch (const InvalidArgument& e) {
+            throw InvalidArgument(request_error(i, e.what()));
+          }
+          out.append(lattice_arrays(r));
+        }
+        return out;
+      },
+      py::arg("requests"), "lattice for each request of a prune_batch call (dicts or tuples, as prune_batch takes).");
+
+  m.def(
+      "prune_params",
+      [](const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
+         const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos_token_id,
+         const py::handle& ngram_on_first_level) {
+        const PruneParams p = make_params(beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
+                                          eos_token_id, ngram_on_first_level);
+        py::dict out;
+        out["beam_width"] = p.beam_width;
+        out["max_nodes"] = p.max_nodes;
+        out["ngram_weight"] = p.ngram_weight;
+        out["level_weights"] = p.level_weights;
+        out["logit_weights"] = p.logit_weights;
+        out["eos_token_id"] = p.eos_token_id ? py::object(py::int_(*p.eos_token_id)) : py::object(py::none());
+        out["ngram_on_first_level"] = p.ngram_on_first_level;
+        return out;
+      },
+      py::kw_only(), py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
+      py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),
+      py::arg("logit_weights") = py::none(), py::arg("eos_token_id") = py::none(),
+      py::arg("ngram_on_first_level") = false,
+      "prune's keyword parameters converted as prune converts them, as a dict (weights as lists, "
+      "eos_token_id None for the trie's).");
+
+  m.def(
       "prune",
-      [](const TrieIndex& t, py::object prefix, py::object tokens, py::object probs, py::object level_offsets,
-         int64_t beam_width, int64_t max_nodes, double ngram_weight, py::object level_weights,
-         py::object logit_weights, py::object eos_token_id, bool ngram_on_first_level) {
-        const PruneParams params = make_params(t, beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
+      [](const TrieIndex& t, const py::handle& prefix, const py::handle& tokens, const py::handle& probs,
+         const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
+         const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos_token_id,
+         const py::handle& ngram_on_first_level) {
+        Lattice r;
+        r.load(prefix, tokens, probs);
+        const PruneParams params = make_params(beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
                                                eos_token_id, ngram_on_first_level);
-        Request r;
-        make_request(prefix, tokens, probs, level_offsets, r);
-        // One workspace per Python thread: no allocation once warmed up.
-        thread_local PruneWorkspace ws;
-        thread_local PrunedTree tree;
+        auto tree = new_tree();
         {
           py::gil_scoped_release nogil;
-          prune_tree(t, r.input, params, ws, tree);
+          // One workspace per Python thread: no allocation once warmed up.
+          thread_local PruneWorkspace ws;
+          prune_tree(t, r.input, params, ws, *tree->tree);
         }
-        return to_python(tree);
+        return tree;
       },
-      py::arg("trie"), py::arg("prefix"), py::arg("topk_tokens"), py::arg("topk_probs"), py::arg("level_offsets"),
-      py::arg("beam_width"), py::arg("max_nodes"), py::arg("ngram_weight"), py::arg("level_weights"),
-      py::arg("logit_weights"), py::arg("eos_token_id"), py::arg("ngram_on_first_level"),
-      "DART tree pruning of one lattice: (tokens, parents, depths, scores, tree_mask, retrieve_indices).");
+      py::arg("trie"), py::arg("prefix"), py::arg("topk_tokens"), py::arg("topk_probs"), py::kw_only(),
+      py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
+      py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),
+      py::arg("logit_weights") = py::none(), py::arg("eos_token_id") = py::none(),
+      py::arg("ngram_on_first_level") = false, "DART tree pruning of one lattice (see ngram_service.tree.prune).");
 
   m.def(
       "prune_batch",
-      [](const TrieIndex& t, py::sequence requests, int64_t beam_width, int64_t max_nodes, double ngram_weight,
-         py::object level_weights, py::object logit_weights, py::object eos_token_id, bool ngram_on_first_level,
-         int64_t threads) {
-        const PruneParams params = make_params(t, beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
-                                               eos_token_id, ngram_on_first_level);
-        const uint32_t n_threads = to_u32(threads, "threads", 0, 4096);
-        const size_t n = py::len(requests);
-        std::vector<Request> reqs(n);
-        std::vector<PruneInput> inputs(n);
-        for (size_t i = 0; i < n; ++i) {
-          py::tuple q = py::cast<py::tuple>(requests[i]);
-          if (q.size() != 4) throw InvalidArgument("requests[" + std::to_string(i) + "] must be a 4-tuple");
+      [](const TrieIndex& t, const py::iterable& requests, const py::handle& threads, const py::handle& beam_width,
+         const py::handle& max_nodes, const py::handle& ngram_weight, const py::handle& level_weights,
+         const py::handle& logit_weights, const py::handle& eos_token_id, const py::handle& ngram_on_first_level) {
+        std::vector<std::unique_ptr<Lattice>> reqs;
+        for (const py::handle r : requests) {
+          const size_t i = reqs.size();
+          reqs.push_back(std::make_unique<Lattice>());
           try {
-            make_request(q[0], q[1], q[2], q[3], reqs[i]);
+            load_request(r, *reqs.back());
           } catch (const InvalidArgument& e) {
-            throw InvalidArgument("requests[" + std::to_string(i) + "]: " + e.what());
+            throw InvalidArgument(request_error(i, e.what()));
           }
-          inputs[i] = reqs[i].input;
         }
+        int64_t n_threads = 0;
+        if (!threads.is_none()) {
+          if (py::isinstance<py::bool_>(threads) || !PyIndex_Check(threads.ptr()) ||
+              (n_threads = py::cast<int64_t>(threads)) < 0 || n_threads > 4096)
+            throw InvalidArgument("threads must be a non-negative integer or None, got " +
+                                  std::string(py::repr(threads)));
+        }
+        const PruneParams params = make_params(beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
+                                               eos_token_id, ngram_on_first_level);
+        std::vector<PruneInput> inputs(reqs.size());
+        for (size_t i = 0; i < reqs.size(); ++i) inputs[i] = reqs[i]->input;
         std::vector<PrunedTree> out;
         {
           py::gil_scoped_release nogil;
-          prune_tree_batch(t, inputs, params, n_threads, out);
+          prune_tree_batch(t, inputs, params, static_cast<uint32_t>(n_threads), out);
         }
-        py::list res(n);
-        for (size_t i = 0; i < n; ++i) res[i] = to_python(out[i]);
+        py::list res(out.size());
+        for (size_t i = 0; i < out.size(); ++i) {
+          auto obj = new_tree();
+          *obj->tree = std::move(out[i]);
+          res[i] = py::cast(std::move(obj));
+        }
         return res;
       },
-      py::arg("trie"), py::arg("requests"), py::arg("beam_width"), py::arg("max_nodes"), py::arg("ngram_weight"),
-      py::arg("level_weights"), py::arg("logit_weights"), py::arg("eos_token_id"), py::arg("ngram_on_first_level"),
-      py::arg("threads"),
-      "Many (prefix, topk_tokens, topk_probs, level_offsets) requests on `threads` threads (0: all cores).");
+      py::arg("trie"), py::arg("requests"), py::kw_only(), py::arg("threads") = py::none(),
+      py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
+      py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),
+      py::arg("logit_weights") = py::none(), py::arg("eos_token_id") = py::none(),
+      py::arg("ngram_on_first_level") = false,
+      "Many requests on `threads` threads (None: all cores), see ngram_service.tree.prune_batch.");
 }

@@ -18,7 +18,7 @@ std::shared_ptr<const LoadedIndex> IndexRegistry::load(const std::string& name, 
   idx->name = name;
   idx->path = path;
   idx->trie = TrieIndex::open(path, in_ram_ ? TrieIndex::Load::kRam : TrieIndex::Load::kMap, verify_);
-  idx->meta = parse_meta(idx->trie->meta_json());
+  idx->tokenizer_fingerprint = tokenizer_fingerprint(idx->trie->meta_json());
   idx->loaded_unix_seconds =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   return idx;

@@ -18,7 +18,7 @@ struct LoadedIndex {
   std::string name;
   std::string path;
   std::shared_ptr<const TrieIndex> trie;
-  MetaInfo meta;
+  std::string tokenizer_fingerprint;  // from the meta section; "" when it records none
   double loaded_unix_seconds = 0;
 };
 

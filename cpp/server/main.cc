@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
           .kv("vocab_size", idx->trie->vocab_size())
           .kv("file_bytes", idx->trie->file_size())
           .kv("mapped", idx->trie->mapped())
-          .kv("tokenizer_fingerprint", idx->meta.tokenizer_fingerprint)
+          .kv("tokenizer_fingerprint", idx->tokenizer_fingerprint)
           .kv("seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())
           .emit();
     }
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
           .kv("drain_seconds", config.drain_seconds)
           .emit();
       if (health) health->Shutdown();  // health checks now answer NOT_SERVING
-      service.begin_drain();             // new calls are refused (UNAVAILABLE), idle streams end
+      service.begin_drain();             // new calls are refused (UNAVAILABLE)
       const auto deadline = std::chrono::system_clock::now() +
                             std::chrono::milliseconds(static_cast<int64_t>(config.drain_seconds * 1000));
       // Wait for the admitted calls, then give their replies a second to leave:

@@ -1,6 +1,7 @@
 #include "meta_json.h"
 
 #include <cctype>
+#include <map>
 
 namespace ngram::server {
 
@@ -53,9 +54,22 @@ bool skip_value(const std::string& s, size_t& i) {
   return true;
 }
 
-}  // namespace
+// The value of a JSON string literal (raw text with quotes), its escapes of
+// one character undone (a fingerprint is hex: it has none); "" when `raw` is
+// not a string.
+std::string string_value(const std::string& raw) {
+  if (raw.size() < 2 || raw.front() != '"' || raw.back() != '"') return "";
+  std::string out;
+  for (size_t i = 1; i + 1 < raw.size(); ++i) {
+    if (raw[i] == '\\' && i + 2 < raw.size()) ++i;
+    out += raw[i];
+  }
+  return out;
+}
 
-std::map<std::string, std::string> json_object_members(const std::string& s) {
+// The members of the JSON object `s` as key -> raw value text; empty when `s`
+// is not an object.
+std::map<std::string, std::string> object_members(const std::string& s) {
   std::map<std::string, std::string> out;
   size_t i = 0;
   skip_ws(s, i);
@@ -67,7 +81,7 @@ std::map<std::string, std::string> json_object_members(const std::string& s) {
     if (s[i] != '"') return {};
     const size_t k0 = i;
     if (!skip_string(s, i)) return {};
-    const std::string key = json_string_value(s.substr(k0, i - k0));
+    const std::string key = string_value(s.substr(k0, i - k0));
     skip_ws(s, i);
     if (i >= s.size() || s[i] != ':') return {};
     ++i;
@@ -80,57 +94,15 @@ std::map<std::string, std::string> json_object_members(const std::string& s) {
   }
 }
 
-std::string json_string_value(const std::string& raw) {
-  if (raw.size() < 2 || raw.front() != '"' || raw.back() != '"') return "";
-  std::string out;
-  for (size_t i = 1; i + 1 < raw.size(); ++i) {
-    char c = raw[i];
-    if (c != '\\') {
-      out += c;
-      continue;
-    }
-    if (++i + 1 > raw.size() - 1) break;
-    switch (raw[i]) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'u': {  // BMP code point -> UTF-8 (surrogate pairs are left as is)
-        if (i + 4 >= raw.size()) return out;
-        const unsigned cp = std::stoul(raw.substr(i + 1, 4), nullptr, 16);
-        i += 4;
-        if (cp < 0x80) {
-          out += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-          out += static_cast<char>(0xC0 | (cp >> 6));
-          out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-          out += static_cast<char>(0xE0 | (cp >> 12));
-          out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          out += static_cast<char>(0x80 | (cp & 0x3F));
-        }
-        break;
-      }
-      default: out += raw[i];
-    }
-  }
-  return out;
-}
+}  // namespace
 
-MetaInfo parse_meta(const std::string& meta_json) {
-  MetaInfo m;
-  const auto top = json_object_members(meta_json);
-  if (auto it = top.find("tokenizer"); it != top.end()) {
-    const auto tok = json_object_members(it->second);
-    if (auto n = tok.find("name"); n != tok.end()) m.tokenizer_name = json_string_value(n->second);
-    if (auto f = tok.find("fingerprint"); f != tok.end()) m.tokenizer_fingerprint = json_string_value(f->second);
-  }
-  if (auto it = top.find("corpus"); it != top.end() && !it->second.empty() && it->second[0] == '{')
-    m.corpus_json = it->second;
-  if (auto it = top.find("build"); it != top.end() && !it->second.empty() && it->second[0] == '{')
-    m.build_json = it->second;
-  return m;
+std::string tokenizer_fingerprint(const std::string& meta_json) {
+  const auto top = object_members(meta_json);
+  const auto tok = top.find("tokenizer");
+  if (tok == top.end()) return "";
+  const auto members = object_members(tok->second);
+  const auto fp = members.find("fingerprint");
+  return fp == members.end() ? "" : string_value(fp->second);
 }
 
 }  // namespace ngram::server

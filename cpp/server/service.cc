@@ -165,7 +165,7 @@ Status NgramServiceImpl::resolve(const std::string& name, const std::string& fin
     return Status(StatusCode::NOT_FOUND, "index: '" + name + "' is not served here (served: " + served + ")");
   }
   if (!fingerprint.empty()) {
-    const std::string& have = (*out)->meta.tokenizer_fingerprint;
+    const std::string& have = (*out)->tokenizer_fingerprint;
     if (have.empty())
       return Status(StatusCode::FAILED_PRECONDITION,
                     "tokenizer_fingerprint: index '" + (*out)->name + "' records no tokenizer fingerprint");
@@ -188,11 +188,7 @@ grpc::ServerUnaryReactor* NgramServiceImpl::GetInfo(grpc::CallbackServerContext*
     resp->set_order(t.order());
     resp->set_vocab_size(t.vocab_size());
     resp->set_eos_id(t.eos_id());
-    resp->set_tokenizer_name(idx->meta.tokenizer_name);
-    resp->set_tokenizer_fingerprint(idx->meta.tokenizer_fingerprint);
-    resp->set_corpus_json(idx->meta.corpus_json);
     for (uint32_t k = 1; k <= t.order(); ++k) resp->add_ngram_counts(t.ngram_count(k));
-    resp->set_build_json(idx->meta.build_json);
     resp->set_meta_json(t.meta_json());
     resp->set_total_tokens(t.total_tokens());
     resp->set_file_bytes(t.file_size());
@@ -269,13 +265,13 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
   if (p.has_beam_width()) params.beam_width = p.beam_width();
   if (p.has_max_nodes()) params.max_nodes = p.max_nodes();
   if (p.has_ngram_weight()) params.ngram_weight = p.ngram_weight();
-  params.eos_token_id = p.has_eos_token_id() ? p.eos_token_id() : t.eos_id();
+  if (p.has_eos_token_id()) params.eos_token_id = p.eos_token_id();
   params.ngram_on_first_level = p.ngram_on_first_level();
   params.level_weights.assign(p.level_weights().begin(), p.level_weights().end());
   params.logit_weights.assign(p.logit_weights().begin(), p.logit_weights().end());
-  if (params.beam_width > lim.max_beam)
+  if (static_cast<uint64_t>(params.beam_width) > lim.max_beam)
     return over_limit("params.beam_width", params.beam_width, "entries", "--max-beam", lim.max_beam);
-  if (params.max_nodes > lim.max_nodes)
+  if (static_cast<uint64_t>(params.max_nodes) > lim.max_nodes)
     return over_limit("params.max_nodes", params.max_nodes, "nodes", "--max-nodes", lim.max_nodes);
 
   thread_local PruneWorkspace ws;
@@ -327,62 +323,6 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
 grpc::ServerUnaryReactor* NgramServiceImpl::PruneTree(grpc::CallbackServerContext* ctx,
                                                       const v1::PruneTreeRequest* req, v1::PruneTreeResponse* resp) {
   return unary("PruneTree", ctx, [this, req, resp] { return prune_tree(*req, resp); });
-}
-
-Status NgramServiceImpl::PruneTreeStream(
-    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::PruneTreeResponse, v1::PruneTreeRequest>* stream) {
-  // The stream holds one in-flight place for its life; each message waits for
-  // a compute slot like a unary call. The first error ends the stream.
-  const auto t0 = std::chrono::steady_clock::now();
-  Status st;
-  if (!admission_.enter()) {
-    metrics_.rejected("PruneTreeStream");
-    st = Status(StatusCode::RESOURCE_EXHAUSTED, "server busy (--max-inflight)");
-  } else {
-    metrics_.in_flight(+1);
-    {
-      std::lock_guard<std::mutex> lock(streams_mu_);
-      streams_[ctx] = false;
-    }
-    auto set_busy = [&](bool busy) {
-      std::lock_guard<std::mutex> lock(streams_mu_);
-      streams_[ctx] = busy;
-      return !draining_.load();
-    };
-    v1::PruneTreeRequest req;
-    while (st.ok() && !draining_.load() && stream->Read(&req)) {
-      set_busy(true);
-      const auto m0 = std::chrono::steady_clock::now();
-      st = admission_.acquire_worker(ctx);
-      if (!st.ok()) break;
-      v1::PruneTreeResponse resp;
-      st = status_of([&] { return prune_tree(req, &resp); });
-      metrics_.observe("PruneTreeStream.message", st.error_code(),
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count());
-      // The reply goes out before the slot is freed: freeing it may run
-      // queued calls on this thread first.
-      const bool written = st.ok() && stream->Write(resp);
-      admission_.release_worker();
-      if (st.ok() && !written) break;
-      if (!set_busy(false)) break;  // draining: end the stream after this message
-    }
-    {
-      std::lock_guard<std::mutex> lock(streams_mu_);
-      streams_.erase(ctx);
-    }
-    metrics_.in_flight(-1);
-    admission_.leave();
-  }
-  metrics_.observe("PruneTreeStream", st.error_code(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return st;
-}
-
-void NgramServiceImpl::begin_drain() {
-  draining_.store(true);
-  std::lock_guard<std::mutex> lock(streams_mu_);
-  for (auto& [ctx, busy] : streams_)
-    if (!busy) ctx->TryCancel();  // blocked in Read: nothing in progress to lose
 }
 
 // ---- admin ----------------------------------------------------------------------

@@ -45,8 +45,7 @@ class Admission {
   std::deque<std::function<void()>> queued_;
 };
 
-// The unary methods use the callback API (see unary() in service.cc); the
-// stream keeps the synchronous one.
+// Every method uses the callback API (see unary() in service.cc).
 using NgramServiceBase = v1::NgramService::WithCallbackMethod_GetInfo<v1::NgramService::WithCallbackMethod_ConditionalProbs<
     v1::NgramService::WithCallbackMethod_TopK<v1::NgramService::WithCallbackMethod_PruneTree<v1::NgramService::Service>>>>;
 
@@ -63,14 +62,11 @@ class NgramServiceImpl final : public NgramServiceBase {
                                  v1::TopKResponse* resp) override;
   grpc::ServerUnaryReactor* PruneTree(grpc::CallbackServerContext* ctx, const v1::PruneTreeRequest* req,
                                       v1::PruneTreeResponse* resp) override;
-  grpc::Status PruneTreeStream(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::PruneTreeResponse, v1::PruneTreeRequest>* stream) override;
 
-  // Before Server::Shutdown: open streams end (idle ones are cancelled at
-  // once, busy ones after their current message) so that a drain waits only
-  // for work in progress, not for clients to hang up.
-  void begin_drain();
+  // Before Server::Shutdown: from now on new calls are refused (UNAVAILABLE,
+  // which clients retry on another replica), so a drain waits only for the
+  // calls already admitted.
+  void begin_drain() { draining_.store(true); }
 
  private:
   // A unary call: admission, a compute slot (Admission::run), then `body`
@@ -88,8 +84,6 @@ class NgramServiceImpl final : public NgramServiceBase {
   Metrics& metrics_;
   Admission& admission_;
   std::atomic<bool> draining_{false};
-  std::mutex streams_mu_;
-  std::map<grpc::ServerContext*, bool> streams_;  // open streams -> busy
 };
 
 class NgramAdminImpl final : public v1::NgramAdmin::Service {

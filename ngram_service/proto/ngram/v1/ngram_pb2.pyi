@@ -13,16 +13,12 @@ class GetInfoRequest(_message.Message):
     def __init__(self, index: _Optional[str] = ...) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ("index", "order", "vocab_size", "eos_id", "tokenizer_name", "tokenizer_fingerprint", "corpus_json", "ngram_counts", "build_json", "meta_json", "total_tokens", "file_bytes", "mapped", "path", "loaded_unix_seconds", "indexes")
+    __slots__ = ("index", "order", "vocab_size", "eos_id", "ngram_counts", "meta_json", "total_tokens", "file_bytes", "mapped", "path", "loaded_unix_seconds", "indexes")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     EOS_ID_FIELD_NUMBER: _ClassVar[int]
-    TOKENIZER_NAME_FIELD_NUMBER: _ClassVar[int]
-    TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
-    CORPUS_JSON_FIELD_NUMBER: _ClassVar[int]
     NGRAM_COUNTS_FIELD_NUMBER: _ClassVar[int]
-    BUILD_JSON_FIELD_NUMBER: _ClassVar[int]
     META_JSON_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -34,11 +30,7 @@ class GetInfoResponse(_message.Message):
     order: int
     vocab_size: int
     eos_id: int
-    tokenizer_name: str
-    tokenizer_fingerprint: str
-    corpus_json: str
     ngram_counts: _containers.RepeatedScalarFieldContainer[int]
-    build_json: str
     meta_json: str
     total_tokens: int
     file_bytes: int
@@ -46,7 +38,7 @@ class GetInfoResponse(_message.Message):
     path: str
     loaded_unix_seconds: float
     indexes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, index: _Optional[str] = ..., order: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_id: _Optional[int] = ..., tokenizer_name: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., corpus_json: _Optional[str] = ..., ngram_counts: _Optional[_Iterable[int]] = ..., build_json: _Optional[str] = ..., meta_json: _Optional[str] = ..., total_tokens: _Optional[int] = ..., file_bytes: _Optional[int] = ..., mapped: _Optional[bool] = ..., path: _Optional[str] = ..., loaded_unix_seconds: _Optional[float] = ..., indexes: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, index: _Optional[str] = ..., order: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_id: _Optional[int] = ..., ngram_counts: _Optional[_Iterable[int]] = ..., meta_json: _Optional[str] = ..., total_tokens: _Optional[int] = ..., file_bytes: _Optional[int] = ..., mapped: _Optional[bool] = ..., path: _Optional[str] = ..., loaded_unix_seconds: _Optional[float] = ..., indexes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ConditionalProbsRequest(_message.Message):
     __slots__ = ("index", "tokenizer_fingerprint", "context_len", "num_candidates", "contexts", "candidates")

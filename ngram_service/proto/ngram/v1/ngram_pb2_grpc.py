@@ -54,11 +54,6 @@ class NgramServiceStub:
                 request_serializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.SerializeToString,
                 response_deserializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.FromString,
                 _registered_method=True)
-        self.PruneTreeStream = channel.stream_stream(
-                '/ngram.v1.NgramService/PruneTreeStream',
-                request_serializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.SerializeToString,
-                response_deserializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.FromString,
-                _registered_method=True)
 
 
 class NgramServiceServicer:
@@ -93,14 +88,6 @@ class NgramServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def PruneTreeStream(self, request_iterator, context):
-        """The same as PruneTree over one long-lived stream: one response per
-        request message, in order.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_NgramServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,11 +108,6 @@ def add_NgramServiceServicer_to_server(servicer, server):
             ),
             'PruneTree': grpc.unary_unary_rpc_method_handler(
                     servicer.PruneTree,
-                    request_deserializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.FromString,
-                    response_serializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.SerializeToString,
-            ),
-            'PruneTreeStream': grpc.stream_stream_rpc_method_handler(
-                    servicer.PruneTreeStream,
                     request_deserializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.FromString,
                     response_serializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.SerializeToString,
             ),
@@ -236,33 +218,6 @@ class NgramService:
             request,
             target,
             '/ngram.v1.NgramService/PruneTree',
-            ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.SerializeToString,
-            ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def PruneTreeStream(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/ngram.v1.NgramService/PruneTreeStream',
             ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.SerializeToString,
             ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.FromString,
             options,

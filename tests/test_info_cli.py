@@ -1,0 +1,58 @@
+"""What a new user meets opening tries: ngram-info's sizes and section table,
+and the refusal of a compressed or foreign file by the mapping engine."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import zstandard
+from click.testing import CliRunner
+
+from ngram_service import NgramIndex, TrieFormatError, _engine
+from ngram_service.cli_info import main as info_main
+
+
+@pytest.fixture(scope="module")
+def compressed(sample_trie: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # What ngram-build --compress writes: the plain file, zstd-compressed.
+    path = tmp_path_factory.mktemp("z") / "sample.ngt.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(sample_trie.read_bytes()))
+    return path
+
+
+def test_info_of_a_compressed_trie_gives_the_file_size(sample_trie: Path, compressed: Path) -> None:
+    info = NgramIndex.open(compressed).info()
+    assert info["file_bytes"] == compressed.stat().st_size < sample_trie.stat().st_size
+    assert info["image_bytes"] == sample_trie.stat().st_size and info["compressed"] is True
+    plain = NgramIndex.open(sample_trie).info()
+    assert plain["file_bytes"] == sample_trie.stat().st_size and "compressed" not in plain
+    out = CliRunner().invoke(info_main, [str(compressed)]).output
+    assert f"({compressed.stat().st_size:,} bytes, zstd-compressed; {sample_trie.stat().st_size:,} bytes in RAM" in out
+
+
+def test_sections_table_is_aligned(sample_trie: Path) -> None:
+    r = CliRunner().invoke(info_main, [str(sample_trie), "--sections"])
+    assert r.exit_code == 0
+    rows = [line for line in r.output.splitlines() if line.startswith("  ")]
+    # Names of 4 to 18 characters (meta ... count_escape_index): every column
+    # starts at the same place whatever the section's name.
+    assert {"meta", "count_escape_index"} <= {row.split()[0] for row in rows}
+    for word in (" level ", " offset ", " bytes ", " crc "):
+        assert len({row.index(word) for row in rows}) == 1, word
+
+
+def test_mapping_a_compressed_trie_names_the_fix(compressed: Path) -> None:
+    with pytest.raises(TrieFormatError) as e:
+        _engine.Trie.open(str(compressed))
+    msg = str(e.value)
+    assert "zstd-compressed trie" in msg and "zstd -d" in msg and "NgramIndex.open" in msg
+
+
+def test_random_bytes_get_no_zstd_hint(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.ngt"
+    junk.write_bytes(os.urandom(4096).replace(b"\x28\xb5\x2f\xfd", b"0000"))
+    with pytest.raises(TrieFormatError) as e:
+        NgramIndex.open(junk)
+    msg = str(e.value).removeprefix(str(junk))
+    assert msg == ": not a trie file (bad magic)"
