@@ -201,7 +201,7 @@ def _resume_case(tmp_path: Path) -> tuple[list[str], Path, Path]:
 
 def _parts(work: Path) -> dict[str, int]:
     """Finished reduce partitions: their done.json and its modification time."""
-    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.glob("runs-*/reduce-*/part-*/done.json")}
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.glob("build-*/reduce/*.json")}
 
 
 @pytest.mark.parametrize("phase", ["[reduce 1/", "[write]"])
@@ -215,7 +215,7 @@ def test_resume_after_kill_in_reduce_and_write(tmp_path: Path, phase: str) -> No
     done = _parts(work)
     assert done, "no partition had finished"
     if phase == "[write]":
-        assert len(done) == len(list(work.glob("runs-*/reduce-*/part-*")))
+        assert len(done) == len(list(work.glob("build-*/reduce/r*")))  # one output folder per range
     r = subprocess.run(args + ["--keep-tmp"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("(resumed)") == 6  # every map

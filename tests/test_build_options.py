@@ -73,7 +73,7 @@ def test_compress_is_the_plain_file_in_one_zstd_frame_read_into_ram(shards: Path
 
 
 def test_small_memory_limit_and_tmp_dir(shards: Path, tmp_path: Path) -> None:
-    """--memory-limit 64MB (the smallest share DuckDB gets, and small count chunks: many runs to merge) gives
+    """--memory-limit 256MB (the smallest accepted: the smallest share a task gets, small count chunks) gives
     the same bytes as the default; the runs go to --tmp-dir, whose other files are left alone, even by
     --no-resume; no OUT.build appears."""
     ref = tmp_path / "ref" / "t.ngt"
@@ -82,17 +82,17 @@ def test_small_memory_limit_and_tmp_dir(shards: Path, tmp_path: Path) -> None:
     scratch.mkdir()
     (scratch / "keep.txt").write_text("not ngram-build's")
     out = tmp_path / "t.ngt"
-    args = [str(shards), "--tokenizer", TOK, "-n", "4", "--out", str(out), "-j", "2", "--memory-limit", "64MB",
+    args = [str(shards), "--tokenizer", TOK, "-n", "4", "--out", str(out), "-j", "2", "--memory-limit", "256MB",
             "--tmp-dir", str(scratch)]
     built(*args, "--keep-tmp")
     assert out.read_bytes() == ref.read_bytes()
-    runs = list(scratch.glob("runs-*/map/*/order4-*.parquet"))
-    assert runs, list(scratch.rglob("*"))
+    records = list(scratch.glob("build-*/map/*.json"))  # the finished maps' records, kept by --keep-tmp
+    assert records, list(scratch.rglob("*"))
     assert not (tmp_path / "t.ngt.build").exists()
     built(*args, "--no-resume")
     assert out.read_bytes() == ref.read_bytes()
     assert (scratch / "keep.txt").read_text() == "not ngram-build's"
-    assert not list(scratch.glob("runs-*"))  # its own runs removed after success
+    assert not list(scratch.glob("build-*"))  # its own work removed after success
 
 
 def test_duckdb_spills_to_the_work_directory_under_its_memory_limit(tmp_path: Path) -> None:
