@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import collections
 import json
-import queue
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +44,7 @@ from dart_client.pruner import TokenizerMismatchError, fallback_index, model_fin
 from dart_client.random_models import random_drafter, random_target
 from indexer.cli import SAMPLE_DIR
 from ngram_service import NgramIndex
+from tests.dart_testbed import TrieHost, free_port
 
 SAMPLE_TOKENIZER = SAMPLE_DIR / "tokenizer.json"
 needs_server = pytest.mark.needs_server  # the remote tests need a real trie host
@@ -150,56 +148,11 @@ class _NoPruner:
         raise AssertionError("not used")
 
 
-class TrieHost:
-    """``ngram-serve FILE`` on 127.0.0.1 (it execs the native server: same process)."""
-
-    def __init__(self, trie: Path, port: int = 0) -> None:
-        cmd = [sys.executable, "-m", "ngram_service.serve", str(trie), "--host", "127.0.0.1", "--port", str(port),
-               "--threads", "2"]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        lines: queue.Queue = queue.Queue()
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + 20
-        while True:
-            line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            if line is None:
-                raise RuntimeError("ngram-serve-native exited at start")
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if ev.get("event") == "listening":
-                self.port = int(ev["port"])
-                return
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
 @pytest.fixture
 def host(sample_trie: Path):
     h = TrieHost(sample_trie)
     yield h
     h.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _logits(d: int = 4, v: int = 64, seed: int = 0) -> Any:
