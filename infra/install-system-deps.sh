@@ -17,6 +17,9 @@ PKGS=(
   libssl-dev
   libc-ares-dev
   libre2-dev
+  # clang + libFuzzer: the sanitized fuzz targets (fuzz/, tests/test_fuzz_smoke.py)
+  clang
+  libclang-rt-dev
 )
 
 missing=()

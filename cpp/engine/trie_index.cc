@@ -141,8 +141,8 @@ void TrieIndex::parse() {
       sizeof(FileHeader) + uint64_t{header_.section_count} * sizeof(SectionEntry) > size_)
     throw FormatError(p + ": section table out of bounds");
   sections_.resize(header_.section_count);
-  std::memcpy(sections_.data(), base_ + sizeof(FileHeader),
-              sections_.size() * sizeof(SectionEntry));
+  if (!sections_.empty())  // no memcpy to data() == nullptr (UB even for 0 bytes; found by fuzz_trie_reader)
+    std::memcpy(sections_.data(), base_ + sizeof(FileHeader), sections_.size() * sizeof(SectionEntry));
   {
     FileHeader h = header_;
     h.header_crc = 0;

@@ -64,6 +64,9 @@ class Ids {
       data_ = static_cast<const int64_t*>(array_.data());
       return;
     }
+    if (kind == 'O')  // numpy's dtype for a list holding an int outside int64
+      throw ngram::InvalidArgument(field + ": token ids must be integers in [-2**63, 2**63), got " +
+                                   std::string(py::repr(h)).substr(0, 200));
     if (kind != 'i' && kind != 'u')
       throw ngram::InvalidArgument(field + ": token ids must be integers, got dtype " +
                                    std::string(py::str(array_.dtype())));
@@ -104,10 +107,19 @@ inline F32Array floats(const py::handle& h, const std::string& field, const char
   throw ngram::InvalidArgument(field + ": " + what + " must be numbers");
 }
 
-// A Python int (or numpy integer), never a bool or a float.
-inline int64_t integer(const py::handle& h, const char* field) {
-  if (!py::isinstance<py::bool_>(h) && PyIndex_Check(h.ptr())) return py::cast<int64_t>(h);
-  throw ngram::InvalidArgument(std::string(field) + " must be an integer, got " + std::string(py::repr(h)));
+// A Python int (or numpy integer), never a bool or a float. One that does
+// not fit int64 cannot reach the engine's check, so it is refused here in the
+// engine's words: the field, the value, and `range`, the field's valid range.
+inline int64_t integer(const py::handle& h, const char* field, const std::string& range) {
+  if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr()))
+    throw ngram::InvalidArgument(std::string(field) + " must be an integer, got " + std::string(py::repr(h)));
+  const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow) throw ngram::InvalidArgument(std::string(field) + " = " + std::string(py::str(i)) + ": must be " + range);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
 }
 
 }  // namespace ngram_py

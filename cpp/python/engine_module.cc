@@ -139,7 +139,7 @@ PYBIND11_MODULE(_engine, m) {
       .def("topk", [](const TrieIndex& t, const py::handle& context_in, const py::handle& k_in) {
         const Ids context(context_in, "context");
         context.require_rank(1, "context", "[C]");
-        const int64_t k = integer(k_in, "k");
+        const int64_t k = integer(k_in, "k", "an integer >= 0");
         TopK r;
         {
           py::gil_scoped_release nogil;

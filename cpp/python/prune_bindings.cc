@@ -34,8 +34,8 @@ PruneParams make_params(const py::handle& beam_width, const py::handle& max_node
                         const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos,
                         const py::handle& ngram_on_first_level) {
   PruneParams p;
-  p.beam_width = integer(beam_width, "beam_width");
-  p.max_nodes = integer(max_nodes, "max_nodes");
+  p.beam_width = integer(beam_width, "beam_width", "1.." + std::to_string(PruneLimits::kMaxBeamWidth));
+  p.max_nodes = integer(max_nodes, "max_nodes", "0.." + std::to_string(PruneLimits::kMaxNodes));
   try {
     p.ngram_weight = static_cast<float>(py::cast<double>(ngram_weight));
   } catch (const py::cast_error&) {
@@ -46,7 +46,7 @@ PruneParams make_params(const py::handle& beam_width, const py::handle& max_node
   if (!eos.is_none()) {
     if (py::isinstance<py::bool_>(eos) || !PyIndex_Check(eos.ptr()))
       throw InvalidArgument("eos_token_id must be an integer or None, got " + std::string(py::repr(eos)));
-    p.eos_token_id = py::cast<int64_t>(eos);
+    p.eos_token_id = integer(eos, "eos_token_id", "-1 (none) or in [0, vocab_size)");
   }
   p.ngram_on_first_level = py::bool_(py::reinterpret_borrow<py::object>(ngram_on_first_level));
   return p;
@@ -372,7 +372,7 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
         int64_t n_threads = 0;
         if (!threads.is_none()) {
           if (py::isinstance<py::bool_>(threads) || !PyIndex_Check(threads.ptr()) ||
-              (n_threads = py::cast<int64_t>(threads)) < 0 || n_threads > 4096)
+              (n_threads = integer(threads, "threads", "0..4096 or None")) < 0 || n_threads > 4096)
             throw InvalidArgument("threads must be a non-negative integer or None, got " +
                                   std::string(py::repr(threads)));
         }

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <mutex>
 
+#include <google/protobuf/stubs/logging.h>
+
 namespace ngram::server {
 
 std::string json_quote(const std::string& s) {
@@ -67,5 +69,33 @@ void LogLine::emit() {
   std::fwrite(line_.data(), 1, line_.size(), stderr);
   std::fflush(stderr);
 }
+
+void append_captured(const std::string& msg);
+
+namespace {
+thread_local ProtobufLogCapture* t_capture = nullptr;
+
+void protobuf_log(google::protobuf::LogLevel level, const char* file, int line, const std::string& msg) {
+  if (t_capture) {
+    append_captured(msg);
+    return;
+  }
+  const char* lvl = level >= google::protobuf::LOGLEVEL_ERROR     ? "error"
+                    : level == google::protobuf::LOGLEVEL_WARNING ? "warning"
+                                                                  : "info";
+  LogLine(lvl, "protobuf").kv("message", msg).kv("source", std::string(file) + ":" + std::to_string(line)).emit();
+}
+}  // namespace
+
+void append_captured(const std::string& msg) {
+  std::string& t = t_capture->text_;
+  if (!t.empty()) t += "; ";
+  t += msg;
+}
+
+ProtobufLogCapture::ProtobufLogCapture() : outer_(t_capture) { t_capture = this; }
+ProtobufLogCapture::~ProtobufLogCapture() { t_capture = outer_; }
+
+void route_protobuf_log() { google::protobuf::SetLogHandler(&protobuf_log); }
 
 }  // namespace ngram::server

@@ -27,4 +27,24 @@ class LogLine {
 // JSON string literal of s (quotes included).
 std::string json_quote(const std::string& s);
 
+// Sends libprotobuf's log (it would print plain-text lines on stderr) through
+// LogLine as event "protobuf". Call once, before serving.
+void route_protobuf_log();
+
+// While one lives, what libprotobuf logs on this thread is kept in text()
+// instead (say, why a request body did not parse), for the caller to report.
+class ProtobufLogCapture {
+ public:
+  ProtobufLogCapture();
+  ~ProtobufLogCapture();
+  ProtobufLogCapture(const ProtobufLogCapture&) = delete;
+  ProtobufLogCapture& operator=(const ProtobufLogCapture&) = delete;
+  const std::string& text() const { return text_; }
+
+ private:
+  friend void append_captured(const std::string& msg);
+  std::string text_;
+  ProtobufLogCapture* outer_;
+};
+
 }  // namespace ngram::server

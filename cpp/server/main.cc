@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   // of the server's CPU in perf samples); it only reports, never prevents.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
+  route_protobuf_log();  // stderr carries JSON lines only (docs/SERVER.md)
   ServerConfig config = parse_args(argc, argv);
   if (config.threads == 0) config.threads = std::max(1u, std::thread::hardware_concurrency());
   if (config.max_inflight == 0) config.max_inflight = 64ull * config.threads;

@@ -4,6 +4,10 @@
 #include <chrono>
 #include <new>
 
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include "errors.h"
 #include "json_log.h"
 #include "prune_tree.h"
@@ -100,6 +104,20 @@ Status status_of(Body&& body) {
   }
 }
 
+// The request message from its bytes. What protobuf says about a body it
+// refuses (invalid UTF-8 in a string field) goes into the status message,
+// not onto stderr (json_log.h, ProtobufLogCapture).
+template <class Req>
+Status parse(const grpc::ByteBuffer& in, Req* req) {
+  ProtobufLogCapture capture;
+  grpc::ByteBuffer body(in);  // shares the slices; the reader needs a mutable buffer
+  grpc::ProtoBufferReader reader(&body);
+  if (reader.status().ok() && req->ParseFromZeroCopyStream(&reader)) return Status::OK;
+  std::string msg = "request: not a valid " + req->GetTypeName() + " message";
+  if (!capture.text().empty()) msg += " (" + capture.text() + ")";
+  return invalid(msg);
+}
+
 bool past_deadline(grpc::ServerContextBase* ctx) {
   return std::chrono::system_clock::now() >= ctx->deadline();
 }
@@ -156,6 +174,19 @@ grpc::ServerUnaryReactor* NgramServiceImpl::unary(const char* method, grpc::Call
   return reactor;
 }
 
+template <class Req, class Resp, class Body>
+grpc::ServerUnaryReactor* NgramServiceImpl::typed(const char* method, grpc::CallbackServerContext* ctx,
+                                                  const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Body body) {
+  return unary(method, ctx, [in, out, body = std::move(body)]() -> Status {
+    Req req;
+    if (Status st = parse(*in, &req); !st.ok()) return st;
+    Resp resp;
+    if (Status st = body(&req, &resp); !st.ok()) return st;
+    bool own_buffer = false;
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, Resp>(resp, out, &own_buffer);
+  });
+}
+
 Status NgramServiceImpl::resolve(const std::string& name, const std::string& fingerprint,
                                  std::shared_ptr<const LoadedIndex>* out) const {
   *out = registry_.get(name);
@@ -178,9 +209,10 @@ Status NgramServiceImpl::resolve(const std::string& name, const std::string& fin
 
 // ---- queries -------------------------------------------------------------------
 
-grpc::ServerUnaryReactor* NgramServiceImpl::GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest* req,
-                                                    v1::GetInfoResponse* resp) {
-  return unary("GetInfo", ctx, [this, req, resp] {
+grpc::ServerUnaryReactor* NgramServiceImpl::GetInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
+  return typed<v1::GetInfoRequest, v1::GetInfoResponse>(
+      "GetInfo", ctx, in, out, [this](const v1::GetInfoRequest* req, v1::GetInfoResponse* resp) {
     std::shared_ptr<const LoadedIndex> idx;
     if (Status st = resolve(req->index(), "", &idx); !st.ok()) return st;
     const TrieIndex& t = *idx->trie;
@@ -200,10 +232,10 @@ grpc::ServerUnaryReactor* NgramServiceImpl::GetInfo(grpc::CallbackServerContext*
   });
 }
 
-grpc::ServerUnaryReactor* NgramServiceImpl::ConditionalProbs(grpc::CallbackServerContext* ctx,
-                                                             const v1::ConditionalProbsRequest* req,
-                                                             v1::ConditionalProbsResponse* resp) {
-  return unary("ConditionalProbs", ctx, [this, req, resp] {
+grpc::ServerUnaryReactor* NgramServiceImpl::ConditionalProbs(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                             grpc::ByteBuffer* out) {
+  return typed<v1::ConditionalProbsRequest, v1::ConditionalProbsResponse>(
+      "ConditionalProbs", ctx, in, out, [this](const v1::ConditionalProbsRequest* req, v1::ConditionalProbsResponse* resp) {
     const Limits& lim = config_.limits;
     const uint64_t c = req->context_len(), k = req->num_candidates();
     if (c == 0) return invalid("context_len: must be >= 1");
@@ -232,9 +264,10 @@ grpc::ServerUnaryReactor* NgramServiceImpl::ConditionalProbs(grpc::CallbackServe
   });
 }
 
-grpc::ServerUnaryReactor* NgramServiceImpl::TopK(grpc::CallbackServerContext* ctx, const v1::TopKRequest* req,
-                                                 v1::TopKResponse* resp) {
-  return unary("TopK", ctx, [this, req, resp] {
+grpc::ServerUnaryReactor* NgramServiceImpl::TopK(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                 grpc::ByteBuffer* out) {
+  return typed<v1::TopKRequest, v1::TopKResponse>(
+      "TopK", ctx, in, out, [this](const v1::TopKRequest* req, v1::TopKResponse* resp) {
     const Limits& lim = config_.limits;
     const uint64_t n = static_cast<uint64_t>(req->context_size());
     if (n > lim.max_context) return over_limit("context", n, "tokens", "--max-context", lim.max_context);
@@ -320,9 +353,12 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
   return Status::OK;
 }
 
-grpc::ServerUnaryReactor* NgramServiceImpl::PruneTree(grpc::CallbackServerContext* ctx,
-                                                      const v1::PruneTreeRequest* req, v1::PruneTreeResponse* resp) {
-  return unary("PruneTree", ctx, [this, req, resp] { return prune_tree(*req, resp); });
+grpc::ServerUnaryReactor* NgramServiceImpl::PruneTree(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+  return typed<v1::PruneTreeRequest, v1::PruneTreeResponse>(
+      "PruneTree", ctx, in, out, [this](const v1::PruneTreeRequest* req, v1::PruneTreeResponse* resp) {
+        return prune_tree(*req, resp);
+      });
 }
 
 // ---- admin ----------------------------------------------------------------------

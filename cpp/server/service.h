@@ -45,23 +45,27 @@ class Admission {
   std::deque<std::function<void()>> queued_;
 };
 
-// Every method uses the callback API (see unary() in service.cc).
-using NgramServiceBase = v1::NgramService::WithCallbackMethod_GetInfo<v1::NgramService::WithCallbackMethod_ConditionalProbs<
-    v1::NgramService::WithCallbackMethod_TopK<v1::NgramService::WithCallbackMethod_PruneTree<v1::NgramService::Service>>>>;
+// Every method uses the callback API (see unary() in service.cc) on the
+// request's bytes: the service parses them itself (typed()), so that a body
+// that is not the method's message is INVALID_ARGUMENT with a message, where
+// gRPC's own parsing answers UNIMPLEMENTED with none.
+using NgramServiceBase = v1::NgramService::WithRawCallbackMethod_GetInfo<
+    v1::NgramService::WithRawCallbackMethod_ConditionalProbs<v1::NgramService::WithRawCallbackMethod_TopK<
+        v1::NgramService::WithRawCallbackMethod_PruneTree<v1::NgramService::Service>>>>;
 
 class NgramServiceImpl final : public NgramServiceBase {
  public:
   NgramServiceImpl(const ServerConfig& config, IndexRegistry& registry, Metrics& metrics, Admission& admission)
       : config_(config), registry_(registry), metrics_(metrics), admission_(admission) {}
 
-  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest* req,
-                                    v1::GetInfoResponse* resp) override;
-  grpc::ServerUnaryReactor* ConditionalProbs(grpc::CallbackServerContext* ctx, const v1::ConditionalProbsRequest* req,
-                                             v1::ConditionalProbsResponse* resp) override;
-  grpc::ServerUnaryReactor* TopK(grpc::CallbackServerContext* ctx, const v1::TopKRequest* req,
-                                 v1::TopKResponse* resp) override;
-  grpc::ServerUnaryReactor* PruneTree(grpc::CallbackServerContext* ctx, const v1::PruneTreeRequest* req,
-                                      v1::PruneTreeResponse* resp) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ConditionalProbs(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                             grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* TopK(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* PruneTree(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
 
   // Before Server::Shutdown: from now on new calls are refused (UNAVAILABLE,
   // which clients retry on another replica), so a drain waits only for the
@@ -74,6 +78,11 @@ class NgramServiceImpl final : public NgramServiceBase {
   // the optional request log; the reactor finishes with the status.
   grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx,
                                   std::function<grpc::Status()> body);
+  // unary() of `body` (a Status(const Req*, Resp*) function) on the request
+  // parsed from `in`; its response is serialized into `out` when it succeeds.
+  template <class Req, class Resp, class Body>
+  grpc::ServerUnaryReactor* typed(const char* method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out, Body body);
   // The index a request names, checked against its tokenizer fingerprint.
   grpc::Status resolve(const std::string& name, const std::string& fingerprint,
                        std::shared_ptr<const LoadedIndex>* out) const;
