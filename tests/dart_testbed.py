@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from dart_client import DartGenerator
@@ -23,6 +24,16 @@ from dart_client.random_models import random_drafter
 from indexer.cli import SAMPLE_DIR
 
 SAMPLE_TOKENIZER = SAMPLE_DIR / "tokenizer.json"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Imported by a test module: its tiny models run on one torch thread
+    (more only add contention on a shared 2-core machine)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
 PROMPTS = [
     "PEP 8 -- Style Guide for Python Code",
     "The Zen of Python, by Tim Peters",

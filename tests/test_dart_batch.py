@@ -18,19 +18,11 @@ pytest.importorskip("transformers")
 from dart_client import DartDrafter, DartGenerator, DrafterCache, LocalPruner, RemotePruner
 from dart_client.pruner import fallback_index
 from dart_client.random_models import random_target
-from ngram_service.serve import find_native_binary
+from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from tests.dart_testbed import TrieHost, encode_prompts, fitted_drafter, free_port, references, same_tree
 
-needs_server = pytest.mark.skipif(find_native_binary() is None, reason="ngram-serve-native was not built")
+needs_server = pytest.mark.needs_server  # skipped without the binary, a failure under CI (conftest)
 MAX_NEW = 20
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add contention on a shared machine
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

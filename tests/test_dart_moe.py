@@ -4,7 +4,6 @@ configurations (4 experts, 2 per token), one prompt at a time and batched."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,17 +12,10 @@ pytest.importorskip("transformers")
 
 from dart_client import DartDrafter, DartGenerator, LocalPruner
 from dart_client.random_models import random_target
+from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from tests.dart_testbed import encode_prompts, fitted_drafter, references
 
 MAX_NEW = 16
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add contention on a shared machine
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.mark.parametrize("family,cls", [("qwen3_moe", "Qwen3MoeForCausalLM"), ("mixtral", "MixtralForCausalLM")])

@@ -7,7 +7,6 @@ a 3,000-position prefill, then incremental passes through the cache).
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
+from conftest import SHARED
 from dart_client import DartDrafter, DrafterCache, DrafterConfig
+from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from dart_client.drafter import RotaryTables
 
-REPO = Path(__file__).resolve().parents[1]
 # ../shared next to the checkout, or two levels up from a git worktree (wt/NAME)
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
 GOLDEN = SHARED / "golden" / "dart_drafter"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add contention on a shared machine
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

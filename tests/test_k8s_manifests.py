@@ -170,7 +170,7 @@ def test_probes_name_the_served_port_and_health_service(pod: dict[str, Any]) -> 
         assert serve[probe]["grpc"] == {"port": port, "service": HEALTH_SERVICE}
 
 
-@pytest.mark.skipif(find_native_binary() is None, reason="ngram-serve-native was not built")
+@pytest.mark.needs_server
 def test_the_server_answers_the_probes_health_service(sample_trie: Path) -> None:
     """What kubelet asks: grpc.health.v1.Health/Check for the probes' service, on the real server."""
     grpc = pytest.importorskip("grpc")
@@ -280,7 +280,7 @@ def test_smoke_test_runs_the_manifest_image_and_args() -> None:
     assert out == manifest.serve_container()["args"]
 
 
-@pytest.mark.skipif(find_native_binary() is None, reason="ngram-serve-native was not built")
+@pytest.mark.needs_server
 def test_mtls_overlay_probe_passes_against_an_mtls_server(deployment: dict[str, Any], sample_trie: Path,
                                                           tmp_path: Path) -> None:
     """The overlay's server flags and its probe command, run for real: the
