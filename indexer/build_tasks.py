@@ -9,17 +9,24 @@ store; it records its result last (``map/NNNNN.json``, ``reduce/NNNNN.json``),
 so a retried or resumed task either finds that record or starts afresh, and
 a build that is re-run resumes from the tasks already finished.
 
-sample: the first tokens of one shard -> unigram counts and distinct k-grams
-        per order (to cut the first-token ranges and size them before the map).
+sample: the first tokens of one shard -> unigram and bigram counts and distinct
+        k-grams per order (to cut the ranges and size them before the map).
 map:    one shard -> per order k and per reduce range r, runs of
         (w0..w{k-1}, c), counted with DuckDB in bounded memory chunk by
         chunk, the chunks' runs of one range and order joined as row groups
         of ``shuffle/rRRRRR/<attempt>/oK.parquet`` (zstd). The shuffle
         happens here: a reduce task reads only its range's files.
-reduce: one range [lo, hi) of first tokens -> per order k, the merged counts
-        of every k-gram starting in the range with count >= min_count, sorted,
-        with each entry's number of children in order k+1; then it deletes
-        the runs it merged.
+reduce: one range [lo, hi) of range keys -> per order k, the merged counts
+        of every k-gram in the range with count >= min_count, sorted, with
+        each entry's number of children in order k+1; then it deletes the
+        runs it merged.
+
+A range is an interval of *range keys*: a k-gram's key is its first token
+and, for k >= 2, its second (``range_keys``). An edge ``[t, -1]`` cuts
+before first token t (its unigram included); ``[t, s]`` with s >= 0 cuts
+inside first token t, before second token s, so a frequent first token's
+n-grams are spread over several ranges (docs/BUILD.md); its unigram is in
+the range that holds key ``[t, -1]``.
 """
 from __future__ import annotations
 
@@ -217,6 +224,7 @@ class SampleResult:
     fraction: float  # of the shard the sample read
     unigrams: list[list[int]]  # [token id, count]
     distinct: list[int]  # distinct k-grams in the sample, per order
+    bigrams: np.ndarray | None = None  # int64 rows [first token, second token, count]
 
 
 def run_sample(task: SampleTask) -> SampleResult:
@@ -233,6 +241,10 @@ def run_sample(task: SampleTask) -> SampleResult:
     flat, lens = np.concatenate(flats), np.concatenate(lengths)
     left = tokens_left(lens)
     ids, counts = np.unique(flat, return_counts=True)
+    pairs = kgram_table(flat, left, 2)
+    pair_keys = (pairs.column("w0").to_numpy().astype(np.int64) << 32) | pairs.column("w1").to_numpy().astype(np.int64)
+    pair_keys, pair_counts = np.unique(pair_keys, return_counts=True)
+    bigrams = np.stack([pair_keys >> 32, pair_keys & 0xFFFFFFFF, pair_counts], axis=1)
     con = duckdb.connect(":memory:")
     con.execute("SET threads = 1")
     distinct = []
@@ -242,7 +254,26 @@ def run_sample(task: SampleTask) -> SampleResult:
         con.unregister("grams")
     con.close()
     return SampleResult(task.location, n, max(docs.fraction_read(), 1e-9),
-                        [[int(i), int(c)] for i, c in zip(ids, counts)], distinct)
+                        [[int(i), int(c)] for i, c in zip(ids, counts)], distinct, bigrams)
+
+
+# --------------------------------------------------------------------------
+# range keys
+
+
+def range_keys(first: np.ndarray, second: np.ndarray | None, vocab_size: int) -> np.ndarray:
+    """k-grams' range keys as int64, ordered like ``[first, second]`` pairs:
+    ``second`` None (unigrams) sorts as -1, before every second token."""
+    keys = first.astype(np.int64) * (vocab_size + 1)
+    if second is not None:
+        keys += second.astype(np.int64) + 1
+    return keys
+
+
+def edge_keys(edges: list[list[int]], vocab_size: int) -> np.ndarray:
+    """Range edges ``[first, second or -1]`` as range keys."""
+    pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    return pairs[:, 0] * (vocab_size + 1) + pairs[:, 1] + 1
 
 
 # --------------------------------------------------------------------------
@@ -255,7 +286,7 @@ class MapTask:
     location: str  # the shard: local path or URI
     name: str  # as the manifest records it
     store: Store
-    edges: list[int]  # reduce range r holds first tokens [edges[r], edges[r+1])
+    edges: list[list[int]]  # reduce range r holds range keys [edges[r], edges[r+1]) (see range_keys)
     order: int
     spec: ReadSpec
     chunk_tokens: int = 4_000_000
@@ -315,7 +346,7 @@ def run_map(task: MapTask) -> MapResult:
     attempt = f"m{task.index:05d}-{uuid.uuid4().hex[:8]}"
     scratch = local_scratch(store, attempt)
     parts = len(task.edges) - 1
-    inner_edges = np.asarray(task.edges[1:-1], dtype=np.int64)
+    inner_edges = edge_keys(task.edges[1:-1], task.spec.vocab_size)
     result = MapResult(index=task.index, name=task.name, bytes=0, documents=0, tokens=0, attempt=attempt,
                        range_bytes=[0] * parts)
     docs = open_documents(task.location, task.spec)
@@ -336,7 +367,9 @@ def run_map(task: MapTask) -> MapResult:
             pending, pending_tokens = [], 0
             for k in range(1, task.order + 1):
                 grams = kgram_table(flat, left, k)
-                part = np.searchsorted(inner_edges, grams.column("w0").to_numpy(), side="right")
+                second = grams.column("w1").to_numpy() if k >= 2 else None
+                keys = range_keys(grams.column("w0").to_numpy(), second, task.spec.vocab_size)
+                part = np.searchsorted(inner_edges, keys, side="right")
                 con.register("grams", grams.append_column("p", pa.array(part.astype(np.int32))))
                 cols = column_list(k)
                 run_dir = scratch / f"o{k}-{result.runs:05d}"
@@ -415,8 +448,8 @@ def _size_of(location: str) -> int:
 @dataclass
 class ReduceTask:
     index: int
-    lo: int  # first tokens in [lo, hi)
-    hi: int
+    lo: list[int]  # range keys in [lo, hi): [first token, second token or -1]
+    hi: list[int]
     attempts: list[str]  # the finished map attempts that wrote runs for this range
     store: Store
     order: int
@@ -431,6 +464,9 @@ class ReduceResult:
     sizes: list[int]  # entries per level
     count_values: list[list[list[int]]]  # per level: [count value, entries with it] pairs
     input_bytes: int = 0  # run bytes read (and deleted afterwards)
+    # A range starting inside first token t (lo = [t, s >= 0]): its bigrams
+    # that start with t, children of unigram t (which an earlier range holds).
+    carried_children: int = 0
     output_bytes: int = 0
     scratch_peak_bytes: int = 0
     peak_rss_bytes: int = 0  # the worker process' peak RSS when the task ended
@@ -498,9 +534,12 @@ def run_reduce(task: ReduceTask) -> ReduceResult:
             output_bytes += store.put(local, level_key(task.index, k))
             sizes.append(con.execute(f"SELECT count(*) FROM lvl{k}").fetchall()[0][0])
             values.append(sorted([v, f] for v, f in con.execute(f"SELECT c, count(*) FROM lvl{k} GROUP BY c").fetchall()))
+        carried = 0
+        if task.lo[1] >= 0 and n >= 2:
+            carried = con.execute(f"SELECT count(*) FROM lvl2 WHERE w0 = {int(task.lo[0])}").fetchall()[0][0]
         con.close()
     shutil.rmtree(scratch, ignore_errors=True)
-    result = ReduceResult(task.index, sizes, values, input_bytes=sum(f.size for f in runs),
+    result = ReduceResult(task.index, sizes, values, input_bytes=sum(f.size for f in runs), carried_children=carried,
                           output_bytes=output_bytes, scratch_peak_bytes=meter.peak, peak_rss_bytes=peak_rss_bytes(),
                           seconds=time.perf_counter() - t_start)
     _record(store, reduce_done_key(task.index), result)

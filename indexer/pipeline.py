@@ -14,13 +14,14 @@ command resumes from finished tasks. docs/BUILD.md has the cost model.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -207,12 +208,19 @@ def _vocabulary(cfg: BuildConfig, executor: Executor) -> _Vocabulary:
 
 @dataclass
 class RangePlan:
-    """The reduce ranges: range r holds first tokens [edges[r], edges[r+1])."""
+    """The reduce ranges: range r holds range keys [edges[r], edges[r+1]),
+    each edge ``[first token, second token or -1]`` (build_tasks.range_keys)."""
 
-    edges: list[int]
+    edges: list[list[int]]
     estimated_tokens: int
     estimated_run_rows: int
     estimated_reduce_bytes: int  # DuckDB memory all ranges together would want
+    largest_range_bytes: int = 0  # the largest range's share of that, estimated
+    split_tokens: list[int] = field(default_factory=list)  # first tokens cut by their second token
+
+    def __post_init__(self) -> None:
+        # plan.json of a build started before ranges had second tokens: plain first-token edges
+        self.edges = [[int(e), -1] if isinstance(e, int) else [int(e[0]), int(e[1])] for e in self.edges]
 
     @property
     def ranges(self) -> int:
@@ -221,7 +229,7 @@ class RangePlan:
 
 def plan_ranges(samples: list[SampleResult], sampled_bytes: int, total_bytes: int, *, vocab_size: int,
                 order: int, workers: int, reduce_memory_bytes: int) -> RangePlan:
-    """Cuts the first-token space into ranges before the map.
+    """Cuts the range-key space into ranges before the map.
 
     The corpus' tokens are estimated from the samples (tokens per input byte,
     scaled to all shards); a reduce task's input rows from the distinct
@@ -230,7 +238,11 @@ def plan_ranges(samples: list[SampleResult], sampled_bytes: int, total_bytes: in
     each row held by DuckDB costs about 8k + 32 bytes. Enough ranges that
     each reduce's share fits its memory, at least 4 per worker for balance;
     cut where the sampled unigram mass (a proxy for the n-grams starting
-    there) is equal. The trie does not depend on the cuts.
+    there) is equal. A first token heavier than one range's share is cut by
+    its second token (its mass spread as its sampled bigrams are), and a
+    range still over the memory budget is cut again, so only a single
+    (first, second) pair heavier than the budget makes a range exceed it.
+    The trie does not depend on the cuts.
     """
     sample_tokens = sum(s.tokens for s in samples)
     shard_tokens = sum(s.tokens / s.fraction for s in samples)
@@ -242,15 +254,77 @@ def plan_ranges(samples: list[SampleResult], sampled_bytes: int, total_bytes: in
     for s in samples:
         for t, c in s.unigrams:
             mass[t] = mass.get(t, 0) + c
-    first = np.array(sorted(mass), dtype=np.int64)
+    whole = [[0, -1], [vocab_size, -1]]
     parts = max(4 * workers, -(-need // max(reduce_memory_bytes, 1)))
-    parts = int(min(parts, MAX_RANGES, max(len(first), 1)))
-    if parts <= 1 or not len(first):
-        return RangePlan([0, vocab_size], tokens, rows, need)
-    cum = np.cumsum(np.array([mass[t] for t in first], dtype=np.float64))
-    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
-    bounds = sorted({int(first[min(c, len(first) - 1)]) for c in cuts} - {0})
-    return RangePlan([0] + bounds + [vocab_size], tokens, rows, need)
+    parts = int(min(parts, MAX_RANGES))
+    if parts <= 1 or not mass:
+        return RangePlan(whole, tokens, rows, need, need)
+    first = np.array(sorted(mass), dtype=np.int64)
+    weight = np.array([mass[t] for t in first], dtype=np.float64)
+    total = float(weight.sum())
+    target = total / parts
+    bigrams = [s.bigrams for s in samples if s.bigrams is not None] if order >= 2 else []
+    a0, a1, am = _range_atoms(first, weight, bigrams, target)
+    cum = np.cumsum(am)
+    cuts = np.searchsorted(cum, total * np.arange(1, parts) / parts, side="right")
+    cuts = sorted({int(min(c, len(am) - 1)) for c in cuts} - {0})
+    # A range heavier than a task's memory (or than one range's share when
+    # MAX_RANGES binds) is cut again at its atoms.
+    cap = max(target, total * reduce_memory_bytes / max(need, 1))
+    cuts = _cut_heavy_ranges(am, cuts, cap)
+    bounds = [0] + cuts + [len(am)]
+    heaviest = max(float(am[a:b].sum()) for a, b in zip(bounds, bounds[1:]))
+    edges = [[0, -1]] + [[int(a0[c]), int(a1[c])] for c in cuts] + [[vocab_size, -1]]
+    split = sorted({e[0] for e in edges if e[1] >= 0})
+    return RangePlan(edges, tokens, rows, need, int(need * heaviest / total), split)
+
+
+def _range_atoms(first: np.ndarray, weight: np.ndarray, bigrams: list[np.ndarray],
+                 target: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces ranges are cut from, in range-key order: (first token,
+    second token or -1, sampled mass). A first token is one piece, unless its
+    mass exceeds ``target`` and the sample saw it followed by other tokens:
+    then one piece per second token, its mass shared out as the bigram
+    counts are, the first piece keyed [t, -1] so that it holds the unigram."""
+    hot = first[weight > target]
+    pairs = np.concatenate(bigrams) if bigrams else np.zeros((0, 3), np.int64)
+    pairs = pairs[np.isin(pairs[:, 0], hot)]
+    if not len(pairs):
+        return first, np.full(len(first), -1, np.int64), weight
+    keys, where = np.unique((pairs[:, 0] << 32) | pairs[:, 1], return_inverse=True)
+    counts = np.bincount(where, weights=pairs[:, 2].astype(np.float64))
+    p0, p1 = keys >> 32, keys & 0xFFFFFFFF
+    split = np.unique(p0)
+    keep = ~np.isin(first, split)
+    # each split token's mass, shared out over its second tokens
+    token_of = np.searchsorted(first, p0)
+    per_token = np.bincount(np.searchsorted(split, p0), weights=counts)
+    share = weight[token_of] * counts / per_token[np.searchsorted(split, p0)]
+    head = np.r_[True, p0[1:] != p0[:-1]]  # each split token's first piece holds its unigram
+    a0 = np.concatenate([first[keep], p0])
+    a1 = np.concatenate([np.full(int(keep.sum()), -1, np.int64), np.where(head, -1, p1)])
+    am = np.concatenate([weight[keep], share])
+    order = np.lexsort((a1, a0))
+    return a0[order], a1[order], am[order]
+
+
+def _cut_heavy_ranges(mass: np.ndarray, cuts: list[int], cap: float) -> list[int]:
+    """Cuts (piece indices) with every range heavier than ``cap`` cut again,
+    greedily, so each holds at most ``cap`` unless it is a single piece."""
+    bounds = [0] + cuts + [len(mass)]
+    out: list[int] = []
+    for a, b in zip(bounds, bounds[1:]):
+        if a > 0:
+            out.append(a)
+        if float(mass[a:b].sum()) <= cap:
+            continue
+        held = 0.0
+        for i in range(a, b):
+            if i > a and held + mass[i] > cap:
+                out.append(i)
+                held = 0.0
+            held += float(mass[i])
+    return out
 
 
 def _plan(store: Store, shards: list[Shard], spec: ReadSpec, cfg: BuildConfig, executor: Executor,
@@ -269,10 +343,11 @@ def _plan(store: Store, shards: list[Shard], spec: ReadSpec, cfg: BuildConfig, e
     plan = plan_ranges(samples, sum(shards[i].size for i in picked), sum(s.size for s in shards),
                        vocab_size=spec.vocab_size, order=cfg.order, workers=executor.workers,
                        reduce_memory_bytes=reduce_memory)
+    split = f", {len(plan.split_tokens)} frequent first token(s) split by their second token" if plan.split_tokens else ""
     progress(f"[plan] sampled {sum(s.tokens for s in samples):,} tokens of {len(samples)} shard(s): about "
-             f"{plan.estimated_tokens:,} tokens in all, {plan.ranges} reduce range(s) "
-             f"(reduce memory wanted {format_bytes(plan.estimated_reduce_bytes)}, "
-             f"{format_bytes(reduce_memory)} a task)")
+             f"{plan.estimated_tokens:,} tokens in all, {plan.ranges} reduce range(s){split} "
+             f"(reduce memory wanted {format_bytes(plan.estimated_reduce_bytes)}, the largest range "
+             f"{format_bytes(plan.largest_range_bytes)}, {format_bytes(reduce_memory)} a task)")
     store.write_bytes("plan.json", json.dumps(plan.__dict__).encode())
     return plan
 
@@ -393,7 +468,7 @@ def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[
         "build": build_meta,
     }
     progress(f"[write] {sum(p.size for p in plans):,} n-grams -> {cfg.out}")
-    size = _write_output(cfg, store, meta, plans, vocab, len(reduce_tasks))
+    size = _write_output(cfg, store, meta, plans, vocab, len(reduce_tasks), _split_children(plan, reduces))
     t_end = time.perf_counter()
     seconds = t_end - t_start
     phases = {"start": t_map - t_start, "map": t_reduce - t_map, "reduce": t_write - t_reduce, "write": t_end - t_write}
@@ -432,10 +507,10 @@ def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[
 
 
 def _write_output(cfg: BuildConfig, store: Store, meta: dict[str, Any], plans: list[LevelPlan],
-                  vocab: _Vocabulary, ranges: int) -> int:
+                  vocab: _Vocabulary, ranges: int, split_children: dict[int, tuple[int, int]]) -> int:
     """Writes the trie atomically to a local path, or locally and then uploaded
     whole to a URI (an object appears only once its upload completes)."""
-    chunks = _reduce_chunks(store, ranges, cfg.order)
+    chunks = _reduce_chunks(store, ranges, cfg.order, split_children)
     if not is_uri(cfg.out):
         out = Path(cfg.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -474,7 +549,23 @@ def _run_maps(executor: Executor, tasks: list[MapTask], shards: list[Shard], pro
     return [by_index[t.index] for t in tasks]
 
 
-def _reduce_chunks(store: Store, ranges: int, order: int) -> Iterator[tuple[int, LevelChunk]]:
+def _split_children(plan: RangePlan, reduces: list[ReduceResult]) -> dict[int, tuple[int, int]]:
+    """For a first token t split over several ranges, its unigram's children
+    that the ranges after the one holding the unigram counted:
+    {range holding unigram t: (t, children to add)}."""
+    keys = [tuple(e) for e in plan.edges]
+    extra: dict[int, tuple[int, int]] = {}
+    for r in reduces:
+        t, second = keys[r.index]
+        if second < 0 or not r.carried_children:
+            continue
+        head = bisect.bisect_right(keys, (t, -1)) - 1  # the range holding key [t, -1]
+        extra[head] = (t, extra.get(head, (t, 0))[1] + r.carried_children)
+    return extra
+
+
+def _reduce_chunks(store: Store, ranges: int, order: int,
+                   split_children: dict[int, tuple[int, int]]) -> Iterator[tuple[int, LevelChunk]]:
     for k in range(1, order + 1):
         for i in range(ranges):
             location = store.location(level_key(i, k))
@@ -485,12 +576,27 @@ def _reduce_chunks(store: Store, ranges: int, order: int) -> Iterator[tuple[int,
                 pf = pq.ParquetFile(fs.open_input_file(path))
             else:
                 pf = pq.ParquetFile(location)
+            if k == 1 and i in split_children:
+                yield k, _with_split_children(pf.read(), *split_children[i], location)
+                continue
             for batch in pf.iter_batches(batch_size=1 << 20):
                 yield k, LevelChunk(
                     batch.column("w").to_numpy().astype(np.int32, copy=False),
                     batch.column("c").to_numpy().astype(np.uint64, copy=False),
                     batch.column("n").to_numpy().astype(np.uint64, copy=False) if k < order else None,
                 )
+
+
+def _with_split_children(table: Any, token: int, extra: int, location: str) -> LevelChunk:
+    """Level 1 of the range holding a split token's unigram, the unigram's
+    children counted in the later ranges added (it is the range's last
+    unigram: the range ends inside that token's n-grams)."""
+    tokens = table.column("w").to_numpy().astype(np.int32)
+    children = table.column("n").to_numpy().astype(np.uint64)
+    if not len(tokens) or tokens[-1] != token:
+        raise BuildError(f"{location}: unigram {token} is missing, but later ranges hold {extra} of its bigrams")
+    children[-1] += np.uint64(extra)
+    return LevelChunk(tokens, table.column("c").to_numpy().astype(np.uint64), children)
 
 
 def compress_file(src: Path, dst: Path, level: int = 10) -> int:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zstandard
 
@@ -87,9 +88,83 @@ def test_range_count_follows_data_and_memory() -> None:
     assert ranges(10 << 30, 128 << 20) > ranges(10 << 30, 512 << 20)  # less memory, more ranges
     assert 500 < ranges(10 << 40, 64 << 20) <= 1000  # never finer than the first tokens seen
     plan = plan_ranges(s, 10 << 20, 10 << 30, vocab_size=5000, order=3, workers=2, reduce_memory_bytes=512 << 20)
-    assert plan.edges[0] == 0 and plan.edges[-1] == 5000 and plan.edges == sorted(set(plan.edges))
+    edges = [tuple(e) for e in plan.edges]
+    assert edges[0] == (0, -1) and edges[-1] == (5000, -1) and edges == sorted(set(edges))
     # each range's share of what a reduce would hold fits the memory it has
-    assert plan.estimated_reduce_bytes / plan.ranges <= 512 << 20
+    assert plan.largest_range_bytes <= 512 << 20 and not plan.split_tokens
+
+
+def test_a_hot_first_token_is_split_by_its_second_token() -> None:
+    # token 7 starts 40 % of the sample; the sample saw it followed by 300 different tokens
+    unigrams = [[t, 6000 if t == 7 else 10] for t in range(1000)]
+    bigrams = np.array([[7, s, 20] for s in range(100, 400)] + [[3, 4, 10]], dtype=np.int64)
+    with_pairs = SampleResult("s", 16_000, 1.0, unigrams, [1000, 8000, 12000], bigrams)
+    without = SampleResult("s", 16_000, 1.0, unigrams, [1000, 8000, 12000])
+    budget = 64 << 20
+
+    def plan(s: SampleResult) -> pipeline.RangePlan:
+        return plan_ranges([s], 1 << 20, 1 << 30, vocab_size=1000, order=3, workers=2, reduce_memory_bytes=budget)
+
+    floor, split = plan(without), plan(with_pairs)
+    assert floor.split_tokens == [] and floor.largest_range_bytes > 0.35 * floor.estimated_reduce_bytes > budget
+    assert split.split_tokens == [7]
+    assert split.largest_range_bytes <= budget < floor.largest_range_bytes
+    edges = [tuple(e) for e in split.edges]
+    assert edges == sorted(set(edges))
+    # Token 7's n-grams (37.5 % of the mass) over enough ranges: the one holding its unigram,
+    # key (7, -1), and those starting inside it, at second tokens it was seen followed by.
+    inside = [s for t, s in edges if t == 7 and s >= 0]
+    assert len(inside) + 1 >= 0.375 * split.estimated_reduce_bytes / budget
+    assert all(100 < s < 400 for s in inside)
+
+
+def hot_token_corpus(path: Path, seed: int = 3) -> Path:
+    """Pre-tokenized documents (vocab 64, EOS 0) in which every other token is 5,
+    followed by a random one."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(300):
+        n = int(rng.integers(10, 40))
+        docs.append(np.stack([np.full(n, 5), rng.integers(1, 64, n)], axis=1).ravel())
+        docs.append([0])
+    path.mkdir(parents=True)
+    np.concatenate(docs).astype("<u2").tofile(path / "tokens.npy")
+    return path
+
+
+def test_hot_token_split_gives_the_unsplit_bytes_and_resumes_the_same_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = hot_token_corpus(tmp_path / "c")
+
+    def config(out: Path, **kw) -> BuildConfig:
+        return BuildConfig(inputs=[str(corpus)], out=str(out), tokenizer=None, vocab_size=64, eos=0, order=3,
+                           name="h", workers=1, **kw)
+
+    monkeypatch.setattr(pipeline, "MAX_RANGES", 1)
+    unsplit = build(config(tmp_path / "1.ngt"), progress=quiet)
+    assert unsplit.ranges == 1
+    monkeypatch.setattr(pipeline, "MAX_RANGES", 8192)
+    # A tiny per-task budget: the estimated reduce memory needs several ranges, token 5 alone many.
+    monkeypatch.setattr(pipeline, "MIN_TASK_MEMORY", 1)
+    work = tmp_path / "work"
+    small = config(tmp_path / "2.ngt", memory_limit_bytes=100_000, tmp_dir=str(work), keep_tmp=True)
+    monkeypatch.setenv("NGRAM_BUILD_FAULT", "reduce:2:fail")
+    with pytest.raises(RuntimeError, match="injected permanent fault"):
+        build(small, progress=quiet)
+    [plan_file] = work.glob("build-*/plan.json")
+    plan = json.loads(plan_file.read_text())
+    assert plan["split_tokens"] == [5]
+    assert sum(1 for t, s in plan["edges"] if t == 5 and s >= 0) >= 2
+    assert plan["largest_range_bytes"] <= 50_000 < 0.4 * plan["estimated_reduce_bytes"]  # budget: half the task's
+    monkeypatch.delenv("NGRAM_BUILD_FAULT")
+    lines: list[str] = []
+    resumed = build(small, progress=lines.append)
+    assert json.loads(plan_file.read_text()) == plan  # the resumed build cut its ranges as stored
+    assert resumed.shards_resumed == 1 and resumed.ranges == len(plan["edges"]) - 1
+    assert (tmp_path / "2.ngt").read_bytes() == (tmp_path / "1.ngt").read_bytes()
+    # the ranges inside token 5 really held its n-grams
+    inside = [i for i, (t, s) in enumerate(plan["edges"][:-1]) if t == 5 and s >= 0]
+    assert all(resumed.reduce_input_bytes[i] > 0 for i in inside)
 
 
 def test_manifest_names_shards_relative_to_the_input(tmp_path: Path) -> None:
