@@ -49,6 +49,7 @@ from indexer.storage import Store, local_scratch
 
 #: Sets faults for tests: ``PHASE:INDEX:MODE[,...]``, e.g. ``map:1:kill``.
 #: kill: the task's process exits on its first attempt (as if the node died);
+#: kill-always: it exits on every attempt (a task the OOM killer always stops);
 #: raise: its first attempt raises an OSError (a transient failure);
 #: fail: every attempt raises (a task that cannot succeed).
 FAULT_ENV = "NGRAM_BUILD_FAULT"
@@ -74,6 +75,8 @@ def inject_fault(store: Store, fault: tuple[str, str] | None) -> None:
     mode, marker = fault
     if mode == "fail":
         raise PermanentFault(f"injected permanent fault ({FAULT_ENV})")
+    if mode == "kill-always":
+        os._exit(17)
     if store.exists(marker):
         return
     store.write_bytes(marker, b"")
@@ -87,9 +90,10 @@ def faults_from_env(value: str | None) -> dict[tuple[str, int], str]:
     faults = {}
     for item in filter(None, (value or "").split(",")):
         phase, index, mode = (item.split(":") + ["kill"])[:3]
-        if phase not in ("sample", "map", "reduce") or mode not in ("kill", "raise", "fail") or not index.isdigit():
+        if (phase not in ("sample", "map", "reduce") or mode not in ("kill", "kill-always", "raise", "fail")
+                or not index.isdigit()):
             raise ValueError(f"{FAULT_ENV}: {item!r} is not PHASE:INDEX:MODE (PHASE sample|map|reduce, "
-                             "MODE kill|raise|fail)")
+                             "MODE kill|kill-always|raise|fail)")
         faults[(phase, int(index))] = mode
     return faults
 
@@ -216,6 +220,10 @@ class SampleTask:
     order: int
     max_tokens: int = 1_000_000
 
+    @property
+    def label(self) -> str:
+        return f"sample of {self.location}"
+
 
 @dataclass
 class SampleResult:
@@ -292,6 +300,10 @@ class MapTask:
     chunk_tokens: int = 4_000_000
     memory_limit_bytes: int = 512 << 20
     fault: tuple[str, str] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"map {self.index} ({self.name})"
 
 
 @dataclass
@@ -456,6 +468,10 @@ class ReduceTask:
     min_count: int = 1
     memory_limit_bytes: int = 512 << 20
     fault: tuple[str, str] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"reduce {self.index} (range keys {self.lo} .. {self.hi})"
 
 
 @dataclass

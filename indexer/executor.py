@@ -6,16 +6,39 @@ so workers share nothing implicit with the driver) for all the build's
 phases, so each worker imports its modules and builds its tokenizer once;
 ``workers=1`` runs tasks in process. RayExecutor runs the same functions as
 Ray tasks on a cluster.
+
+Both retry a task that raised an ``OSError`` (a transient read or write
+failure) and one whose worker process died (the OOM killer, a signal), up
+to ``max_retries`` times: the tasks write under fresh attempt names and
+record their results last, so a retry gives the same bytes.
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import shutil
+import tempfile
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: Retries of a task after its first attempt (Ray's max_retries; the local pool the same).
+MAX_RETRIES = 3
+
+
+class TaskDiedError(RuntimeError):
+    """A task whose worker process died on every attempt."""
+
+
+def task_label(task: object, index: int) -> str:
+    """How messages name a task: its ``label`` (``map 3 (part-3.jsonl.zst)``), else its index."""
+    label = getattr(task, "label", None)
+    return label if isinstance(label, str) else f"task {index}"
 
 
 class Executor(Protocol):
@@ -42,36 +65,141 @@ def resolve(obj: object) -> object:
     return obj
 
 
+def _run_marked(fn: Callable[[T], R], started: str, task: T) -> R:
+    """Runs fn(task) in a pool worker after leaving a file that says it
+    started: when a worker dies, the driver learns which tasks were running."""
+    Path(started).touch()
+    return fn(task)
+
+
 class LocalExecutor:
-    def __init__(self, workers: int = 1) -> None:
+    """A pool of ``workers`` spawned processes (``workers=1``: in process).
+
+    A task that raises an OSError is run again, up to ``max_retries`` times.
+    A worker that dies breaks the whole pool (every pending task fails with
+    BrokenProcessPool), so the executor starts a fresh pool and runs the
+    unfinished tasks again. The tasks that were running when a worker died
+    are suspects; suspects then run one at a time beside the others, so the
+    next death is pinned on one task (at once when only one was running). A
+    task pinned more than ``max_retries`` times fails the build with a
+    TaskDiedError naming it. In process (``workers=1``) a dying task takes
+    the driver with it: re-run the command to resume.
+    """
+
+    def __init__(self, workers: int = 1, max_retries: int = MAX_RETRIES) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
+        self.max_retries = max_retries
         self._pool: ProcessPoolExecutor | None = None
 
     def map_unordered(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
         tasks = list(tasks)
         if self.workers == 1:
             for t in tasks:
-                yield fn(t)
+                yield self._in_process(fn, t)
             return
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
-        pending = {self._pool.submit(fn, t) for t in tasks}
+        marks = Path(tempfile.mkdtemp(prefix="ngram-pool-"))
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    yield f.result()
-        except BaseException:
-            for f in pending:
-                f.cancel()
-            raise
+            yield from self._in_pool(fn, tasks, marks)
+        finally:
+            shutil.rmtree(marks, ignore_errors=True)
 
-    def close(self) -> None:
+    def _in_process(self, fn: Callable[[T], R], task: T) -> R:
+        for attempt in itertools.count():
+            try:
+                return fn(task)
+            except OSError:
+                if attempt >= self.max_retries:
+                    raise
+
+    def _in_pool(self, fn: Callable[[T], R], tasks: list[T], marks: Path) -> Iterator[R]:
+        left = set(range(len(tasks)))  # not finished
+        raised = [0] * len(tasks)  # OSErrors so far, per task
+        deaths = [0] * len(tasks)  # worker deaths pinned on each task
+        suspects: list[int] = []  # running when a worker died, in the order they became suspects
+        unexplained = 0  # deaths while no task had started
+        for round_ in itertools.count():
+            if not left:
+                return
+            started = marks / str(round_)
+            started.mkdir()
+            pool = self._open_pool()
+            futures: dict[Future, int] = {}
+            broken = False
+
+            def submit(i: int) -> None:
+                nonlocal broken
+                try:
+                    futures[pool.submit(_run_marked, fn, str(started / str(i)), tasks[i])] = i
+                except BrokenProcessPool:
+                    broken = True  # the next pool runs it
+
+            waiting = [i for i in suspects if i in left]
+            for i in sorted(left - set(waiting)):
+                submit(i)
+            if waiting:
+                submit(waiting.pop(0))
+            try:
+                while futures:
+                    finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        i = futures.pop(f)
+                        try:
+                            result = f.result()
+                        except BrokenProcessPool:
+                            broken = True
+                            continue
+                        except OSError:
+                            if broken:
+                                continue  # the next pool runs it again
+                            if raised[i] >= self.max_retries:
+                                raise
+                            raised[i] += 1
+                            submit(i)
+                            continue
+                        left.discard(i)
+                        yield result
+                        if i in suspects:
+                            suspects.remove(i)
+                            if waiting and not broken:
+                                submit(waiting.pop(0))
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+            if not broken:
+                continue
+            self._close_pool()
+            running = [i for i in sorted(left) if (started / str(i)).exists()]
+            pinned = [i for i in running if i in suspects] or (running if len(running) == 1 else [])
+            if not running:
+                unexplained += 1
+                if unexplained > self.max_retries:
+                    raise TaskDiedError(f"worker processes died {unexplained} times before running any task")
+                continue
+            unexplained = 0
+            for i in pinned:
+                deaths[i] += 1
+                if deaths[i] > self.max_retries:
+                    raise TaskDiedError(
+                        f"{task_label(tasks[i], i)}: its worker process died on each of {deaths[i]} attempts "
+                        "(killed by the OOM killer or a signal? give it more memory: --memory-limit, fewer -j)")
+            suspects += [i for i in running if i not in suspects]
+
+    def _open_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                             mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def _close_pool(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+    def close(self) -> None:
+        self._close_pool()
 
     def __enter__(self) -> "LocalExecutor":
         return self
@@ -93,7 +221,7 @@ class RayExecutor:
     finished, so a retry gives the same bytes.
     """
 
-    def __init__(self, address: str | None = None, max_retries: int = 3) -> None:
+    def __init__(self, address: str | None = None, max_retries: int = MAX_RETRIES) -> None:
         try:
             import ray
         except ImportError as e:  # the optional extra
@@ -109,17 +237,23 @@ class RayExecutor:
 
     def map_unordered(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
         ray = self._ray
+        tasks = list(tasks)
         remote = ray.remote(fn).options(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[OSError])
-        pending = [remote.remote(t) for t in tasks]
+        pending = {remote.remote(t): i for i, t in enumerate(tasks)}
         try:
             while pending:
-                finished, pending = ray.wait(pending, num_returns=1)
+                finished, _ = ray.wait(list(pending), num_returns=1)
+                i = pending.pop(finished[0])
                 try:
-                    yield ray.get(finished[0])
+                    result = ray.get(finished[0])
                 except ray.exceptions.RayTaskError as e:
                     # The task's own exception (a ShardError naming file and
                     # line), not Ray's wrapper with a remote traceback.
                     raise e.cause if e.cause is not None else e
+                except (ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError) as e:
+                    raise TaskDiedError(f"{task_label(tasks[i], i)}: its worker died on each of "
+                                        f"{self.max_retries + 1} attempts ({type(e).__name__})") from e
+                yield result
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)

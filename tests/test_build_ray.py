@@ -11,6 +11,7 @@ import pytest
 import zstandard
 
 from indexer.build_tasks import PermanentFault
+from indexer.executor import TaskDiedError
 from indexer.pipeline import BuildConfig, build
 from indexer.cli import SAMPLE_DIR
 
@@ -69,6 +70,13 @@ def test_killed_and_failing_tasks_are_retried(cluster, corpus: Path, local_bytes
     assert out.read_bytes() == local_bytes
     markers = sorted(p.name for p in work.glob("build-*/faults/*"))
     assert markers == ["map-00001", "reduce-00000"], "the faults did not fire"
+
+
+def test_a_task_whose_worker_always_dies_is_named(cluster, corpus: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NGRAM_BUILD_FAULT", "reduce:1:kill-always")
+    with pytest.raises(TaskDiedError, match=r"reduce 1 \(range keys .*\): its worker died on each of 4 attempts"):
+        build(config(corpus, tmp_path / "t.ngt", executor="ray"), progress=lambda _m: None)
 
 
 def test_restarted_driver_resumes_from_finished_tasks(cluster, corpus: Path, local_bytes: bytes, tmp_path: Path,
