@@ -4,7 +4,8 @@ A location is a local path or a URI (``s3://bucket/key``, ``gs://bucket/key``)
 opened through ``pyarrow.fs``: S3 takes its credentials, region and endpoint
 from the usual environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_REGION``, ``AWS_ENDPOINT_URL`` for MinIO or another S3-compatible
-server), GCS from ``GOOGLE_APPLICATION_CREDENTIALS``.
+server), GCS from ``GOOGLE_APPLICATION_CREDENTIALS`` (or, with
+``STORAGE_EMULATOR_HOST`` set, anonymously from that GCS emulator).
 
 ``Store`` is a folder at such a location (the build's work directory): tasks
 compute in a local scratch folder, then ``put`` finished files into the store
@@ -18,6 +19,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -36,9 +38,20 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         path = location[len("s3://"):].rstrip("/")
         return _s3(path.split("/", 1)[0]), path
     if is_uri(location):
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            return _gcs_emulator(os.environ["STORAGE_EMULATOR_HOST"]), location.split("://", 1)[1].rstrip("/")
         fs, path = pafs.FileSystem.from_uri(location)
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+def _gcs_emulator(host: str) -> pafs.GcsFileSystem:
+    """GCS served by an emulator (``STORAGE_EMULATOR_HOST=http://127.0.0.1:9023``,
+    the variable Google's own clients read): plain HTTP, no credentials, and a
+    short retry limit, so that a server that is not there fails fast."""
+    scheme, _, address = host.rpartition("://")
+    return pafs.GcsFileSystem(anonymous=True, endpoint_override=address.rstrip("/"), scheme=scheme or "http",
+                              retry_time_limit=timedelta(seconds=10))
 
 
 def _s3(bucket: str) -> pafs.S3FileSystem:
@@ -142,11 +155,16 @@ class Store:
         """Deletes a folder (recursively) or a file; absent is fine."""
         path = self._path(prefix)
         info = self._fs.get_file_info(path)
-        if info.type == pafs.FileType.Directory:
-            self._fs.delete_dir(path)
-        elif info.type == pafs.FileType.File:
+        if info.type == pafs.FileType.File:
             self._fs.delete_file(path)
-        elif self.remote:  # object stores have no folders, only keys under a prefix
+        elif info.type == pafs.FileType.Directory and not self.remote:
+            self._fs.delete_dir(path)
+        else:  # object stores have no folders, only keys under a prefix
+            if info.type == pafs.FileType.Directory:
+                try:
+                    self._fs.delete_dir(path)  # S3: batched deletes
+                except FileNotFoundError:
+                    pass  # GCS: the keys went, then the folder's marker object was not there
             for f in self.list(prefix):
                 self._fs.delete_file(self._path(f.key))
 

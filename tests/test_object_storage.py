@@ -1,12 +1,15 @@
-"""ngram-build with inputs, work directory and output on S3: a real
-S3-compatible server (moto in server mode) on 127.0.0.1, a free port, over HTTP."""
+"""ngram-build with inputs, work directory and output on S3 and on GCS: a
+real S3-compatible server (moto in server mode) and a GCS emulator
+(gcp-storage-emulator, in its own process) on 127.0.0.1, free ports, over HTTP."""
 from __future__ import annotations
 
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +21,13 @@ from indexer.cli import SAMPLE_DIR
 from indexer.pipeline import BuildConfig, build
 from indexer.shards import ShardError, find_shards
 
-moto_server = pytest.importorskip("moto.server")
-
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
 WORDS = ["the", " trie", " host", "draft", " tree", "\n", "naïve", "日本", "é", "42", "x", "PEP", " of", " a"]
 
 
 @pytest.fixture(scope="module")
 def s3():
+    moto_server = pytest.importorskip("moto.server")
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _host, port = server.get_host_and_port()
@@ -121,3 +123,55 @@ def test_cli_failed_build_leaves_no_output_and_resumes_from_s3(s3, corpus: Path)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("(resumed)") == 3
     assert keys(s3, "bkt/cli-out") == ["bkt/cli-out/t.ngt"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    """A GCS emulator in a child process (pyarrow's GCS client blocks the GIL
+    while it waits, so an in-process server thread could not answer it)."""
+    pytest.importorskip("gcp_storage_emulator")
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+                               "--port", str(port), "--in-memory", "--default-bucket", "bkt", "--quiet"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.fail("the GCS emulator did not start")
+                time.sleep(0.1)
+        env = pytest.MonkeyPatch()
+        env.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+        yield pafs.GcsFileSystem(anonymous=True, endpoint_override=f"127.0.0.1:{port}", scheme="http")
+        env.undo()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_gcs_inputs_work_dir_and_output_give_the_local_bytes(gcs, corpus: Path, tmp_path: Path) -> None:
+    upload(gcs, corpus, "bkt/corpus")
+    local = tmp_path / "t.ngt"
+    build(cfg([str(corpus)], str(local), workers=1), progress=quiet)
+    assert [s.name for s in find_shards(["gs://bkt/corpus/**/*.zst"])] == [
+        "part-1.jsonl.zst", "part-2.jsonl.zst", "sub/part-0.jsonl.zst"]
+    report = build(cfg(["gs://bkt/corpus/"], "gs://bkt/out/t.ngt", workers=2, tmp_dir="gs://bkt/work"),
+                   progress=quiet)
+    with gcs.open_input_stream("bkt/out/t.ngt") as f:
+        assert f.read() == local.read_bytes()
+    assert keys(gcs, "bkt/out") == ["bkt/out/t.ngt"]
+    assert keys(gcs, "bkt/work") == []  # the build's work folder is removed after success
+    assert report.peak_work_bytes > 0 and report.ranges == 8
