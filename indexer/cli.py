@@ -53,7 +53,8 @@ def _eos(value: str | None) -> int | str | None:
 @click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
               help="Drop every n-gram seen fewer than C times (and so all its extensions).")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default="all cores", type=click.IntRange(1),
-              help="Parallel map/reduce tasks (processes).")
+              help="Parallel map/reduce tasks of the local executor (processes; 1: in this process). "
+                   "Ray runs one task per cluster CPU.")
 @click.option("--memory-limit", default="2GB", show_default=True, callback=_memory_limit,
               help="Memory for all concurrent tasks together (with Ray: the cluster's CPUs), at least "
                    "256MB; DuckDB spills beyond it, and it sets the number of reduce ranges.")
@@ -79,7 +80,8 @@ def _eos(value: str | None) -> int | str | None:
 @click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping "
                                                "(loaded into RAM when opened).")
 @click.option("--resume/--no-resume", default=True, show_default=True,
-              help="Reuse finished shards and partitions of an earlier run with the same arguments.")
+              help="Reuse the finished map and reduce tasks of an earlier run with the same arguments "
+                   "(its work directory); --no-resume deletes that first.")
 @click.option("--keep-tmp", is_flag=True, help="Keep the work directory after success.")
 @click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto",
               show_default=True, help="auto: tiktoken when it is exact for this vocabulary, else HF.")

@@ -422,13 +422,13 @@ def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[
         for i, (lo, hi) in enumerate(zip(plan.edges[:-1], plan.edges[1:]))
     ]
     reduce_results: dict[int, ReduceResult] = {}
-    phase = PhaseProgress("reduce", len(reduce_tasks), progress)
+    phase = PhaseProgress("reduce", len(reduce_tasks), progress, workers=executor.workers)
     for r in executor.map_unordered(run_reduce, reduce_tasks):
         reduce_results[r.index] = r
         work_peak = max(work_peak, work_live + r.output_bytes)
         work_live += r.output_bytes - (0 if r.resumed else r.input_bytes)
         phase.task_done(f"part {r.index}: {sum(r.sizes):,} n-grams from {format_bytes(r.input_bytes)} of runs",
-                        work=1, resumed=r.resumed)
+                        work=1, resumed=r.resumed, seconds=r.seconds)
     reduces = [reduce_results[t.index] for t in reduce_tasks]
     t_write = time.perf_counter()
 
@@ -536,14 +536,16 @@ def _write_output(cfg: BuildConfig, store: Store, meta: dict[str, Any], plans: l
 
 def _run_maps(executor: Executor, tasks: list[MapTask], shards: list[Shard], progress: Progress) -> list[MapResult]:
     by_index: dict[int, MapResult] = {}
-    phase = PhaseProgress("map", len(tasks), progress, total_work=sum(s.size for s in shards))
+    phase = PhaseProgress("map", len(tasks), progress, total_work=sum(s.size for s in shards),
+                          workers=executor.workers)
     # Largest shards first, so that no big shard runs alone at the end.
     for r in executor.map_unordered(run_map, sorted(tasks, key=lambda t: -shards[t.index].size)):
         by_index[r.index] = r
         note = " (resumed)" if r.resumed else ""
         skipped = f", {r.skipped} bad skipped" if r.skipped else ""
         phase.task_done(f"{r.name.rsplit('/', 1)[-1]}{note}: {r.documents:,} docs, {r.tokens:,} tokens{skipped}",
-                        work=shards[r.index].size, documents=r.documents, tokens=r.tokens, resumed=r.resumed)
+                        work=shards[r.index].size, documents=r.documents, tokens=r.tokens, resumed=r.resumed,
+                        seconds=r.seconds)
         for e in r.errors[:3]:
             progress(f"  skipped: {e}")
     return [by_index[t.index] for t in tasks]

@@ -35,21 +35,29 @@ def format_seconds(s: float) -> str:
 class PhaseProgress:
     """One phase's tasks (``map``, ``reduce``): a line per finished task.
 
-    The ETA scales the time so far by the work left (shard bytes for the map,
-    tasks for the reduce); tasks resumed from an earlier run count as done
-    but not into the rate, so a resumed build does not promise too much.
+    The ETA divides the work left (shard bytes for the map, tasks for the
+    reduce) by the measured rate: the finished tasks' own seconds per unit
+    of work, times the tasks that run at once (``workers``, fewer at the
+    end). Scaling the phase's elapsed time by the work done instead would
+    promise far too long on a cluster, where the first of thousands of
+    concurrent tasks finishes while the rest are almost done. Tasks resumed
+    from an earlier run count as done but not into the rate, so a resumed
+    build does not promise too much.
     """
 
-    def __init__(self, phase: str, total: int, progress: Progress, total_work: float | None = None) -> None:
-        self.phase, self.total, self.progress = phase, total, progress
+    def __init__(self, phase: str, total: int, progress: Progress, total_work: float | None = None,
+                 workers: int = 1) -> None:
+        self.phase, self.total, self.progress, self.workers = phase, total, progress, max(workers, 1)
         self.total_work = float(total if total_work is None else total_work)
         self.done = 0
-        self.work_done = self.fresh_work = 0.0
+        self.work_done = self.fresh_work = self.fresh_seconds = 0.0
         self.documents = self.tokens = self.fresh_tokens = 0
         self.t0 = time.perf_counter()
 
     def task_done(self, detail: str, *, work: float = 1.0, documents: int = 0, tokens: int = 0,
-                  resumed: bool = False) -> None:
+                  resumed: bool = False, seconds: float = 0.0) -> None:
+        """``seconds``: the task's own run time (0 when unknown: the ETA then
+        scales the elapsed time)."""
         self.done += 1
         self.work_done += work
         self.documents += documents
@@ -57,6 +65,7 @@ class PhaseProgress:
         if not resumed:
             self.fresh_work += work
             self.fresh_tokens += tokens
+            self.fresh_seconds += seconds
         elapsed = time.perf_counter() - self.t0
         parts = []
         if self.tokens:
@@ -64,7 +73,12 @@ class PhaseProgress:
                          f"{self.phase} {self.fresh_tokens / max(elapsed, 1e-9) / 1e6:.2f} M tokens/s")
         left = self.total_work - self.work_done
         if self.done < self.total and self.fresh_work > 0:
-            parts.append(f"ETA {format_seconds(elapsed * left / self.fresh_work)}")
+            if self.fresh_seconds > 0:
+                running = min(self.workers, self.total - self.done)
+                eta = left * self.fresh_seconds / self.fresh_work / running
+            else:
+                eta = elapsed * left / self.fresh_work
+            parts.append(f"ETA {format_seconds(eta)}")
         tail = (" | " + ", ".join(parts)) if parts else ""
         self.progress(f"[{self.phase} {self.done}/{self.total}] {detail}{tail}")
 

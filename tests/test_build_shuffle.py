@@ -232,3 +232,17 @@ def test_progress_lines_eta_and_terminal_bar() -> None:
     plain = io.StringIO()
     ProgressPrinter(plain, tty=False)(lines[1])
     assert plain.getvalue() == lines[1] + "\n"  # logs get plain lines
+
+
+def test_eta_counts_the_tasks_running_at_once() -> None:
+    from indexer.progress import PhaseProgress
+
+    # A cluster of 10 workers: the first of 100 equal tasks took 60 s of its own,
+    # the 9 others started with it are nearly done; 99 tasks of 60 s on 10 workers are left.
+    lines: list[str] = []
+    phase = PhaseProgress("reduce", 100, lines.append, workers=10)
+    phase.task_done("part 0", seconds=60.0)
+    assert lines[-1].endswith("ETA 9 min 54 s")
+    for i in range(1, 96):
+        phase.task_done(f"part {i}", seconds=60.0)
+    assert lines[-1].endswith("ETA 1 min 00 s")  # the last 4 run at once
