@@ -50,8 +50,9 @@ from indexer.shards import Shard, find_shards
 from indexer.storage import Store, is_uri, join, upload_atomic
 from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, write_trie
 
-#: At most this many reduce ranges (each map writes up to one file per range
-#: and order; docs/BUILD.md). Beyond it, reduce tasks spill to disk instead.
+#: At most this many equal-mass reduce ranges (each map writes up to one file
+#: per range and order; docs/BUILD.md); only a range heavier than one range's
+#: share is cut again beyond it. Past that, reduce tasks spill to disk.
 MAX_RANGES = 8192
 #: Sample this many tokens from the start of each of up to SAMPLE_SHARDS shards.
 SAMPLE_TOKENS = 500_000
