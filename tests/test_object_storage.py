@@ -133,8 +133,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def gcs():
-    """A GCS emulator in a child process (pyarrow's GCS client blocks the GIL
-    while it waits, so an in-process server thread could not answer it)."""
+    """A GCS emulator in a child process: run as a thread of the test's own
+    process it hung on pyarrow's first ranged read (open_input_file)."""
     pytest.importorskip("gcp_storage_emulator")
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
