@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <queue>
+#include <type_traits>
 
 #include "errors.h"
 
 namespace ngram {
 
-void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field) {
+namespace {
+
+template <class Id>
+void check_ids(const TrieIndex& t, const Id* toks, uint64_t n, const char* field) {
   const int64_t v = static_cast<int64_t>(t.vocab_size());
   for (uint64_t i = 0; i < n; ++i) {
     if (toks[i] < 0 || toks[i] >= v)
@@ -17,10 +21,20 @@ void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const cha
   }
 }
 
+}  // namespace
+
+void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field) {
+  check_ids(t, toks, n, field);
+}
+void check_tokens(const TrieIndex& t, const int32_t* toks, uint64_t n, const char* field) {
+  check_ids(t, toks, n, field);
+}
+
 namespace {
 
 // Narrows int64 ids (already validated) to the engine's int32 for lookups.
-void narrow(const int64_t* in, uint32_t n, int32_t* out) {
+template <class Id>
+void narrow(const Id* in, uint32_t n, int32_t* out) {
   for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(in[i]);
 }
 
@@ -239,8 +253,11 @@ void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_
   }
 }
 
-void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
-                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched) {
+namespace {
+
+template <class Id>
+void conditional_probs_of(const TrieIndex& t, const Id* contexts, uint64_t batch, uint64_t ctx_len,
+                          const Id* candidates, uint64_t k, float* probs, int32_t* matched) {
   if (ctx_len < 1) throw InvalidArgument("contexts: need at least one context token per query");
   if (k > (1u << 20)) throw InvalidArgument("candidates: " + std::to_string(k) + " per query, limit 1048576");
   check_tokens(t, contexts, batch * ctx_len, "contexts");
@@ -253,14 +270,39 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
   thread_local std::vector<int32_t> ctx, cand;
   for (uint64_t q0 = 0; q0 < batch; q0 += chunk) {
     const uint32_t n = static_cast<uint32_t>(std::min(chunk, batch - q0));
-    ctx.resize(size_t{n} * max_len);
-    cand.resize(size_t{n} * k);
-    for (uint32_t q = 0; q < n; ++q)
-      narrow(contexts + (q0 + q) * ctx_len + ctx_len - max_len, max_len, ctx.data() + size_t{q} * max_len);
-    narrow(candidates + q0 * k, static_cast<uint32_t>(n * k), cand.data());
-    conditional_probs_many(t, ctx.data(), n, max_len, cand.data(), static_cast<uint32_t>(k), probs + q0 * k,
-                           matched + q0 * k, scratch);
+    // int32 ids are read where they lie when no context needs cutting.
+    const int32_t* c = nullptr;
+    const int32_t* w = nullptr;
+    if constexpr (std::is_same_v<Id, int32_t>) {
+      if (max_len == ctx_len) c = contexts + q0 * ctx_len;
+      w = candidates + q0 * k;
+    }
+    if (!c) {
+      ctx.resize(size_t{n} * max_len);
+      for (uint32_t q = 0; q < n; ++q)
+        narrow(contexts + (q0 + q) * ctx_len + ctx_len - max_len, max_len, ctx.data() + size_t{q} * max_len);
+      c = ctx.data();
+    }
+    if (!w) {
+      cand.resize(size_t{n} * k);
+      narrow(candidates + q0 * k, static_cast<uint32_t>(n * k), cand.data());
+      w = cand.data();
+    }
+    conditional_probs_many(t, c, n, max_len, w, static_cast<uint32_t>(k), probs + q0 * k, matched + q0 * k,
+                           scratch);
   }
+}
+
+}  // namespace
+
+void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
+                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched) {
+  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched);
+}
+
+void conditional_probs(const TrieIndex& t, const int32_t* contexts, uint64_t batch, uint64_t ctx_len,
+                       const int32_t* candidates, uint64_t k, float* probs, int32_t* matched) {
+  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched);
 }
 
 TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t k_wanted) {
