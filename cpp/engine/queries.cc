@@ -1,10 +1,12 @@
 #include "queries.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
 #include <type_traits>
 
 #include "errors.h"
+#include "search_simd.h"
 
 namespace ngram {
 
@@ -173,43 +175,52 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
                     const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched) {
   const Level& next = t.level(len + 1);
-  // Searched (not scanned), nothing matched yet: such runs go in groups of
-  // the same candidates.
-  auto groupable = [&](uint32_t i) {
+  // Runs searched (not scanned) go two at a time in lockstep, each for all
+  // its candidates (a hit of one already matched is dropped), so that the
+  // cache misses of one overlap those of the other.
+  auto searched = [&](uint32_t i) {
     const uint32_t k = tables[i]->count;
-    if (runs[i].hi - runs[i].lo <= std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery) ||
-        k > Level::kMaxBatch)
-      return false;
-    for (uint32_t j = 0; j < k; ++j)
-      if (m[i][j] != 0) return false;
-    return true;
+    return k >= 8 && k <= Level::kMaxBatch &&
+           runs[i].hi - runs[i].lo > std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery);
+  };
+  auto search_pair = [&](uint32_t a, uint32_t b) {
+    const uint32_t k = tables[a]->count;
+    const uint32_t pair[2] = {a, b};
+    uint64_t lo[2] = {runs[a].lo, runs[b].lo}, hi[2] = {runs[a].hi, runs[b].hi}, hits[2];
+    uint64_t pos[2 * Level::kMaxBatch];
+    // One list of candidates when the runs share it, else both side by side.
+    uint32_t v[2 * Level::kMaxBatch];
+    uint32_t stride = 0;
+    std::memcpy(v, tables[a]->tokens, k * sizeof(uint32_t));
+    if (tables[b]->tokens != tables[a]->tokens) {
+      std::memcpy(v + k, tables[b]->tokens, k * sizeof(uint32_t));
+      stride = k;
+    }
+    if (simd_search() == SimdSearch::kNone || !find_many_runs_simd(next, 2, lo, hi, v, k, pos, hits, stride))
+      for (uint32_t r = 0; r < 2; ++r) hits[r] = next.find_many(lo[r], hi[r], v + r * stride, k, pos + r * k);
+    for (uint32_t r = 0; r < 2; ++r) {
+      const uint32_t i = pair[r];
+      uint64_t unmatched = 0;
+      for (uint32_t j = 0; j < k; ++j) unmatched |= static_cast<uint64_t>(m[i][j] == 0) << j;
+      matched[i] = record_hits(next, hits[r] & unmatched, pos + r * k, nullptr, runs[i].inv, len, p[i], m[i]);
+    }
   };
   for (uint32_t i = 0; i < n; ++i) next.prefetch_run(runs[i].lo, runs[i].hi);
-  uint32_t group[Level::kMaxRuns];
-  uint32_t grouped = 0;
-  auto search_group = [&]() {
-    uint64_t lo[Level::kMaxRuns], hi[Level::kMaxRuns], hits[Level::kMaxRuns];
-    uint64_t pos[Level::kMaxRuns * Level::kMaxBatch];
-    const CandidateTable& table = *tables[group[0]];
-    const uint32_t k = table.count;
-    for (uint32_t r = 0; r < grouped; ++r) lo[r] = runs[group[r]].lo, hi[r] = runs[group[r]].hi;
-    next.find_many_runs(grouped, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), k, pos, hits);
-    for (uint32_t r = 0; r < grouped; ++r) {
-      const uint32_t i = group[r];
-      matched[i] = record_hits(next, hits[r], pos + r * k, nullptr, runs[i].inv, len, p[i], m[i]);
-    }
-    grouped = 0;
-  };
+  uint32_t waiting = n;  // a searched run without its partner yet; n: none
   for (uint32_t i = 0; i < n; ++i) {
-    if (!groupable(i)) {
+    if (!searched(i)) {
       matched[i] = lookup_in_run(t, len, runs[i], *tables[i], p[i], m[i]);
-      continue;
+    } else if (waiting == n) {
+      waiting = i;
+    } else if (tables[waiting]->count != tables[i]->count) {
+      matched[waiting] = lookup_in_run(t, len, runs[waiting], *tables[waiting], p[waiting], m[waiting]);
+      waiting = i;
+    } else {
+      search_pair(waiting, i);
+      waiting = n;
     }
-    if (grouped > 0 && tables[group[0]] != tables[i]) search_group();
-    group[grouped++] = i;
-    if (grouped == Level::kMaxRuns) search_group();
   }
-  if (grouped > 0) search_group();
+  if (waiting != n) matched[waiting] = lookup_in_run(t, len, runs[waiting], *tables[waiting], p[waiting], m[waiting]);
 }
 
 void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_t n, uint32_t ctx_len,

@@ -71,8 +71,8 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
 // (m[i][j] == 0), those w in runs[i] get p[i][j] = count(suffix+w) *
 // runs[i].inv and m[i][j] = len; matched[i] = how many. Runs up to
 // kScanFactor times the candidates are scanned once against the table;
-// longer ones are searched, those with the same table and nothing matched
-// yet two at a time in lockstep (Level::find_many_runs).
+// longer ones are searched two at a time in lockstep, each for all its
+// candidates (find_many_runs_simd; a hit of one already matched is dropped).
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
                     const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched);
 constexpr uint64_t kScanFactor = 2;

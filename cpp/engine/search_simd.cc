@@ -125,16 +125,16 @@ using Ops = Avx512Ops;
 
 bool find_many_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out,
                     uint64_t* hits) {
-  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<1>(level, &lo, &hi, v, m, out, hits)
-                                              : avx2::find_runs<1>(level, &lo, &hi, v, m, out, hits);
+  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<1>(level, &lo, &hi, v, 0, m, out, hits)
+                                              : avx2::find_runs<1>(level, &lo, &hi, v, 0, m, out, hits);
 }
 
 bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
-                         uint32_t m, uint64_t* out, uint64_t* hits) {
+                         uint32_t m, uint64_t* out, uint64_t* hits, uint32_t v_stride) {
   static_assert(Level::kMaxRuns == 2, "one instance per run count");
   if (runs != 2) return false;
-  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<2>(level, lo, hi, v, m, out, hits)
-                                              : avx2::find_runs<2>(level, lo, hi, v, m, out, hits);
+  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<2>(level, lo, hi, v, v_stride, m, out, hits)
+                                              : avx2::find_runs<2>(level, lo, hi, v, v_stride, m, out, hits);
 }
 
 #else  // no vector search on this platform
@@ -142,7 +142,7 @@ bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, 
 SimdSearch simd_search() { return SimdSearch::kNone; }
 bool find_many_simd(const Level&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*, uint64_t*) { return false; }
 bool find_many_runs_simd(const Level&, uint32_t, const uint64_t*, const uint64_t*, const uint32_t*, uint32_t,
-                         uint64_t*, uint64_t*) {
+                         uint64_t*, uint64_t*, uint32_t) {
   return false;
 }
 

@@ -28,8 +28,9 @@ bool find_many_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t
 
 // The same search in `runs` runs [lo[r], hi[r]) at once (2 = kMaxRuns),
 // each longer than 2 * kSampleEvery: out[r * m + j], hits[r]. Their memory
-// reads overlap.
+// reads overlap. Run r's m tokens are at v + r * v_stride (0: the same for
+// every run).
 bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
-                         uint32_t m, uint64_t* out, uint64_t* hits);
+                         uint32_t m, uint64_t* out, uint64_t* hits, uint32_t v_stride = 0);
 
 }  // namespace ngram
