@@ -20,13 +20,20 @@ const char* simd_search_name(SimdSearch s) {
 
 #ifdef NGRAM_HAVE_SIMD_SEARCH
 
+// The default is AVX2, and AVX-512 only on AMD's CPUs: per tree (the engine
+// alone, bench/bench_prune.py) AVX-512 took 84.8 us against AVX2's 88.9 on an
+// AMD Zen 5, but on an Intel Xeon AVX2 took 0.92 of AVX-512's time (its
+// sixteen-lane gathers cost more than two of eight lanes). CHANGELOG.md has
+// the runs.
 SimdSearch simd_search() {
   static const SimdSearch chosen = [] {
     const char* env = std::getenv("NGRAM_ENGINE_SIMD");
     const std::string want = env ? env : "";
     if (want == "0" || !__builtin_cpu_supports("avx2")) return SimdSearch::kNone;
-    if (want != "avx2" && __builtin_cpu_supports("avx512f")) return SimdSearch::kAvx512;
-    return SimdSearch::kAvx2;
+    const bool avx512 = __builtin_cpu_supports("avx512f");
+    if (want == "avx2") return SimdSearch::kAvx2;
+    if (want == "avx512") return avx512 ? SimdSearch::kAvx512 : SimdSearch::kAvx2;
+    return avx512 && __builtin_cpu_is("amd") ? SimdSearch::kAvx512 : SimdSearch::kAvx2;
   }();
   return chosen;
 }

@@ -11,9 +11,10 @@ namespace ngram {
 
 struct Level;
 
-// The vector search Level::find_many uses: the widest the CPU has, unless
-// the environment variable NGRAM_ENGINE_SIMD says otherwise ("0": none, the
-// portable search; "avx2": AVX2 where AVX-512 is there too). Read once.
+// The vector search Level::find_many uses: AVX2, or AVX-512 on an AMD CPU
+// that has it (the faster on each, as measured), unless the environment
+// variable NGRAM_ENGINE_SIMD says otherwise ("0": none, the portable search;
+// "avx2"; "avx512" where the CPU has it). Read once.
 enum class SimdSearch { kNone, kAvx2, kAvx512 };
 SimdSearch simd_search();
 const char* simd_search_name(SimdSearch s);  // "none", "avx2", "avx512"

@@ -100,8 +100,8 @@ PYBIND11_MODULE(_engine, m) {
   }, py::arg("path"), "Reads a DART TrieNgram::save file: (order, token, parent, freq, depth) per node.");
 
   m.def("simd_search", [] { return std::string(simd_search_name(simd_search())); },
-        "The vector search lookups use: \"avx512\", \"avx2\" or \"none\" (the portable one); the widest the "
-        "CPU has unless NGRAM_ENGINE_SIMD is \"0\" or \"avx2\".");
+        "The vector search lookups use: \"avx512\", \"avx2\" or \"none\" (the portable one): AVX2, or AVX-512 on "
+        "an AMD CPU that has it, unless NGRAM_ENGINE_SIMD is \"0\", \"avx2\" or \"avx512\".");
 
   m.def("crc32c", [](py::bytes data) {
     std::string_view s = data;
