@@ -6,14 +6,16 @@ Measures, on the 200 golden queries (D = 8, K = 25, beam 20, 60 nodes, N = 3):
   - NgramIndex.prune per call, one thread: median and p99 in microseconds
     (Python call included; DART's own searcher takes about 1.0 ms);
   - the engine alone (prune_batch, threads=1), microseconds per tree, with
-    the widest vector search the CPU has and, in child processes, each
-    narrower one (NGRAM_ENGINE_SIMD=avx2 where AVX-512 is the default, and
-    NGRAM_ENGINE_SIMD=0, the portable search): their ratios are the vector
-    searches' gains, on one machine in one run;
+    the default vector search and, in child processes, each other one the
+    CPU has (NGRAM_ENGINE_SIMD=avx512, =avx2, and =0, the portable search):
+    their ratios compare the searches on one machine in one run;
   - prune_batch throughput on --threads threads (default 2), trees/s;
   - how many trees equal DART's (same set of token paths);
   - what one prune() call costs beyond the engine (one call per tree against
-    one prune_batch of the same trees, one thread, interleaved);
+    one prune_batch of the same trees, one thread, interleaved), on the
+    golden trees (where the engine's own noise is several times the
+    difference) and on their first levels alone (D = 1, scored by the
+    drafter: the engine's work is small, so the difference is the call's);
   - with --scale-trie T --scale-corpus C: the engine's time per tree on T
     (queries drawn from C) over that on --trie (queries drawn from the
     shared corpus the same way), one thread, interleaved.
@@ -235,14 +237,16 @@ def main() -> None:
 
     engine = engine_us(idx, reqs, params, args.rounds)
     by_search = {_engine_simd(): engine}
-    for setting in (["avx2"] if _engine_simd() == "avx512" else []) + ["0"]:
+    for setting in ("avx512", "avx2", "0"):  # the other searches this CPU has, each in a child process
+        if setting == _engine_simd():
+            continue
         child = subprocess.run([sys.executable, __file__, "--engine-only", "--trie", str(trie), "--mode", args.mode,
                                 "--rounds", str(args.rounds)], capture_output=True, text=True, check=False,
                                env={**os.environ, "NGRAM_ENGINE_SIMD": setting})
         if child.returncode != 0:
             fail(f"the NGRAM_ENGINE_SIMD={setting} run failed:\n{child.stderr[-2000:]}")
         out = json.loads(child.stdout.splitlines()[-1])
-        by_search[out["simd_search"]] = out["engine_us_per_tree_min"]
+        by_search.setdefault(out["simd_search"], out["engine_us_per_tree_min"])  # avx512 without it: avx2
 
     # Throughput on `threads` threads.
     batch = reqs * args.rounds
@@ -254,6 +258,10 @@ def main() -> None:
         tps.append(len(batch) / (time.perf_counter() - t0))
 
     overhead = call_overhead_us(idx, reqs, params, max(5, args.rounds))
+    first_levels = [(p, t[:1], q[:1]) for p, t, q in reqs]
+    first_params = {**params, "level_weights": params["level_weights"][:1],
+                    "logit_weights": params["logit_weights"][:1]}
+    overhead_light = call_overhead_us(idx, first_levels, first_params, 10 * max(5, args.rounds))
 
     scale = None
     if args.scale_trie:
@@ -280,6 +288,7 @@ def main() -> None:
         "prune_us_mean": round(float(lat_us.mean()), 1),
         "engine_us_per_tree_min": engine,
         "prune_call_overhead_us": overhead,
+        "prune_call_overhead_us_first_level": overhead_light,
         "scale": scale,
         "engine_simd_search": _engine_simd(),
         "engine_us_per_tree_min_by_search": by_search,
@@ -297,6 +306,7 @@ def main() -> None:
         *((f"engine only, 1 thread, {'portable' if name == 'none' else name} search", f"{us:.1f} us/tree")
           for name, us in by_search.items()),
         ("prune() call overhead over prune_batch", f"{overhead:.2f} us"),
+        ("the same, first levels only (D = 1)", f"{overhead_light:.2f} us"),
         (f"prune_batch, {args.threads} threads", f"{result['batch_trees_per_s']:,} trees/s"),
         *([(f"scale: {scale['ngrams']:,} n-grams / {scale['small_ngrams']:,}, engine per tree",
             f"{scale['big_us_per_tree']} / {scale['small_us_per_tree']} us = {scale['big_over_small']}x")]

@@ -40,6 +40,11 @@ class NgramIndex:
         the zstd file it was decompressed from, if it was."""
         self._t = engine
         self._compressed_bytes = compressed_bytes
+        # The per-query methods are the engine's own (bound here, so that a
+        # call runs no Python frame: prune()'s overhead is part of every
+        # draft step); the definitions below document them.
+        self.prune = engine.prune
+        self.conditional_probs = engine.conditional_probs
         try:
             self._meta: dict[str, Any] = json.loads(engine.meta_json.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -1,13 +1,19 @@
 #include "queries.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
+#include <type_traits>
 
 #include "errors.h"
+#include "search_simd.h"
 
 namespace ngram {
 
-void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field) {
+namespace {
+
+template <class Id>
+void check_ids(const TrieIndex& t, const Id* toks, uint64_t n, const char* field) {
   const int64_t v = static_cast<int64_t>(t.vocab_size());
   for (uint64_t i = 0; i < n; ++i) {
     if (toks[i] < 0 || toks[i] >= v)
@@ -17,10 +23,20 @@ void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const cha
   }
 }
 
+}  // namespace
+
+void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field) {
+  check_ids(t, toks, n, field);
+}
+void check_tokens(const TrieIndex& t, const int32_t* toks, uint64_t n, const char* field) {
+  check_ids(t, toks, n, field);
+}
+
 namespace {
 
 // Narrows int64 ids (already validated) to the engine's int32 for lookups.
-void narrow(const int64_t* in, uint32_t n, int32_t* out) {
+template <class Id>
+void narrow(const Id* in, uint32_t n, int32_t* out) {
   for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(in[i]);
 }
 
@@ -159,43 +175,52 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
                     const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched) {
   const Level& next = t.level(len + 1);
-  // Searched (not scanned), nothing matched yet: such runs go in groups of
-  // the same candidates.
-  auto groupable = [&](uint32_t i) {
+  // Runs searched (not scanned) go two at a time in lockstep, each for all
+  // its candidates (a hit of one already matched is dropped), so that the
+  // cache misses of one overlap those of the other.
+  auto searched = [&](uint32_t i) {
     const uint32_t k = tables[i]->count;
-    if (runs[i].hi - runs[i].lo <= std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery) ||
-        k > Level::kMaxBatch)
-      return false;
-    for (uint32_t j = 0; j < k; ++j)
-      if (m[i][j] != 0) return false;
-    return true;
+    return k >= 8 && k <= Level::kMaxBatch &&
+           runs[i].hi - runs[i].lo > std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery);
+  };
+  auto search_pair = [&](uint32_t a, uint32_t b) {
+    const uint32_t k = tables[a]->count;
+    const uint32_t pair[2] = {a, b};
+    uint64_t lo[2] = {runs[a].lo, runs[b].lo}, hi[2] = {runs[a].hi, runs[b].hi}, hits[2];
+    uint64_t pos[2 * Level::kMaxBatch];
+    // One list of candidates when the runs share it, else both side by side.
+    uint32_t v[2 * Level::kMaxBatch];
+    uint32_t stride = 0;
+    std::memcpy(v, tables[a]->tokens, k * sizeof(uint32_t));
+    if (tables[b]->tokens != tables[a]->tokens) {
+      std::memcpy(v + k, tables[b]->tokens, k * sizeof(uint32_t));
+      stride = k;
+    }
+    if (simd_search() == SimdSearch::kNone || !find_many_runs_simd(next, 2, lo, hi, v, k, pos, hits, stride))
+      for (uint32_t r = 0; r < 2; ++r) hits[r] = next.find_many(lo[r], hi[r], v + r * stride, k, pos + r * k);
+    for (uint32_t r = 0; r < 2; ++r) {
+      const uint32_t i = pair[r];
+      uint64_t unmatched = 0;
+      for (uint32_t j = 0; j < k; ++j) unmatched |= static_cast<uint64_t>(m[i][j] == 0) << j;
+      matched[i] = record_hits(next, hits[r] & unmatched, pos + r * k, nullptr, runs[i].inv, len, p[i], m[i]);
+    }
   };
   for (uint32_t i = 0; i < n; ++i) next.prefetch_run(runs[i].lo, runs[i].hi);
-  uint32_t group[Level::kMaxRuns];
-  uint32_t grouped = 0;
-  auto search_group = [&]() {
-    uint64_t lo[Level::kMaxRuns], hi[Level::kMaxRuns], hits[Level::kMaxRuns];
-    uint64_t pos[Level::kMaxRuns * Level::kMaxBatch];
-    const CandidateTable& table = *tables[group[0]];
-    const uint32_t k = table.count;
-    for (uint32_t r = 0; r < grouped; ++r) lo[r] = runs[group[r]].lo, hi[r] = runs[group[r]].hi;
-    next.find_many_runs(grouped, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), k, pos, hits);
-    for (uint32_t r = 0; r < grouped; ++r) {
-      const uint32_t i = group[r];
-      matched[i] = record_hits(next, hits[r], pos + r * k, nullptr, runs[i].inv, len, p[i], m[i]);
-    }
-    grouped = 0;
-  };
+  uint32_t waiting = n;  // a searched run without its partner yet; n: none
   for (uint32_t i = 0; i < n; ++i) {
-    if (!groupable(i)) {
+    if (!searched(i)) {
       matched[i] = lookup_in_run(t, len, runs[i], *tables[i], p[i], m[i]);
-      continue;
+    } else if (waiting == n) {
+      waiting = i;
+    } else if (tables[waiting]->count != tables[i]->count) {
+      matched[waiting] = lookup_in_run(t, len, runs[waiting], *tables[waiting], p[waiting], m[waiting]);
+      waiting = i;
+    } else {
+      search_pair(waiting, i);
+      waiting = n;
     }
-    if (grouped > 0 && tables[group[0]] != tables[i]) search_group();
-    group[grouped++] = i;
-    if (grouped == Level::kMaxRuns) search_group();
   }
-  if (grouped > 0) search_group();
+  if (waiting != n) matched[waiting] = lookup_in_run(t, len, runs[waiting], *tables[waiting], p[waiting], m[waiting]);
 }
 
 void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_t n, uint32_t ctx_len,
@@ -239,8 +264,11 @@ void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_
   }
 }
 
-void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
-                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched) {
+namespace {
+
+template <class Id>
+void conditional_probs_of(const TrieIndex& t, const Id* contexts, uint64_t batch, uint64_t ctx_len,
+                          const Id* candidates, uint64_t k, float* probs, int32_t* matched) {
   if (ctx_len < 1) throw InvalidArgument("contexts: need at least one context token per query");
   if (k > (1u << 20)) throw InvalidArgument("candidates: " + std::to_string(k) + " per query, limit 1048576");
   check_tokens(t, contexts, batch * ctx_len, "contexts");
@@ -253,14 +281,39 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
   thread_local std::vector<int32_t> ctx, cand;
   for (uint64_t q0 = 0; q0 < batch; q0 += chunk) {
     const uint32_t n = static_cast<uint32_t>(std::min(chunk, batch - q0));
-    ctx.resize(size_t{n} * max_len);
-    cand.resize(size_t{n} * k);
-    for (uint32_t q = 0; q < n; ++q)
-      narrow(contexts + (q0 + q) * ctx_len + ctx_len - max_len, max_len, ctx.data() + size_t{q} * max_len);
-    narrow(candidates + q0 * k, static_cast<uint32_t>(n * k), cand.data());
-    conditional_probs_many(t, ctx.data(), n, max_len, cand.data(), static_cast<uint32_t>(k), probs + q0 * k,
-                           matched + q0 * k, scratch);
+    // int32 ids are read where they lie when no context needs cutting.
+    const int32_t* c = nullptr;
+    const int32_t* w = nullptr;
+    if constexpr (std::is_same_v<Id, int32_t>) {
+      if (max_len == ctx_len) c = contexts + q0 * ctx_len;
+      w = candidates + q0 * k;
+    }
+    if (!c) {
+      ctx.resize(size_t{n} * max_len);
+      for (uint32_t q = 0; q < n; ++q)
+        narrow(contexts + (q0 + q) * ctx_len + ctx_len - max_len, max_len, ctx.data() + size_t{q} * max_len);
+      c = ctx.data();
+    }
+    if (!w) {
+      cand.resize(size_t{n} * k);
+      narrow(candidates + q0 * k, static_cast<uint32_t>(n * k), cand.data());
+      w = cand.data();
+    }
+    conditional_probs_many(t, c, n, max_len, w, static_cast<uint32_t>(k), probs + q0 * k, matched + q0 * k,
+                           scratch);
   }
+}
+
+}  // namespace
+
+void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
+                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched) {
+  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched);
+}
+
+void conditional_probs(const TrieIndex& t, const int32_t* contexts, uint64_t batch, uint64_t ctx_len,
+                       const int32_t* candidates, uint64_t k, float* probs, int32_t* matched) {
+  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched);
 }
 
 TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t k_wanted) {

@@ -12,6 +12,7 @@ namespace ngram {
 
 // Throws InvalidArgument naming `field` when a token id is outside [0, vocab).
 void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field);
+void check_tokens(const TrieIndex& t, const int32_t* toks, uint64_t n, const char* field);
 
 // Occurrences of the n-gram toks[0..len); 0 when absent. 1 <= len <= order.
 uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint64_t len);
@@ -25,6 +26,9 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint64_t len);
 // the queries with conditional_probs_many, a few dozen at a time.
 void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
                        const int64_t* candidates, uint64_t k, float* probs, int32_t* matched);
+// The same for int32 ids (the lookups' own type: read where they lie).
+void conditional_probs(const TrieIndex& t, const int32_t* contexts, uint64_t batch, uint64_t ctx_len,
+                       const int32_t* candidates, uint64_t k, float* probs, int32_t* matched);
 
 // The candidates of lookups, and (made on the first scan that needs it) an
 // open-addressing table of them, so that a short run of continuations can be
@@ -67,8 +71,8 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
 // (m[i][j] == 0), those w in runs[i] get p[i][j] = count(suffix+w) *
 // runs[i].inv and m[i][j] = len; matched[i] = how many. Runs up to
 // kScanFactor times the candidates are scanned once against the table;
-// longer ones are searched, those with the same table and nothing matched
-// yet two at a time in lockstep (Level::find_many_runs).
+// longer ones are searched two at a time in lockstep, each for all its
+// candidates (find_many_runs_simd; a hit of one already matched is dropped).
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
                     const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched);
 constexpr uint64_t kScanFactor = 2;

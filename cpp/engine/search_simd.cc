@@ -20,13 +20,20 @@ const char* simd_search_name(SimdSearch s) {
 
 #ifdef NGRAM_HAVE_SIMD_SEARCH
 
+// The default is AVX2, and AVX-512 only on AMD's CPUs: per tree (the engine
+// alone, bench/bench_prune.py) AVX-512 took 84.8 us against AVX2's 88.9 on an
+// AMD Zen 5, but on an Intel Xeon AVX2 took 0.92 of AVX-512's time (its
+// sixteen-lane gathers cost more than two of eight lanes). CHANGELOG.md has
+// the runs.
 SimdSearch simd_search() {
   static const SimdSearch chosen = [] {
     const char* env = std::getenv("NGRAM_ENGINE_SIMD");
     const std::string want = env ? env : "";
     if (want == "0" || !__builtin_cpu_supports("avx2")) return SimdSearch::kNone;
-    if (want != "avx2" && __builtin_cpu_supports("avx512f")) return SimdSearch::kAvx512;
-    return SimdSearch::kAvx2;
+    const bool avx512 = __builtin_cpu_supports("avx512f");
+    if (want == "avx2") return SimdSearch::kAvx2;
+    if (want == "avx512") return avx512 ? SimdSearch::kAvx512 : SimdSearch::kAvx2;
+    return avx512 && __builtin_cpu_is("amd") ? SimdSearch::kAvx512 : SimdSearch::kAvx2;
   }();
   return chosen;
 }
@@ -125,16 +132,16 @@ using Ops = Avx512Ops;
 
 bool find_many_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out,
                     uint64_t* hits) {
-  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<1>(level, &lo, &hi, v, m, out, hits)
-                                              : avx2::find_runs<1>(level, &lo, &hi, v, m, out, hits);
+  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<1>(level, &lo, &hi, v, 0, m, out, hits)
+                                              : avx2::find_runs<1>(level, &lo, &hi, v, 0, m, out, hits);
 }
 
 bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
-                         uint32_t m, uint64_t* out, uint64_t* hits) {
+                         uint32_t m, uint64_t* out, uint64_t* hits, uint32_t v_stride) {
   static_assert(Level::kMaxRuns == 2, "one instance per run count");
   if (runs != 2) return false;
-  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<2>(level, lo, hi, v, m, out, hits)
-                                              : avx2::find_runs<2>(level, lo, hi, v, m, out, hits);
+  return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<2>(level, lo, hi, v, v_stride, m, out, hits)
+                                              : avx2::find_runs<2>(level, lo, hi, v, v_stride, m, out, hits);
 }
 
 #else  // no vector search on this platform
@@ -142,7 +149,7 @@ bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, 
 SimdSearch simd_search() { return SimdSearch::kNone; }
 bool find_many_simd(const Level&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*, uint64_t*) { return false; }
 bool find_many_runs_simd(const Level&, uint32_t, const uint64_t*, const uint64_t*, const uint32_t*, uint32_t,
-                         uint64_t*, uint64_t*) {
+                         uint64_t*, uint64_t*, uint32_t) {
   return false;
 }
 

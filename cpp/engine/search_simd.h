@@ -11,9 +11,10 @@ namespace ngram {
 
 struct Level;
 
-// The vector search Level::find_many uses: the widest the CPU has, unless
-// the environment variable NGRAM_ENGINE_SIMD says otherwise ("0": none, the
-// portable search; "avx2": AVX2 where AVX-512 is there too). Read once.
+// The vector search Level::find_many uses: AVX2, or AVX-512 on an AMD CPU
+// that has it (the faster on each, as measured), unless the environment
+// variable NGRAM_ENGINE_SIMD says otherwise ("0": none, the portable search;
+// "avx2"; "avx512" where the CPU has it). Read once.
 enum class SimdSearch { kNone, kAvx2, kAvx512 };
 SimdSearch simd_search();
 const char* simd_search_name(SimdSearch s);  // "none", "avx2", "avx512"
@@ -28,8 +29,9 @@ bool find_many_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t
 
 // The same search in `runs` runs [lo[r], hi[r]) at once (2 = kMaxRuns),
 // each longer than 2 * kSampleEvery: out[r * m + j], hits[r]. Their memory
-// reads overlap.
+// reads overlap. Run r's m tokens are at v + r * v_stride (0: the same for
+// every run).
 bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
-                         uint32_t m, uint64_t* out, uint64_t* hits);
+                         uint32_t m, uint64_t* out, uint64_t* hits, uint32_t v_stride = 0);
 
 }  // namespace ngram

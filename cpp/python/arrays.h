@@ -26,9 +26,44 @@ inline std::string shape_str(const py::array& a) {
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
+// A numpy array's element type, when its bytes are in this machine's order
+// and C-contiguous (what a caller's arrays almost always are): npy_api's
+// type number; -1 for anything else. Read from the object, without the
+// conversions py::array's accessors make.
+inline int plain_array_type(const py::handle& h) {
+  if (!py::isinstance<py::array>(h)) return -1;
+  const auto* a = py::detail::array_proxy(h.ptr());
+  const auto* d = py::detail::array_descriptor_proxy(a->descr);
+  if (d->byteorder == '>' || !(a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) ||
+      !(a->flags & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+    return -1;
+  return d->type_num;
+}
+
+// The data of a float32 array in native order, C-contiguous; else nullptr.
+inline const float* native_floats(const py::handle& h) {
+  return plain_array_type(h) == py::detail::npy_api::NPY_FLOAT_
+             ? reinterpret_cast<const float*>(py::detail::array_proxy(h.ptr())->data)
+             : nullptr;
+}
+
+// A new C-ordered numpy array of `rank` <= 2 dimensions, made by numpy's C
+// API directly (py::array's constructors allocate its shape and strides on
+// the heap first: a per-query cost where one query is the whole call).
+template <class T>
+py::array_t<T> new_array(int rank, py::ssize_t rows, py::ssize_t cols = 0) {
+  auto& api = py::detail::npy_api::get();
+  Py_intptr_t dims[2] = {rows, cols};
+  PyObject* descr = py::dtype::of<T>().release().ptr();  // a reference numpy's constructor steals
+  PyObject* a = api.PyArray_NewFromDescr_(api.PyArray_Type_, descr, rank, dims, nullptr, nullptr, 0, nullptr);
+  if (!a) throw py::error_already_set();
+  return py::reinterpret_steal<py::array_t<T>>(a);
+}
+
 // Token ids as the engine's int64, from any integer array or sequence. A
-// C-contiguous int64 array is used where it lies; an int32 one (what
-// tokenizers and the golden data give) is widened here, which costs less than
+// C-contiguous int64 array is used where it lies; so is an int32 one (what
+// tokenizers and the golden data give), for the queries that take int32 ids,
+// and widened on first use of data() for the others, which costs less than
 // numpy's conversion into a new array. Floats are refused, not truncated;
 // `[]` (numpy's float64 when empty) is an empty list of ids.
 class Ids {
@@ -37,30 +72,24 @@ class Ids {
   Ids(const py::handle& h, const std::string& field) { load(h, field); }
 
   void load(const py::handle& h, const std::string& field) {
+    data_ = nullptr;
+    int32_ = nullptr;
+    if (use_native(h)) return;
+    py::array a = py::reinterpret_steal<py::array>(py::handle());
     if (py::isinstance<py::array>(h)) {
-      array_ = py::reinterpret_borrow<py::array>(h);
+      a = py::reinterpret_borrow<py::array>(h);
     } else {
-      array_ = py::array::ensure(h);
-      if (!array_) {
+      a = py::array::ensure(h);
+      if (!a) {
         PyErr_Clear();
         throw ngram::InvalidArgument(field + ": token ids must be integers, got " +
                                      std::string(py::str(py::type::of(h).attr("__name__"))));
       }
+      if (use_native(a)) return;
     }
-    const char kind = array_.dtype().kind();
-    const bool c_order = array_.flags() & py::array::c_style;
-    if (kind == 'i' && array_.itemsize() == 8 && c_order) {
-      data_ = static_cast<const int64_t*>(array_.data());
-      return;
-    }
-    if (kind == 'i' && array_.itemsize() == 4 && c_order) {
-      const int32_t* p = static_cast<const int32_t*>(array_.data());
-      wide_.assign(p, p + array_.size());
-      data_ = wide_.data();
-      return;
-    }
-    if (kind == 'f' && array_.size() == 0) {
-      array_ = py::array_t<int64_t>(std::vector<py::ssize_t>(array_.shape(), array_.shape() + array_.ndim()));
+    const char kind = a.dtype().kind();
+    if (kind == 'f' && a.size() == 0) {
+      array_ = py::array_t<int64_t>(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
       data_ = static_cast<const int64_t*>(array_.data());
       return;
     }
@@ -69,18 +98,27 @@ class Ids {
                                    std::string(py::repr(h)).substr(0, 200));
     if (kind != 'i' && kind != 'u')
       throw ngram::InvalidArgument(field + ": token ids must be integers, got dtype " +
-                                   std::string(py::str(array_.dtype())));
-    if (kind == 'u' && array_.itemsize() == 8 && array_.size() > 0) {
-      const py::object top = array_.attr("max")();
+                                   std::string(py::str(a.dtype())));
+    if (kind == 'u' && a.itemsize() == 8 && a.size() > 0) {
+      const py::object top = a.attr("max")();
       if (top.cast<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
         throw ngram::InvalidArgument(field + ": token id " + std::string(py::str(top)) + " out of range");
     }
-    array_ = py::cast<I64Array>(array_);
+    array_ = py::cast<I64Array>(a);  // another order, type or layout: a converted copy
     data_ = static_cast<const int64_t*>(array_.data());
   }
 
+  // The ids as int64 (an int32 input widened on first use).
+  const int64_t* data() const {
+    if (!data_ && int32_) {
+      wide_.assign(int32_, int32_ + size());
+      data_ = wide_.data();
+    }
+    return data_;
+  }
+  // The ids where they lie when the input is a native int32 array, else nullptr.
+  const int32_t* int32_data() const { return int32_; }
   const py::array& array() const { return array_; }
-  const int64_t* data() const { return data_; }
   uint64_t size() const { return static_cast<uint64_t>(array_.size()); }
   int ndim() const { return static_cast<int>(array_.ndim()); }
   uint64_t shape(int i) const { return static_cast<uint64_t>(array_.shape(i)); }
@@ -92,13 +130,30 @@ class Ids {
   }
 
  private:
-  py::array array_;           // the input (kept alive) or its int64 conversion
-  std::vector<int64_t> wide_; // the widened int32 ids
-  const int64_t* data_ = nullptr;
+  // The input (kept alive) or its int64 conversion; null until loaded (a
+  // default py::array would be a new empty numpy array).
+  py::array array_ = py::reinterpret_steal<py::array>(py::handle());
+  const int32_t* int32_ = nullptr;     // the input's ids, when it is a native int32 array
+  mutable std::vector<int64_t> wide_;  // int32_ widened
+  mutable const int64_t* data_ = nullptr;
+
+  // Uses a C-contiguous int64 or int32 array in this machine's byte order where it lies.
+  bool use_native(const py::handle& h) {
+    const int type = plain_array_type(h);
+    if (type != py::detail::npy_api::NPY_INT64_ && type != py::detail::npy_api::NPY_INT32_) return false;
+    array_ = py::reinterpret_borrow<py::array>(h);
+    void* at = py::detail::array_proxy(h.ptr())->data;
+    if (type == py::detail::npy_api::NPY_INT64_)
+      data_ = static_cast<const int64_t*>(at);
+    else
+      int32_ = static_cast<const int32_t*>(at);
+    return true;
+  }
 };
 
 // float32 numbers from any array or sequence of numbers.
 inline F32Array floats(const py::handle& h, const std::string& field, const char* what) {
+  if (native_floats(h)) return py::reinterpret_borrow<F32Array>(h);  // used where it lies
   try {
     return py::cast<F32Array>(h);
   } catch (const py::cast_error&) {

@@ -7,6 +7,7 @@
 #include "crc32c.h"
 #include "dart_trie.h"
 #include "arrays.h"
+#include "fastcall.h"
 #include "errors.h"
 #include "queries.h"
 #include "search_simd.h"
@@ -28,17 +29,33 @@ py::tuple conditional_probs_py(const TrieIndex& t, const py::handle& contexts_in
   if (candidates.shape(0) != b)
     throw InvalidArgument("contexts has " + std::to_string(b) + " rows, candidates " +
                           std::to_string(candidates.shape(0)) + ": batch sizes must match");
-  py::array_t<float> probs({b, k});
-  py::array_t<int32_t> matched({b, k});
-  const int64_t* cp = contexts.data();
-  const int64_t* wp = candidates.data();
+  py::array_t<float> probs = new_array<float>(2, b, k);
+  py::array_t<int32_t> matched = new_array<int32_t>(2, b, k);
   float* pp = probs.mutable_data();
   int32_t* mp = matched.mutable_data();
-  {
+  if (contexts.int32_data() && candidates.int32_data()) {  // the lookups' own type: no copy
+    const int32_t* cp = contexts.int32_data();
+    const int32_t* wp = candidates.int32_data();
+    py::gil_scoped_release nogil;
+    conditional_probs(t, cp, b, c, wp, k, pp, mp);
+  } else {
+    const int64_t* cp = contexts.data();
+    const int64_t* wp = candidates.data();
     py::gil_scoped_release nogil;
     conditional_probs(t, cp, b, c, wp, k, pp, mp);
   }
   return py::make_tuple(probs, matched);
+}
+
+PyObject* conditional_probs_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
+  static const Signature<2> signature("conditional_probs", {"contexts", "candidates"}, 2);
+  PyObject* args[2];
+  if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
+  return translate_exceptions([&]() -> PyObject* {
+    const TrieIndex* t = bound_object<TrieIndex>(self);
+    if (!t) throw py::type_error("conditional_probs: not an initialized _engine.Trie");
+    return conditional_probs_py(*t, args[0], args[1]).release().ptr();
+  });
 }
 
 }  // namespace
@@ -58,7 +75,6 @@ PYBIND11_MODULE(_engine, m) {
     }
   });
 
-  bind_prune(m);
   m.attr("FORMAT_VERSION") = kFormatVersion;  // the trie file version this engine reads and writes
   m.attr("MAX_ORDER") = kMaxOrder;            // the longest n-gram a trie may store
 
@@ -84,8 +100,8 @@ PYBIND11_MODULE(_engine, m) {
   }, py::arg("path"), "Reads a DART TrieNgram::save file: (order, token, parent, freq, depth) per node.");
 
   m.def("simd_search", [] { return std::string(simd_search_name(simd_search())); },
-        "The vector search lookups use: \"avx512\", \"avx2\" or \"none\" (the portable one); the widest the "
-        "CPU has unless NGRAM_ENGINE_SIMD is \"0\" or \"avx2\".");
+        "The vector search lookups use: \"avx512\", \"avx2\" or \"none\" (the portable one): AVX2, or AVX-512 on "
+        "an AMD CPU that has it, unless NGRAM_ENGINE_SIMD is \"0\", \"avx2\" or \"avx512\".");
 
   m.def("crc32c", [](py::bytes data) {
     std::string_view s = data;
@@ -130,7 +146,6 @@ PYBIND11_MODULE(_engine, m) {
         py::gil_scoped_release nogil;
         t.verify_checksums();
       })
-      .def("conditional_probs", &conditional_probs_py, py::arg("contexts"), py::arg("candidates"))
       .def("count", [](const TrieIndex& t, const py::handle& ngram_in) {
         const Ids ngram(ngram_in, "ngram");
         ngram.require_rank(1, "ngram", "[n]");
@@ -149,6 +164,16 @@ PYBIND11_MODULE(_engine, m) {
                               py::array_t<float>(r.probs.size(), r.probs.data()),
                               py::array_t<uint64_t>(r.counts.size(), r.counts.data()), r.matched);
       }, py::arg("context"), py::arg("k"));
+
+  // conditional_probs: a fast-call method (fastcall.h), called once per
+  // query by some callers.
+  static PyMethodDef conditional_probs_method = {
+      "conditional_probs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&conditional_probs_fastcall)),
+      METH_FASTCALL | METH_KEYWORDS,
+      "conditional_probs(contexts, candidates)\nDART-compatible conditional probabilities "
+      "(see ngram_service.NgramIndex.conditional_probs)."};
+  add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
+  bind_prune(m);  // after Trie, whose method prune becomes
 
   py::class_<TrieWriter>(m, "TrieWriter")
       .def(py::init([](const std::string& path, uint32_t order, uint64_t vocab_size, int64_t eos_id,

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "fastcall.h"
 #include "errors.h"
 #include "prune_tree.h"
 #include "trie_index.h"
@@ -23,32 +25,63 @@ using namespace ngram_py;
 
 namespace {
 
-std::vector<float> weights(const py::handle& w, const char* field) {
-  if (w.is_none()) return {};
+// A float32 array's values into `out` (reused: no allocation once grown);
+// None leaves it empty (DART's defaults).
+void weights(const py::handle& w, const char* field, std::vector<float>& out) {
+  out.clear();
+  if (w.is_none()) return;
+  if (const float* f = native_floats(w); f && py::detail::array_proxy(w.ptr())->nd == 1) {
+    out.assign(f, f + py::detail::array_proxy(w.ptr())->dimensions[0]);
+    return;
+  }
   F32Array a = floats(w, field, "weights");
   if (a.ndim() != 1) throw InvalidArgument(std::string(field) + " must be 1-D [D], got shape " + shape_str(a));
-  return std::vector<float>(a.data(), a.data() + a.shape(0));
+  out.assign(a.data(), a.data() + a.shape(0));
+}
+
+// prune's keyword parameters, in this order; a null handle is one not given
+// (the engine's default).
+constexpr std::array<const char*, 7> kParamNames = {
+    "beam_width", "max_nodes", "ngram_weight", "level_weights", "logit_weights", "eos_token_id",
+    "ngram_on_first_level"};
+using ParamHandles = std::array<py::handle, kParamNames.size()>;
+
+void load_params(const ParamHandles& v, PruneParams& p) {
+  std::vector<float> level = std::move(p.level_weights), logit = std::move(p.logit_weights);
+  p = PruneParams{};  // the defaults; the weights' buffers are kept
+  p.level_weights = std::move(level);
+  p.logit_weights = std::move(logit);
+  static const std::string beam_range = "1.." + std::to_string(PruneLimits::kMaxBeamWidth),
+                           nodes_range = "0.." + std::to_string(PruneLimits::kMaxNodes);
+  if (v[0]) p.beam_width = integer(v[0], "beam_width", beam_range);
+  if (v[1]) p.max_nodes = integer(v[1], "max_nodes", nodes_range);
+  if (v[2]) {
+    const double w = PyFloat_Check(v[2].ptr()) ? PyFloat_AS_DOUBLE(v[2].ptr()) : PyFloat_AsDouble(v[2].ptr());
+    if (w == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw InvalidArgument("ngram_weight must be a number, got " + std::string(py::repr(v[2])));
+    }
+    p.ngram_weight = static_cast<float>(w);
+  }
+  weights(v[3] ? v[3] : py::none(), "level_weights", p.level_weights);
+  weights(v[4] ? v[4] : py::none(), "logit_weights", p.logit_weights);
+  if (v[5] && !v[5].is_none()) {
+    if (py::isinstance<py::bool_>(v[5]) || !PyIndex_Check(v[5].ptr()))
+      throw InvalidArgument("eos_token_id must be an integer or None, got " + std::string(py::repr(v[5])));
+    p.eos_token_id = integer(v[5], "eos_token_id", "-1 (none) or in [0, vocab_size)");
+  }
+  if (v[6]) {
+    const int truth = PyObject_IsTrue(v[6].ptr());
+    if (truth < 0) throw py::error_already_set();
+    p.ngram_on_first_level = truth != 0;
+  }
 }
 
 PruneParams make_params(const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
                         const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos,
                         const py::handle& ngram_on_first_level) {
   PruneParams p;
-  p.beam_width = integer(beam_width, "beam_width", "1.." + std::to_string(PruneLimits::kMaxBeamWidth));
-  p.max_nodes = integer(max_nodes, "max_nodes", "0.." + std::to_string(PruneLimits::kMaxNodes));
-  try {
-    p.ngram_weight = static_cast<float>(py::cast<double>(ngram_weight));
-  } catch (const py::cast_error&) {
-    throw InvalidArgument("ngram_weight must be a number, got " + std::string(py::repr(ngram_weight)));
-  }
-  p.level_weights = weights(level_weights, "level_weights");
-  p.logit_weights = weights(logit_weights, "logit_weights");
-  if (!eos.is_none()) {
-    if (py::isinstance<py::bool_>(eos) || !PyIndex_Check(eos.ptr()))
-      throw InvalidArgument("eos_token_id must be an integer or None, got " + std::string(py::repr(eos)));
-    p.eos_token_id = integer(eos, "eos_token_id", "-1 (none) or in [0, vocab_size)");
-  }
-  p.ngram_on_first_level = py::bool_(py::reinterpret_borrow<py::object>(ngram_on_first_level));
+  load_params({beam_width, max_nodes, ngram_weight, level_weights, logit_weights, eos, ngram_on_first_level}, p);
   return p;
 }
 
@@ -57,7 +90,7 @@ PruneParams make_params(const py::handle& beam_width, const py::handle& max_node
 // per level) as lists of D 1-D arrays, concatenated here.
 struct Lattice {
   Ids prefix, tokens;
-  F32Array probs;
+  F32Array probs = py::reinterpret_steal<F32Array>(py::handle());  // null until loaded
   std::vector<int64_t> level_tokens;  // the levels concatenated (list form)
   std::vector<float> level_probs;
   std::vector<uint64_t> offsets;      // D + 1
@@ -189,6 +222,49 @@ struct TreeObject {
 };
 
 std::unique_ptr<TreeObject> new_tree() { return std::make_unique<TreeObject>(); }
+
+}  // namespace
+
+namespace {
+
+// prune's body: the lattice and parameters converted (into a per-thread
+// PruneParams, whose weight buffers are reused), the engine run without the
+// GIL, the tree returned. With_trie: called as _engine.prune(trie, ...),
+// else as the method trie.prune(...).
+template <bool with_trie>
+PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
+  constexpr size_t kLead = with_trie ? 4 : 3;
+  static const Signature<kLead + kParamNames.size()> signature = [] {
+    std::array<const char*, kLead + kParamNames.size()> names{};
+    const char* lead[] = {"trie", "prefix", "topk_tokens", "topk_probs"};
+    for (size_t i = 0; i < kLead; ++i) names[i] = lead[4 - kLead + i];
+    for (size_t i = 0; i < kParamNames.size(); ++i) names[kLead + i] = kParamNames[i];
+    return Signature<kLead + kParamNames.size()>("prune", names, kLead);
+  }();
+  PyObject* args[kLead + kParamNames.size()];
+  if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
+  return translate_exceptions([&]() -> PyObject* {
+    const py::handle trie = with_trie ? args[0] : self;
+    const TrieIndex* t = bound_object<TrieIndex>(trie.ptr());
+    if (!t)
+      throw py::type_error("prune: trie must be an _engine.Trie, got " +
+                           std::string(py::str(py::type::of(trie).attr("__name__"))));
+    constexpr size_t p = with_trie ? 1 : 0;
+    Lattice r;
+    r.load(args[p], args[p + 1], args[p + 2]);
+    ParamHandles given;
+    for (size_t i = 0; i < given.size(); ++i) given[i] = args[kLead + i];
+    thread_local PruneParams params;  // no Python objects inside: safe to keep per thread
+    load_params(given, params);
+    auto tree = new_tree();
+    {
+      py::gil_scoped_release nogil;
+      thread_local PruneWorkspace ws;  // one per Python thread: no allocation once warmed up
+      prune_tree(*t, r.input, params, ws, *tree->tree);
+    }
+    return py::cast(std::move(tree)).release().ptr();
+  });
+}
 
 }  // namespace
 
@@ -329,30 +405,22 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       "prune's keyword parameters converted as prune converts them, as a dict (weights as lists, "
       "eos_token_id None for the trie's).");
 
-  m.def(
-      "prune",
-      [](const TrieIndex& t, const py::handle& prefix, const py::handle& tokens, const py::handle& probs,
-         const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
-         const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos_token_id,
-         const py::handle& ngram_on_first_level) {
-        Lattice r;
-        r.load(prefix, tokens, probs);
-        const PruneParams params = make_params(beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
-                                               eos_token_id, ngram_on_first_level);
-        auto tree = new_tree();
-        {
-          py::gil_scoped_release nogil;
-          // One workspace per Python thread: no allocation once warmed up.
-          thread_local PruneWorkspace ws;
-          prune_tree(t, r.input, params, ws, *tree->tree);
-        }
-        return tree;
-      },
-      py::arg("trie"), py::arg("prefix"), py::arg("topk_tokens"), py::arg("topk_probs"), py::kw_only(),
-      py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
-      py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),
-      py::arg("logit_weights") = py::none(), py::arg("eos_token_id") = py::none(),
-      py::arg("ngram_on_first_level") = false, "DART tree pruning of one lattice (see ngram_service.tree.prune).");
+  // prune: a fast-call function (fastcall.h), as _engine.prune(trie, ...)
+  // and as the method Trie.prune(...) that NgramIndex.prune is.
+  static PyMethodDef prune_function = {
+      "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<true>)),
+      METH_FASTCALL | METH_KEYWORDS,
+      "prune(trie, prefix, topk_tokens, topk_probs, *, beam_width=20, max_nodes=60, ngram_weight=0.5, "
+      "level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False)\n"
+      "DART tree pruning of one lattice (see ngram_service.tree.prune)."};
+  static PyMethodDef prune_method = {
+      "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<false>)),
+      METH_FASTCALL | METH_KEYWORDS,
+      "prune(prefix, topk_tokens, topk_probs, *, beam_width=20, max_nodes=60, ngram_weight=0.5, "
+      "level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False)\n"
+      "DART tree pruning of one lattice (see ngram_service.tree.prune)."};
+  add_fastcall(m, &prune_function);
+  add_fastcall(m, &prune_method, m.attr("Trie"));
 
   m.def(
       "prune_batch",

@@ -1,0 +1,92 @@
+"""The per-query entry points (prune, conditional_probs) are fast-call functions
+(cpp/python/fastcall.h): Python's argument rules, arrays read where they lie
+(in any byte order), the same answers by every route."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import GOLDEN
+from ngram_service import NgramIndex, _engine
+from ngram_service.tree import prune as tree_prune
+
+
+@pytest.fixture(scope="module")
+def golden(corpus_trie) -> tuple[NgramIndex, list, dict]:
+    idx = NgramIndex.open(corpus_trie)
+    g = dict(np.load(GOLDEN / "tree_sample.npz"))
+    off = g["prompt_offsets"]
+    reqs = [(g["prompt_flat"][off[i]:off[i + 1]], g["topk_tokens"][i], g["topk_probs"][i]) for i in range(8)]
+    params = dict(beam_width=int(g["beam_width"]), max_nodes=int(g["remain_total"]),
+                  ngram_weight=float(g["ngram_weight"]), level_weights=g["level_weights"],
+                  logit_weights=g["logit_weights"], eos_token_id=int(g["eos_token"]))
+    return idx, reqs, params
+
+
+def same_tree(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f))
+               for f in ("tokens", "parents", "scores", "tree_mask", "retrieve_indices"))
+
+
+def test_every_route_gives_the_same_tree(golden) -> None:
+    idx, reqs, params = golden
+    batch = idx.prune_batch(reqs, threads=1, **params)
+    for r, want in zip(reqs, batch):
+        for tree in (idx.prune(*r, **params), NgramIndex.prune(idx, *r, **params), tree_prune(idx._t, *r, **params),
+                     _engine.prune(idx._t, *r, **params), idx._t.prune(*r, **params),
+                     idx.prune(prefix=r[0], topk_tokens=r[1], topk_probs=r[2], **params)):
+            assert same_tree(tree, want)
+
+
+def test_keywords_built_at_run_time_match(golden) -> None:
+    """A keyword name that is not the interned string (built at run time) is matched by value."""
+    idx, reqs, _ = golden
+    name = "".join(["beam", "_width"])
+    assert same_tree(idx.prune(*reqs[0], **{name: 3}), idx.prune(*reqs[0], beam_width=3))
+    assert not same_tree(idx.prune(*reqs[0], beam_width=3), idx.prune(*reqs[0]))  # the keyword did something
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda i, r: i.prune(*r, beam=4), r"prune\(\) got an unexpected keyword argument 'beam'"),
+    (lambda i, r: i.prune(*r, 20), r"prune\(\) takes 3 positional arguments but 4 were given"),
+    (lambda i, r: _engine.prune(i._t, *r, 20), r"prune\(\) takes 4 positional arguments but 5 were given"),
+    (lambda i, r: i.prune(r[0], r[1]), r"prune\(\) missing required argument 'topk_probs'"),
+    (lambda i, r: i.prune(*r, prefix=r[0]), r"prune\(\) got multiple values for argument 'prefix'"),
+    (lambda i, r: _engine.prune("trie", *r), r"trie must be an _engine.Trie, got str"),
+    (lambda i, r: i.conditional_probs([[1]]), r"conditional_probs\(\) missing required argument 'candidates'"),
+    (lambda i, r: i.conditional_probs([[1]], [[2]], [[3]]), r"takes 2 positional arguments but 3 were given"),
+    (lambda i, r: i.conditional_probs([[1]], candidate=[[2]]), r"unexpected keyword argument 'candidate'"),
+])
+def test_python_argument_rules(golden, call, message) -> None:
+    idx, reqs, _ = golden
+    with pytest.raises(TypeError, match=message):
+        call(idx, reqs[0])
+
+
+def test_values_are_still_the_engines_to_check(golden) -> None:
+    idx, reqs, params = golden
+    with pytest.raises(ValueError, match="beam_width"):
+        idx.prune(*reqs[0], beam_width=0)
+    with pytest.raises(ValueError, match="ngram_weight must be a number"):
+        idx.prune(*reqs[0], ngram_weight="high")
+    with pytest.raises(ValueError, match="level_weights"):
+        idx.prune(*reqs[0], level_weights=np.ones(3, np.float32))
+
+
+def test_any_byte_order_and_layout(golden) -> None:
+    """Arrays not in this machine's byte order, or not contiguous, are converted, never read raw."""
+    idx, reqs, params = golden
+    z = np.load(GOLDEN / "prob_sample.npz")
+    ctx, cand = z["contexts"][:200], z["candidates"][:200]
+    want = idx.conditional_probs(ctx, cand)
+    for c, w in ((ctx.astype(">i8"), cand.astype(">i4")), (ctx.astype("<i8"), cand.astype("<u4")),
+                 (np.asfortranarray(ctx), cand[:, ::-1][:, ::-1]), (ctx.tolist(), cand.tolist())):
+        got = idx.conditional_probs(c, w)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    prefix, toks, probs = reqs[0]
+    want_tree = idx.prune(prefix, toks, probs, **params)
+    swapped = {**params, "level_weights": params["level_weights"].astype(">f4"),
+               "logit_weights": params["logit_weights"].astype(">f4")}
+    for args in ((prefix.astype(">i4"), toks.astype(">i8"), probs.astype(">f4")),
+                 (prefix, np.asfortranarray(toks), np.asfortranarray(probs))):
+        assert same_tree(idx.prune(*args, **swapped), want_tree)
