@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "child_offsets.h"
 #include "count_ranks.h"
-#include "elias_fano.h"
 #include "packed_array.h"
 #include "trie_format.h"
+#include "trie_layout.h"
 
 namespace ngram {
 
@@ -23,10 +24,9 @@ struct Level {
   uint64_t size = 0;
   PackedView tokens;        // levels >= 2
   RankView count_ranks;
-  // Child offsets, size + 1 of them (levels < order): plainly packed for
-  // level 1, Elias-Fano coded above (see trie_format.h).
-  PackedView child_offsets_plain;
-  EliasFanoView child_offsets;
+  // Child offsets, size + 1 of them (levels < order), in the representation
+  // trie_layout.h gives the level.
+  ChildOffsets child_offsets;
   const uint64_t* count_values = nullptr;
   uint64_t count_value_count = 0;
   const uint32_t* token_samples = nullptr;  // levels >= 2: tokens[i * kSampleEvery]
