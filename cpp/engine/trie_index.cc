@@ -13,6 +13,7 @@
 
 #include "crc32c.h"
 #include "errors.h"
+#include "lookup_v2.h"
 #include "search_simd.h"
 
 namespace ngram {
@@ -127,9 +128,10 @@ void TrieIndex::parse() {
                             "PLAIN.ngt; in Python NgramIndex.open decompresses it into RAM)");
     throw FormatError(p + ": not a trie file (bad magic)");
   }
-  if (header_.version != kFormatVersion)
+  if (header_.version != kFormatVersion && header_.version != kFormatVersion2)
     throw FormatError(p + ": format version " + std::to_string(header_.version) +
-                      ", this engine reads version " + std::to_string(kFormatVersion));
+                      ", this engine reads versions " + std::to_string(kFormatVersion) + " and " +
+                      std::to_string(kFormatVersion2));
   if (header_.file_length != size_)
     throw FormatError(p + ": truncated or padded: header says " + std::to_string(header_.file_length) +
                       " bytes, file has " + std::to_string(size_));
@@ -155,7 +157,8 @@ void TrieIndex::parse() {
   const uint32_t n = header_.order;
   levels_.assign(n, Level{});
   // Each level's sections by kind; which a level must have is trie_layout.h's to say.
-  constexpr uint32_t kKinds = static_cast<uint32_t>(SectionKind::kChildOffsets) + 1;
+  constexpr uint32_t kKinds = static_cast<uint32_t>(SectionKind::kTokenEnds) + 1;
+  const uint32_t version = header_.version;
   using KindSlots = std::array<const SectionEntry*, kKinds>;
   std::vector<KindSlots> by_kind(n, KindSlots{});
   const SectionEntry* meta = nullptr;
@@ -193,13 +196,17 @@ void TrieIndex::parse() {
     const std::string what = p + ": level " + std::to_string(k);
     const SectionEntry *v = section(k, SectionKind::kCountValues), *r = section(k, SectionKind::kCountRanks);
     const SectionEntry *re = section(k, SectionKind::kCountEscapes), *ri = section(k, SectionKind::kCountEscapeIndex);
-    if (!v || !r || !re || !ri) throw FormatError(what + ": count sections missing");
-    if ((r->width & (r->width - 1)) != 0 || r->width > 32)
+    const SectionEntry *r2 = section(k, SectionKind::kCountRanks2), *r2i = section(k, SectionKind::kCountRanks2Index);
+    if (!v || !r || !re || !ri || (version == kFormatVersion2 && (!r2 || !r2i)))
+      throw FormatError(what + ": count sections missing");
+    auto rank_width_ok = [](uint32_t w) { return (w & (w - 1)) == 0 && w <= 32; };
+    if (!rank_width_ok(r->width) || (r2 && !rank_width_ok(r2->width)))
       throw FormatError(what + ": count rank sections differ in size");
     Level& L = levels_[k - 1];
     L.size = r->count;
     if (k == 1 && L.size != header_.vocab_size) throw FormatError(what + ": size differs from vocab_size");
     LevelShape shape;
+    shape.version = version;
     shape.level = k;
     shape.order = n;
     shape.size = L.size;
@@ -209,6 +216,14 @@ void TrieIndex::parse() {
     shape.count_values = v->count;
     shape.rank_width = r->width;
     shape.escapes = re->count;
+    if (version == kFormatVersion2) {  // its free parameters, from the sections that carry them
+      shape.escapes = r2->count;
+      shape.rank2_width = r2->width;
+      shape.escapes2 = re->count;
+      const SectionEntry *tb = section(k, SectionKind::kTokenBits), *te = section(k, SectionKind::kTokenEnds);
+      shape.token_bits = tb ? tb->count : 0;
+      shape.token_end_width = te ? te->width : 1;
+    }
     // Exactly the layout's sections, each with the layout's count and width.
     const std::vector<SectionShape> want = level_sections(shape);
     std::array<bool, kKinds> wanted{};
@@ -226,13 +241,27 @@ void TrieIndex::parse() {
     for (uint64_t i = 1; i < v->count; ++i)
       if (L.count_values[i] <= L.count_values[i - 1]) throw FormatError(what + ": count table not ascending");
     auto packed = [&](const SectionEntry* s) { return PackedView(base_ + s->offset, s->count, s->width); };
-    L.count_ranks = RankView(packed(r), packed(re), packed(ri));
+    L.version = version;
+    if (version == kFormatVersion) {
+      L.count_ranks = RankView(packed(r), packed(re), packed(ri));
+    } else {
+      L.count_ranks_v2 = TieredRankView(RankView(packed(r), PackedView(), packed(ri)),
+                                        RankView(packed(r2), packed(re), packed(r2i)));
+    }
+    if (const SectionEntry* tb = section(k, SectionKind::kTokenBits))
+      L.token_ranks = ChunkedEliasFanoView(L.size, base_ + tb->offset, tb->count,
+                                           packed(section(k, SectionKind::kTokenStarts)),
+                                           packed(section(k, SectionKind::kTokenEnds)));
+    if (const SectionEntry* u = section(k, SectionKind::kUsedTokens)) {
+      used_tokens_ = packed(u);
+      used_token_ranks_ = packed(section(k, SectionKind::kUsedTokenRanks));
+    }
     if (const SectionEntry* t = section(k, SectionKind::kTokens)) L.tokens = packed(t);
     if (const SectionEntry* sm = section(k, SectionKind::kTokenSamples)) {
       L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);
       L.sample_count = sm->count;
     }
-    switch (child_offset_rep(k, n)) {
+    switch (child_offset_rep(version, k, n)) {
       case ChildOffsetRep::kNone:
         break;
       case ChildOffsetRep::kPlain:
@@ -402,6 +431,32 @@ void TrieIndex::verify_checksums() const {
   }
 }
 
+uint64_t TrieIndex::used_token(uint64_t r) const {
+  // The last word whose rank sample is <= r, then the bit within it.
+  const uint64_t words = used_token_ranks_.size();
+  uint64_t lo = 0, hi = words;
+  while (hi - lo > 1) {
+    const uint64_t mid = (lo + hi) / 2;
+    if (used_token_ranks_[mid] <= r) lo = mid;
+    else hi = mid;
+  }
+  if (words == 0) return UINT64_MAX;
+  uint64_t word;
+  std::memcpy(&word, used_tokens_.data() + lo * 8, 8);
+  const uint64_t left = r - used_token_ranks_[lo];
+  if (left >= static_cast<uint64_t>(__builtin_popcountll(word))) return UINT64_MAX;
+  return lo * 64 + select_in_word(word, left);
+}
+
+void TrieIndex::run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, int32_t* out) const {
+  if (header_.version == kFormatVersion2) {
+    run_tokens_v2(*this, suffix, len, lo, hi, out);
+    return;
+  }
+  const Level& next = levels_[len];
+  for (uint64_t i = lo; i < hi; ++i) out[i - lo] = static_cast<int32_t>(next.tokens[i]);
+}
+
 bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
   bool found;
   find_many(&toks, 1, len, index, &found);
@@ -409,6 +464,10 @@ bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
 }
 
 void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const {
+  if (header_.version == kFormatVersion2) {
+    for (uint32_t i = 0; i < n; ++i) found[i] = find_v2(*this, toks[i], len, &index[i]);
+    return;
+  }
   for (uint32_t done = 0; done < n; done += Level::kMaxBatch) {
     const uint32_t m = std::min(n - done, Level::kMaxBatch);
     const int32_t* const* tk = toks + done;
