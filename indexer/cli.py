@@ -78,9 +78,9 @@ def _eos(value: str | None) -> int | str | None:
                                                "instead of failing on the first.")
 @click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping "
                                                "(loaded into RAM when opened).")
-@click.option("--format", "format_version", type=click.Choice(["1", "2"]), default="2", show_default=True,
+@click.option("--format", "format_version", type=click.Choice(["1", "2"]), default="1", show_default=True,
               help="Trie file format version (docs/FORMAT.md): 2 stores each token as its rank among its "
-                   "context's continuations, about half the bytes of 1; 1 for readers older than format 2.")
+                   "context's continuations, about half the bytes of 1, with slower lookups for now.")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Reuse finished shards and partitions of an earlier run with the same arguments.")
 @click.option("--keep-tmp", is_flag=True, help="Keep the work directory after success.")

@@ -17,8 +17,10 @@ import numpy as np
 
 from ngram_service import _engine
 
-FORMAT_VERSION = 2  # what write_trie writes unless told otherwise
-FORMAT_VERSIONS = (1, 2)  # docs/FORMAT.md: version 1, and version 2 (about half the bytes)
+# What write_trie (and ngram-build) write unless told otherwise: version 1, whose lookups are the fastest
+# today; version 2 (docs/FORMAT.md) takes about half the bytes and is opt-in until its lookups catch up.
+FORMAT_VERSION = 1
+FORMAT_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -81,7 +83,7 @@ def write_trie(
         try:
             write_trie(v1, order=order, vocab_size=vocab_size, eos_id=eos_id, meta=meta, plans=plans,
                        chunks=chunks, format_version=1)
-            return _engine.write_trie_v2(_engine.Trie.open(str(v1)), str(path), meta_json(meta))
+            return convert_to_v2(v1, path)
         finally:
             v1.unlink(missing_ok=True)
     sizes = [vocab_size] + [p.size for p in plans[1:]]
@@ -103,6 +105,16 @@ def write_trie(
         _append_unigram_gap(writer, vocab_size - next_token, order)
     writer.finish()
     return writer.file_size
+
+
+def convert_to_v2(src: str | Path, dst: str | Path) -> int:
+    """Writes ``dst`` (atomically) in format version 2 from the version-1 trie ``src``, with the same meta
+    but ``format_version`` 2; returns its size. ValueError when ``src`` is not suffix-closed."""
+    source = _engine.Trie.open(str(src))
+    if source.format_version != 1:
+        raise ValueError(f"{src}: format version {source.format_version}, need a version-1 trie")
+    meta = {**json.loads(source.meta_json), "format_version": 2}
+    return _engine.write_trie_v2(source, str(dst), meta_json(meta))
 
 
 def _append_unigrams(writer: Any, chunk: LevelChunk, next_token: int, vocab_size: int, order: int) -> int:

@@ -95,18 +95,18 @@ def test_foreign_and_missing_files(tmp_path: Path) -> None:
         NgramIndex.open(zst)
 
 
-def test_header_fields(sample_trie: Path, sample_trie_v1: Path) -> None:
-    """ngram-build writes format version 2 by default, version 1 when asked."""
-    for path, want in ((sample_trie, 2), (sample_trie_v1, 1)):
+def test_header_fields(sample_trie: Path, sample_trie_v2: Path) -> None:
+    """ngram-build writes format version 1 by default, version 2 when asked."""
+    for path, want in ((sample_trie, 1), (sample_trie_v2, 2)):
         head = path.read_bytes()[:64]
         magic, version, order, vocab, eos = struct.unpack_from("<8sIIQq", head)
         assert magic == b"NGTRIE\r\n" and version == want and order == 3 and vocab == 4096 and eos == 0
         assert NgramIndex.open(path).info()["format_version"] == want
 
 
-def test_both_versions_answer_alike(sample_trie: Path, sample_trie_v1: Path) -> None:
+def test_both_versions_answer_alike(sample_trie: Path, sample_trie_v2: Path) -> None:
     """The same counts in both formats: every query answers the same."""
-    a, b = NgramIndex.open(sample_trie_v1), NgramIndex.open(sample_trie)
+    a, b = NgramIndex.open(sample_trie), NgramIndex.open(sample_trie_v2)
     assert a.info()["ngrams"] == b.info()["ngrams"]
     rng = np.random.default_rng(3)
     top = a.topk([], 300).tokens
@@ -126,12 +126,16 @@ def test_both_versions_answer_alike(sample_trie: Path, sample_trie_v1: Path) -> 
             assert a.count(g[:k]) == b.count(g[:k])
 
 
-def test_ngram_info_cli(sample_trie: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "ngram_service.cli_info", str(sample_trie), "--verify", "--json",
+@pytest.mark.parametrize("version", [1, 2])
+def test_ngram_info_cli(sample_trie: Path, sample_trie_v2: Path, version: int) -> None:
+    path = sample_trie if version == 1 else sample_trie_v2
+    r = subprocess.run([sys.executable, "-m", "ngram_service.cli_info", str(path), "--verify", "--json",
                         "--sections"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     import json
 
     info = json.loads(r.stdout)
-    # version 2: per level 6 count sections; used tokens (level 1) or token ranks (3 each); EF child offsets
-    assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == 1 + 3 * 6 + 2 + 2 * 3 + 2 * 3
+    # version 1: per level 4 count sections, tokens and samples (levels 2, 3), child offsets (1 + 3 + 3);
+    # version 2: per level 6 count sections, used tokens (level 1) or token ranks (3 each), EF child offsets
+    sections = 1 + 3 * 4 + 2 * 2 + 1 + 3 if version == 1 else 1 + 3 * 6 + 2 + 2 * 3 + 2 * 3
+    assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == sections

@@ -41,11 +41,7 @@ class ChunkedEliasFanoView {
   }
 
   // S[i], i < size().
-  uint64_t operator[](uint64_t i) const {
-    uint64_t out = 0;
-    decode(i, i + 1, &out);
-    return out;
-  }
+  uint64_t operator[](uint64_t i) const { return chunk(i / kChunk).value(*this, i % kChunk); }
 
   // Decodes S[lo..hi) into out, chunk by chunk.
   void decode(uint64_t lo, uint64_t hi, uint64_t* out) const {
@@ -59,8 +55,35 @@ class ChunkedEliasFanoView {
     }
   }
 
-  // The first i in [lo, hi) with S[i] >= v (hi if none).
-  uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v) const {
+  // lower_bound for m values v[0..m) at once (pos[j], value[j]): the chunk
+  // bisections run in lockstep, branch-free, so that their reads overlap.
+  void lower_bound_many(uint64_t lo, uint64_t hi, const uint64_t* v, uint32_t m, uint64_t* pos,
+                        uint64_t* value) const {
+    for (uint32_t j = 0; j < m; ++j) pos[j] = lo, value[j] = UINT64_MAX;
+    if (lo >= hi) return;
+    const uint64_t c_first = lo / kChunk, c_last = (hi - 1) / kChunk;
+    if (c_last >= ends_.size()) {  // only in a corrupted file
+      for (uint32_t j = 0; j < m; ++j) pos[j] = hi;
+      return;
+    }
+    uint64_t c[kMaxLanes];
+    for (uint32_t j = 0; j < m; ++j) c[j] = c_first;
+    for (uint64_t n = c_last - c_first + 1; n > 1;) {
+      const uint64_t half = n / 2;
+      for (uint32_t j = 0; j < m; ++j) c[j] += half & -static_cast<uint64_t>(ends_[c[j] + half - 1] < v[j]);
+      n -= half;
+    }
+    for (uint32_t j = 0; j < m; ++j) {
+      const uint64_t first = c[j] * kChunk;
+      const uint64_t at = chunk(c[j]).next_geq(*this, std::max(lo, first) - first, v[j], &value[j]);
+      pos[j] = std::min(hi, first + at);
+    }
+  }
+  static constexpr uint32_t kMaxLanes = 64;
+
+  // The first i in [lo, hi) with S[i] >= v (hi if none); *value = S[i] then.
+  uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v, uint64_t* value) const {
+    *value = UINT64_MAX;
     if (lo >= hi) return lo;
     // The chunk: the first of the range's whose last value is >= v.
     uint64_t c_lo = lo / kChunk, c_hi = (hi - 1) / kChunk;  // inclusive
@@ -71,7 +94,7 @@ class ChunkedEliasFanoView {
       else c_hi = mid;
     }
     const uint64_t first = c_lo * kChunk;
-    const uint64_t j = chunk(c_lo).next_geq(*this, std::max(lo, first) - first, v);
+    const uint64_t j = chunk(c_lo).next_geq(*this, std::max(lo, first) - first, v, value);
     return std::min(hi, first + j);
   }
 
@@ -79,10 +102,29 @@ class ChunkedEliasFanoView {
   struct Chunk {
     uint64_t bit = 0;   // first bit of the low part
     uint64_t base = 0;  // the value d = 0 stands for
+    uint64_t end = 0;   // the chunk's last value
     uint64_t m = 0;     // values in the chunk (0 only in a corrupted file)
     uint32_t l = 0;
 
     uint64_t high_start() const { return bit + m * l; }
+
+    // Value j (< m): the j-th set bit of the high part, words skipped by popcount.
+    uint64_t value(const ChunkedEliasFanoView& v, uint64_t j) const {
+      if (j >= m) return 0;  // only in a corrupted file
+      const uint64_t h0 = high_start();
+      uint64_t w = h0 / 64;
+      uint64_t word = v.word(w) & (~uint64_t{0} << (h0 % 64));
+      uint64_t left = j;
+      for (;;) {
+        const uint64_t c = static_cast<uint64_t>(__builtin_popcountll(word));
+        if (left < c) break;
+        left -= c;
+        if (++w >= v.bit_words_) return 0;  // only in a corrupted file
+        word = v.word(w);
+      }
+      const uint64_t pos = w * 64 + select_in_word(word, left) - h0;
+      return base + (((pos - j) << l) | low(v, j));
+    }
     uint64_t low(const ChunkedEliasFanoView& v, uint64_t j) const { return l ? v.bits_at(bit + j * l, l) : 0; }
 
     // Values j0..j1 (j1 <= kChunk) into out; past m (a corrupted file) zeros.
@@ -113,8 +155,12 @@ class ChunkedEliasFanoView {
     // Value j's high part is the number of zeros before its set bit, so
     // the values whose high part is at least target's follow the
     // (target >> l)-th zero: find it, then compare from there.
-    uint64_t next_geq(const ChunkedEliasFanoView& v, uint64_t j0, uint64_t target) const {
-      if (target < base || m == 0) return std::min(j0, m);
+    uint64_t next_geq(const ChunkedEliasFanoView& v, uint64_t j0, uint64_t target, uint64_t* value) const {
+      if (target < base || m == 0) {
+        if (j0 < m) *value = this->value(v, j0);
+        return std::min(j0, m);
+      }
+      if (target > end) return m;  // past the chunk (and the scan below stays inside it)
       const uint64_t h = (target - base) >> l;
       const uint64_t h0 = high_start();
       uint64_t ones = 0, p = h0;  // p: the first bit after the h-th zero
@@ -150,7 +196,11 @@ class ChunkedEliasFanoView {
         const uint64_t q = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) - h0;
         bits &= bits - 1;
         if (j < j0) continue;
-        if (base + (((q - j) << l) | low(v, j)) >= target) return j;
+        const uint64_t x = base + (((q - j) << l) | low(v, j));
+        if (x >= target) {
+          *value = x;
+          return j;
+        }
       }
       return m;
     }
@@ -174,9 +224,10 @@ class ChunkedEliasFanoView {
     if (c >= ends_.size() || c * kChunk >= n_) return out;  // only in a corrupted file (m = 0)
     out.base = c == 0 ? 0 : ends_[c - 1] + 1;
     const uint64_t end = ends_[c];
+    out.end = end;
     out.m = std::min<uint64_t>(kChunk, n_ - c * kChunk);
-    const uint64_t u = end - std::min(end, out.base);
-    out.l = std::min<uint32_t>(ef_low_bits(out.m, u), 56);  // above 56 only in a corrupted file
+    const uint64_t q = (end - std::min(end, out.base)) / out.m;  // ef_low_bits, without its loop
+    out.l = q == 0 ? 0 : std::min<uint32_t>(63 - static_cast<uint32_t>(__builtin_clzll(q)), 56);  // 56+: corrupted
     out.bit = starts_[c];
     return out;
   }

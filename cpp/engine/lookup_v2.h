@@ -22,7 +22,12 @@ void run_tokens_v2(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint
                    int32_t* out);
 
 // lookup_in_runs (queries.h) for a version-2 trie: runs[i].suffix names
-// each run's context.
+// each run's context. Following a candidate down the chain answers it at
+// every suffix length at once, so each unmatched candidate gets its final
+// answer here: p and m from the longest suffix of the context after which
+// it is stored (m may be less than len), or stays unmatched when none has
+// it; matched[i] counts all of them (resolved), so that the callers'
+// shorter-suffix steps skip this run's query.
 void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
                        const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched);
 

@@ -92,6 +92,9 @@ void child_offset_sections(const TrieIndex& src, uint32_t k, LevelWords& out) {
 }  // namespace
 
 uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std::string& meta_json) {
+  if (src.version() != kFormatVersion)
+    throw InvalidArgument(src.path() + ": format version " + std::to_string(src.version()) +
+                          ", write_trie_v2 reads a version-1 trie");
   const uint32_t order = src.order();
   const uint64_t vocab = src.vocab_size();
   std::vector<LevelShape> shapes(order);
