@@ -108,21 +108,29 @@ class ChunkedEliasFanoView {
 
     uint64_t high_start() const { return bit + m * l; }
 
-    // Value j (< m): the j-th set bit of the high part, words skipped by popcount.
-    uint64_t value(const ChunkedEliasFanoView& v, uint64_t j) const {
-      if (j >= m) return 0;  // only in a corrupted file
+    // The word holding the j-th set bit of the high part (*w), and that
+    // word's bits from it on (*bits); false past the section (corrupted).
+    bool seek(const ChunkedEliasFanoView& v, uint64_t j, uint64_t* w, uint64_t* bits) const {
       const uint64_t h0 = high_start();
-      uint64_t w = h0 / 64;
-      uint64_t word = v.word(w) & (~uint64_t{0} << (h0 % 64));
+      *w = h0 / 64;
+      uint64_t word = v.word(*w) & (~uint64_t{0} << (h0 % 64));
       uint64_t left = j;
       for (;;) {
         const uint64_t c = static_cast<uint64_t>(__builtin_popcountll(word));
         if (left < c) break;
         left -= c;
-        if (++w >= v.bit_words_) return 0;  // only in a corrupted file
-        word = v.word(w);
+        if (++*w >= v.bit_words_) return false;
+        word = v.word(*w);
       }
-      const uint64_t pos = w * 64 + select_in_word(word, left) - h0;
+      *bits = word & (~uint64_t{0} << select_in_word(word, left));
+      return true;
+    }
+
+    // Value j (< m).
+    uint64_t value(const ChunkedEliasFanoView& v, uint64_t j) const {
+      uint64_t w, bits;
+      if (j >= m || !seek(v, j, &w, &bits)) return 0;  // only in a corrupted file
+      const uint64_t pos = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) - high_start();
       return base + (((pos - j) << l) | low(v, j));
     }
     uint64_t low(const ChunkedEliasFanoView& v, uint64_t j) const { return l ? v.bits_at(bit + j * l, l) : 0; }
@@ -186,16 +194,22 @@ class ChunkedEliasFanoView {
           shift = 0;
         }
       }
-      uint64_t w = p / 64;
-      uint64_t bits = v.word(w) & (~uint64_t{0} << (p % 64));
-      for (uint64_t j = ones; j < m; ++j) {
+      uint64_t w, bits;
+      uint64_t j = ones;
+      if (j0 > ones) {  // the run starts further on: go straight to its first value
+        j = j0;
+        if (!seek(v, j, &w, &bits)) return m;
+      } else {
+        w = p / 64;
+        bits = v.word(w) & (~uint64_t{0} << (p % 64));
+      }
+      for (; j < m; ++j) {
         while (bits == 0) {
           if (++w >= v.bit_words_) return m;  // only in a corrupted file
           bits = v.word(w);
         }
         const uint64_t q = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) - h0;
         bits &= bits - 1;
-        if (j < j0) continue;
         const uint64_t x = base + (((q - j) << l) | low(v, j));
         if (x >= target) {
           *value = x;
@@ -226,7 +240,8 @@ class ChunkedEliasFanoView {
     const uint64_t end = ends_[c];
     out.end = end;
     out.m = std::min<uint64_t>(kChunk, n_ - c * kChunk);
-    const uint64_t q = (end - std::min(end, out.base)) / out.m;  // ef_low_bits, without its loop
+    const uint64_t u = end - std::min(end, out.base);
+    const uint64_t q = out.m == kChunk ? u / kChunk : u / out.m;  // ef_low_bits without its loop (a shift, mostly)
     out.l = q == 0 ? 0 : std::min<uint32_t>(63 - static_cast<uint32_t>(__builtin_clzll(q)), 56);  // 56+: corrupted
     out.bit = starts_[c];
     return out;
