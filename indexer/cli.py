@@ -99,7 +99,8 @@ def _eos(value: str | None) -> int | str | None:
 def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, workers: int,
          memory_limit: int, tmp_dir: str | None, executor: str, ray_address: str | None, token_field: str,
          token_dtype: str | None, text_field: str, eos: str | None, skip_bad: bool,
-         compress: bool, format_version: str, resume: bool, keep_tmp: bool, tokenizer_backend: str, add_special_tokens: bool,
+         compress: bool, format_version: str, resume: bool, keep_tmp: bool, tokenizer_backend: str,
+         add_special_tokens: bool,
          name: str | None,
          from_dart_trie: str | None, vocab_size: int | None, quiet: bool) -> None:
     """Build an n-gram trie from corpus shards.
