@@ -1,6 +1,6 @@
 """Corrupted copies of a trie file, one region at a time, and what opening them does.
 
-Every region of a version-1 file is hit: the header, the section table and
+Every region of a file (format version 1 or 2) is hit: the header, the section table and
 each section (docs/FORMAT.md), with bit flips (first, middle and last byte,
 and random ones), 4-byte overwrites and truncations.
 
@@ -115,7 +115,7 @@ def check(path: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("trie", type=Path, help="a valid, uncompressed trie file (version 1)")
+    ap.add_argument("trie", type=Path, help="a valid, uncompressed trie file (format version 1 or 2)")
     ap.add_argument("--check", action="store_true", help="open every corrupted copy here; print a JSON summary")
     ap.add_argument("--out", type=Path, help="write every corrupted copy into this folder")
     a = ap.parse_args(argv)

@@ -66,6 +66,16 @@ def make_tries(work: Path) -> tuple[Path, Path]:
     return tiny, sample
 
 
+def tiny_v2(tiny: Path) -> Path:
+    """The tiny trie in file format version 2, beside it."""
+    from indexer.trie_assembly import convert_to_v2
+
+    out = tiny.with_name("tiny_v2.ngt")
+    if not out.is_file():
+        convert_to_v2(tiny, out)
+    return out
+
+
 def _engine_seed(ops: list[tuple]) -> bytes:
     """Bytes that fuzz_queries.h reads as these calls (token ids inside the vocabulary)."""
     out = bytearray()
@@ -140,10 +150,11 @@ def seed(target: str, seeds: Path, tiny: Path, sample: Path) -> None:
         sys.path.insert(0, str(REPO / "fuzz"))
         from corrupt_trie import variants
 
-        data = tiny.read_bytes()
-        (seeds / "tiny.ngt").write_bytes(data)
-        for i, (_what, blob) in enumerate(variants(data, random_flips=1)):
-            (seeds / f"corrupt-{i:04d}").write_bytes(blob)
+        for name, path in (("tiny", tiny), ("tiny_v2", tiny_v2(tiny))):  # both file format versions
+            data = path.read_bytes()
+            (seeds / f"{name}.ngt").write_bytes(data)
+            for i, (_what, blob) in enumerate(variants(data, random_flips=1)):
+                (seeds / f"corrupt-{name}-{i:04d}").write_bytes(blob)
     elif target == "fuzz_engine_api":
         ops = [("cp", [[1, 2], [3, 4]], [[5, 6], [7, 8]]), ("topk", [1, 2], 5), ("count", [1, 2, 3]),
                ("prune", [1, 2], [[10, 11, 12], [13, 14, 15]]), ("prune", [5], [[1, 2]])]
@@ -204,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-dir", type=Path, default=REPO / "build" / "fuzz")
     ap.add_argument("--work", type=Path, help="corpora, seeds, crashes (default BUILD_DIR/work)")
     ap.add_argument("--corrupted", action="store_true",
-                    help="run fuzz_trie_reader once on every corrupted copy of the tiny trie (fuzz/corrupt_trie.py) "
-                         "and on fuzz/regressions/fuzz_trie_reader/*")
+                    help="run fuzz_trie_reader once on every corrupted copy of the tiny trie in format versions 1 "
+                         "and 2 (fuzz/corrupt_trie.py) and on fuzz/regressions/fuzz_trie_reader/*")
     ap.add_argument("--json", type=Path, help="write the summary here too")
     a = ap.parse_args(argv)
     work = a.work or a.build_dir / "work"
@@ -223,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             folder = work / "corrupted"
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
-            for i, (_what, blob) in enumerate(variants(tiny.read_bytes())):
-                (folder / f"corrupt-{i:05d}").write_bytes(blob)
+            for name, path in (("v1", tiny), ("v2", tiny_v2(tiny))):  # both file format versions
+                for i, (_what, blob) in enumerate(variants(path.read_bytes())):
+                    (folder / f"corrupt-{name}-{i:05d}").write_bytes(blob)
             files = sorted(folder.iterdir()) + sorted((REPO / "fuzz" / "regressions" / t).glob("*"))
             results.append(run_target(t, binary, work, tiny, None, a.seconds, extra_inputs=files))
             print(json.dumps({k: v for k, v in results[-1].items() if k != "log_tail"}), flush=True)

@@ -88,6 +88,7 @@ class BuildConfig:
     executor: str = "local"
     ray_address: str | None = None
     add_special_tokens: bool = False
+    format_version: int = FORMAT_VERSION  # of the trie file written (docs/FORMAT.md)
 
 
 @dataclass
@@ -517,7 +518,7 @@ def _write_output(cfg: BuildConfig, store: Store, meta: dict[str, Any], plans: l
         out.parent.mkdir(parents=True, exist_ok=True)
         plain = out.with_name(out.name + ".plain.tmp") if cfg.compress else out
         size = write_trie(plain, order=cfg.order, vocab_size=vocab.vocab_size, eos_id=vocab.eos_id, meta=meta,
-                          plans=plans, chunks=chunks)
+                          plans=plans, chunks=chunks, format_version=cfg.format_version)
         if cfg.compress:
             size = compress_file(plain, out)
             plain.unlink()
@@ -525,7 +526,7 @@ def _write_output(cfg: BuildConfig, store: Store, meta: dict[str, Any], plans: l
     with tempfile.TemporaryDirectory(prefix="ngram-out-") as tmp:
         local = Path(tmp) / "trie.ngt"
         size = write_trie(local, order=cfg.order, vocab_size=vocab.vocab_size, eos_id=vocab.eos_id, meta=meta,
-                          plans=plans, chunks=chunks)
+                          plans=plans, chunks=chunks, format_version=cfg.format_version)
         if cfg.compress:
             packed = Path(tmp) / "trie.ngt.zst"
             size = compress_file(local, packed)

@@ -17,7 +17,10 @@ import numpy as np
 
 from ngram_service import _engine
 
+# What write_trie (and ngram-build) write unless told otherwise: version 1, whose lookups are the fastest
+# today; version 2 (docs/FORMAT.md) takes about half the bytes and is opt-in until its lookups catch up.
 FORMAT_VERSION = 1
+FORMAT_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -54,16 +57,35 @@ def write_trie(
     meta: dict[str, Any],
     plans: list[LevelPlan],
     chunks: Iterable[tuple[int, LevelChunk]],
+    format_version: int = FORMAT_VERSION,
 ) -> int:
     """Writes a trie file atomically from (level, chunk) pairs; returns its size.
+
+    ``format_version`` 2 (docs/FORMAT.md, "Version 2") is written from a
+    version-1 file beside ``path`` (removed after), since each entry's token
+    becomes its rank among the continuations of its suffix, which needs the
+    whole trie; the input must then be suffix-closed (counted tries are), or
+    ValueError names the first n-gram whose suffix is missing.
 
     ``plans[k-1]`` gives level k's size and how many entries have each count
     (level 1 counts only the tokens that occur: the file is dense over the
     vocabulary, the others get count 0). Chunks of one level must arrive in
     order; levels may interleave.
     """
+    if format_version not in FORMAT_VERSIONS:
+        raise ValueError(f"format_version must be one of {FORMAT_VERSIONS}, got {format_version!r}")
     if len(plans) != order:
         raise ValueError(f"need {order} level plans, got {len(plans)}")
+    meta = {**meta, "format_version": format_version}
+    if format_version == 2:
+        path = Path(path)
+        v1 = path.with_name(path.name + ".v1.tmp")
+        try:
+            write_trie(v1, order=order, vocab_size=vocab_size, eos_id=eos_id, meta=meta, plans=plans,
+                       chunks=chunks, format_version=1)
+            return convert_to_v2(v1, path)
+        finally:
+            v1.unlink(missing_ok=True)
     sizes = [vocab_size] + [p.size for p in plans[1:]]
     histograms = [Counter(p.count_values) for p in plans]
     if plans[0].size < vocab_size:
@@ -83,6 +105,16 @@ def write_trie(
         _append_unigram_gap(writer, vocab_size - next_token, order)
     writer.finish()
     return writer.file_size
+
+
+def convert_to_v2(src: str | Path, dst: str | Path) -> int:
+    """Writes ``dst`` (atomically) in format version 2 from the version-1 trie ``src``, with the same meta
+    but ``format_version`` 2; returns its size. ValueError when ``src`` is not suffix-closed."""
+    source = _engine.Trie.open(str(src))
+    if source.format_version != 1:
+        raise ValueError(f"{src}: format version {source.format_version}, need a version-1 trie")
+    meta = {**json.loads(source.meta_json), "format_version": 2}
+    return _engine.write_trie_v2(source, str(dst), meta_json(meta))
 
 
 def _append_unigrams(writer: Any, chunk: LevelChunk, next_token: int, vocab_size: int, order: int) -> int:

@@ -80,3 +80,18 @@ def sample_trie(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build(BuildConfig(inputs=[str(SAMPLE_CORPUS)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3),
           progress=lambda _m: None)
     return out
+
+
+@pytest.fixture(scope="session")
+def sample_trie_v2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """sample_trie in file format version 2 (sample_trie has the default, version 1)."""
+    out = tmp_path_factory.mktemp("sample_v2") / "sample_v2.ngt"
+    build(BuildConfig(inputs=[str(SAMPLE_CORPUS)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3,
+                      format_version=2), progress=lambda _m: None)
+    return out
+
+
+@pytest.fixture(params=[1, 2], ids=["format1", "format2"])
+def sample_trie_each_format(request: pytest.FixtureRequest) -> Path:
+    """The sample trie in each file format version, in turn."""
+    return request.getfixturevalue("sample_trie" if request.param == 1 else "sample_trie_v2")

@@ -1,4 +1,4 @@
-"""Every region of a version-1 trie corrupted in turn (fuzz/corrupt_trie.py):
+"""Every region of a trie, in each format version, corrupted in turn (fuzz/corrupt_trie.py):
 with verify=True every copy is refused; without it, each is refused or
 answers, with no other exception, crash or hang (a child process with a
 time limit). tests/test_fuzz_smoke.py reads the same copies under ASan.
@@ -15,7 +15,8 @@ from ngram_service import NgramIndex
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_every_section_corrupted(sample_trie: Path) -> None:
+def test_every_section_corrupted(sample_trie_each_format: Path) -> None:
+    sample_trie = sample_trie_each_format
     sections = NgramIndex.open(sample_trie).sections()
     p = subprocess.run([sys.executable, str(REPO / "fuzz" / "corrupt_trie.py"), str(sample_trie), "--check"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)

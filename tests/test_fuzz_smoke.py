@@ -1,6 +1,6 @@
 """A short libFuzzer run of every target in fuzz/ under AddressSanitizer +
 UndefinedBehaviorSanitizer (clang, -DNGRAM_SANITIZE=address,undefined), and
-every corrupted copy of a version-1 trie read by the sanitized reader.
+every corrupted copy of a trie (format versions 1 and 2) read by the sanitized reader.
 
 Builds into build/fuzz (incremental after the first time). Seconds per
 target: $NGRAM_FUZZ_SECONDS (default 40); fuzz/run_fuzz.py runs longer

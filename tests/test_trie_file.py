@@ -1,4 +1,4 @@
-"""The trie file: refusal of truncated, corrupted and foreign files; never a crash."""
+"""The trie file, in both format versions: refusal of truncated, corrupted and foreign files; never a crash."""
 from __future__ import annotations
 
 import shutil
@@ -24,7 +24,8 @@ def flip(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_opens_in_both_modes_with_same_answers(sample_trie: Path) -> None:
+def test_opens_in_both_modes_with_same_answers(sample_trie_each_format: Path) -> None:
+    sample_trie = sample_trie_each_format
     a, b = NgramIndex.open(sample_trie), NgramIndex.open(sample_trie, mode="ram", verify=True)
     ctx = np.array([[1, 2], [5, 6], [100, 7]])
     cand = np.arange(30).reshape(3, 10)
@@ -40,7 +41,8 @@ def test_opens_in_both_modes_with_same_answers(sample_trie: Path) -> None:
 
 
 @pytest.mark.parametrize("cut", [0, 10, 63, 64, 200, -1, -100])
-def test_truncated_file_is_refused(sample_trie: Path, tmp_path: Path, cut: int) -> None:
+def test_truncated_file_is_refused(sample_trie_each_format: Path, tmp_path: Path, cut: int) -> None:
+    sample_trie = sample_trie_each_format
     data = sample_trie.read_bytes()
     bad = tmp_path / "cut.ngt"
     bad.write_bytes(data[:cut] if cut >= 0 else data[:len(data) + cut])
@@ -48,7 +50,8 @@ def test_truncated_file_is_refused(sample_trie: Path, tmp_path: Path, cut: int) 
         NgramIndex.open(bad)
 
 
-def test_corrupted_header_and_section_table_are_refused(sample_trie: Path, tmp_path: Path) -> None:
+def test_corrupted_header_and_section_table_are_refused(sample_trie_each_format: Path, tmp_path: Path) -> None:
+    sample_trie = sample_trie_each_format
     for offset in (0, 8, 12, 16, 40, 64, 64 + 48 + 8, 64 + 2 * 48 + 16):
         bad = copy(sample_trie, tmp_path / f"h{offset}.ngt")
         flip(bad, offset)
@@ -56,7 +59,8 @@ def test_corrupted_header_and_section_table_are_refused(sample_trie: Path, tmp_p
             NgramIndex.open(bad)
 
 
-def test_corrupted_section_is_caught_by_checksum(sample_trie: Path, tmp_path: Path) -> None:
+def test_corrupted_section_is_caught_by_checksum(sample_trie_each_format: Path, tmp_path: Path) -> None:
+    sample_trie = sample_trie_each_format
     idx = NgramIndex.open(sample_trie)
     for s in idx.sections():
         bad = copy(sample_trie, tmp_path / f"{s['kind']}{s['level']}.ngt")
@@ -91,17 +95,47 @@ def test_foreign_and_missing_files(tmp_path: Path) -> None:
         NgramIndex.open(zst)
 
 
-def test_header_fields(sample_trie: Path) -> None:
-    head = sample_trie.read_bytes()[:64]
-    magic, version, order, vocab, eos = struct.unpack_from("<8sIIQq", head)
-    assert magic == b"NGTRIE\r\n" and version == 1 and order == 3 and vocab == 4096 and eos == 0
+def test_header_fields(sample_trie: Path, sample_trie_v2: Path) -> None:
+    """ngram-build writes format version 1 by default, version 2 when asked."""
+    for path, want in ((sample_trie, 1), (sample_trie_v2, 2)):
+        head = path.read_bytes()[:64]
+        magic, version, order, vocab, eos = struct.unpack_from("<8sIIQq", head)
+        assert magic == b"NGTRIE\r\n" and version == want and order == 3 and vocab == 4096 and eos == 0
+        assert NgramIndex.open(path).info()["format_version"] == want
 
 
-def test_ngram_info_cli(sample_trie: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "ngram_service.cli_info", str(sample_trie), "--verify", "--json",
+def test_both_versions_answer_alike(sample_trie: Path, sample_trie_v2: Path) -> None:
+    """The same counts in both formats: every query answers the same."""
+    a, b = NgramIndex.open(sample_trie), NgramIndex.open(sample_trie_v2)
+    assert a.info()["ngrams"] == b.info()["ngrams"]
+    rng = np.random.default_rng(3)
+    top = a.topk([], 300).tokens
+    # Contexts that occur (a frequent token, then one of its continuations), and random ones; candidates
+    # that continue the context, and frequent tokens.
+    seen = [[int(x), int(y)] for x in top[:150] for y in a.topk([int(x)], 6).tokens]
+    ctx = np.concatenate([np.array(seen), rng.integers(0, a.vocab_size, (200, 2))])
+    cand = np.stack([np.concatenate([a.topk(c.tolist(), 8).tokens, rng.choice(top, 16)])[:16] for c in ctx])
+    (pa, ma), (pb, mb) = a.conditional_probs(ctx, cand), b.conditional_probs(ctx, cand)
+    assert np.array_equal(pa.view(np.uint32), pb.view(np.uint32)) and np.array_equal(ma, mb)
+    assert (ma == 2).sum() > 100 and (ma == 1).sum() > 100  # both lengths of context are exercised
+    for c in ctx[:200].tolist() + [[], [int(top[0])]]:
+        ta, tb = a.topk(c, 15), b.topk(c, 15)
+        assert (ta.matched, ta.tokens.tolist(), ta.counts.tolist()) == (tb.matched, tb.tokens.tolist(), tb.counts.tolist())
+    for g in np.concatenate([ctx[:300], cand[:300, :1]], axis=1).tolist():
+        for k in (1, 2, 3):
+            assert a.count(g[:k]) == b.count(g[:k])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_ngram_info_cli(sample_trie: Path, sample_trie_v2: Path, version: int) -> None:
+    path = sample_trie if version == 1 else sample_trie_v2
+    r = subprocess.run([sys.executable, "-m", "ngram_service.cli_info", str(path), "--verify", "--json",
                         "--sections"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     import json
 
     info = json.loads(r.stdout)
-    assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == 1 + 3 * 4 + 2 * 2 + 1 + 3
+    # version 1: per level 4 count sections, tokens and samples (levels 2, 3), child offsets (1 + 3 + 3);
+    # version 2: per level 6 count sections, used tokens (level 1) or token ranks (3 each), EF child offsets
+    sections = 1 + 3 * 4 + 2 * 2 + 1 + 3 if version == 1 else 1 + 3 * 6 + 2 + 2 * 3 + 2 * 3
+    assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == sections

@@ -60,9 +60,17 @@ class RankView {
   uint64_t operator[](uint64_t i) const {
     const uint64_t r = primary_[i];
     if (r != code_) return r;
-    const uint64_t block = i / kEscapeBlock;
-    const uint64_t e = directory_[block] + codes_before(block * kEscapeBlock, i);
+    const uint64_t e = escape_ordinal(i);
     return e < escapes_.size() ? escapes_[e] : UINT64_MAX;  // UINT64_MAX only in a corrupted file
+  }
+
+  // The primary field of entry i (the escape code when escaped), and the
+  // number of escaped entries before entry i.
+  uint64_t primary(uint64_t i) const { return primary_[i]; }
+  uint64_t escape_code() const { return code_; }
+  uint64_t escape_ordinal(uint64_t i) const {
+    const uint64_t block = i / kEscapeBlock;
+    return directory_[block] + codes_before(block * kEscapeBlock, i);
   }
 
  private:
@@ -95,5 +103,78 @@ class RankView {
   uint64_t code_ = 1;
   uint64_t low_ = 0;  // the lowest bit of every b-bit field of a word
 };
+
+// Format version 2's count ranks: two tiers of escapes. Tier 1 (`primary`,
+// width b1) holds ranks below its escape code c1 = 2^b1 - 1; the escaped
+// entries, in order, have tier 2 (`second`, a RankView of width b2 over
+// them, whose own escapes hold full ranks minus c1 + c2). Rank = tier 1,
+// else c1 + tier 2, else c1 + c2 + the full entry. Most n-grams of a level
+// share one or two counts, so b1 is 1 or 2 and the rare counts pay the rest.
+class TieredRankView {
+ public:
+  TieredRankView() = default;
+  TieredRankView(RankView first, RankView second) : first_(first), second_(second) {}
+
+  uint64_t size() const { return first_.size(); }
+  void prefetch(uint64_t i) const { first_.prefetch(i); }
+
+  uint64_t operator[](uint64_t i) const {
+    const uint64_t r = first_.primary(i);
+    const uint64_t c1 = first_.escape_code();
+    if (r != c1) return r;
+    const uint64_t e = first_.escape_ordinal(i);
+    if (e >= second_.size()) return UINT64_MAX;  // only in a corrupted file
+    const uint64_t r2 = second_.primary(e);
+    if (r2 != second_.escape_code()) return c1 + r2;
+    const uint64_t full = second_[e];
+    return full == UINT64_MAX ? full : c1 + second_.escape_code() + full;
+  }
+
+ private:
+  RankView first_, second_;
+};
+
+// The two-tier layout (b1, b2 in 1, 2, 4, 8, 16, 32) that makes a level's
+// count sections smallest; level 1 (read by every query) gets no escapes.
+struct TieredRankLayout {
+  uint32_t first_width = 1, second_width = 1, full_width = 1;
+  uint64_t first_escapes = 0, second_escapes = 0;
+};
+
+inline TieredRankLayout choose_tiered_rank_layout(uint64_t n, const std::vector<uint64_t>& frequencies,
+                                                  bool allow_escapes) {
+  TieredRankLayout best;
+  const uint64_t values = frequencies.size();
+  best.full_width = bits_for(values ? values - 1 : 0);
+  uint64_t best_bits = UINT64_MAX;
+  auto escaped = [&](uint64_t from) {
+    uint64_t e = 0;
+    for (uint64_t r = from; r < values; ++r) e += frequencies[r];
+    return e;
+  };
+  auto dir_bits = [](uint64_t entries, uint64_t escapes) {
+    return ((entries + kEscapeBlock - 1) / kEscapeBlock) * bits_for(escapes);
+  };
+  for (uint32_t b1 : {1u, 2u, 4u, 8u, 16u, 32u}) {
+    const uint64_t c1 = (uint64_t{1} << b1) - 1;
+    const uint64_t n1 = escaped(c1);
+    if (!allow_escapes && n1 > 0) continue;
+    for (uint32_t b2 : {1u, 2u, 4u, 8u, 16u, 32u}) {
+      const uint64_t c2 = (uint64_t{1} << b2) - 1;
+      const uint64_t n2 = escaped(c1 + c2);
+      const uint64_t bits = n * b1 + dir_bits(n, n1) + n1 * b2 + dir_bits(n1, n2) + n2 * best.full_width;
+      if (bits < best_bits) {
+        best_bits = bits;
+        best.first_width = b1;
+        best.second_width = b2;
+        best.first_escapes = n1;
+        best.second_escapes = n2;
+      }
+      if (c1 + c2 >= values) break;  // wider codes only cost more
+    }
+    if (c1 >= values) break;
+  }
+  return best;
+}
 
 }  // namespace ngram

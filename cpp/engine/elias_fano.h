@@ -118,8 +118,8 @@ template <typename Sink>
 class EliasFanoWriter {
  public:
   EliasFanoWriter(uint64_t n, uint64_t u, Sink low, Sink high, Sink select)
-      : l_(ef_low_bits(n, u)), low_(l_, std::move(low)), high_(std::move(high)),
-        select_(bits_for(ef_high_bits(n, u, l_)), std::move(select)) {}
+      : l_(ef_low_bits(n, u)), high_bits_(ef_high_bits(n, u, l_)), low_(l_, std::move(low)),
+        high_(std::move(high)), select_(bits_for(high_bits_), std::move(select)) {}
 
   uint32_t low_bits() const { return l_; }
 
@@ -136,9 +136,8 @@ class EliasFanoWriter {
     ++i_;
   }
 
-  // `high_bits`: the declared length of the bit vector.
-  void finish(uint64_t high_bits) {
-    const uint64_t words = (high_bits + 63) / 64 + 1;  // + the trailing zero word
+  void finish() {
+    const uint64_t words = (high_bits_ + 63) / 64 + 1;  // + the trailing zero word
     while (word_index_ < words) {
       high_(cur_);
       cur_ = 0;
@@ -150,6 +149,7 @@ class EliasFanoWriter {
 
  private:
   uint32_t l_;
+  uint64_t high_bits_;  // the length of the high-part bit vector
   PackedWriter<Sink> low_;
   Sink high_;
   PackedWriter<Sink> select_;

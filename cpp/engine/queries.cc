@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "errors.h"
+#include "lookup_v2.h"
 #include "search_simd.h"
 
 namespace ngram {
@@ -116,6 +117,7 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
       Run& r = runs[done + i];
       r = Run{};
       if (ok[i]) t.children(len, node[i], &r.lo, &r.hi);
+      r.suffix = suffixes[done + i];
       found[done + i] = ok[i] && r.lo < r.hi;
     }
     for (uint32_t i = 0; i < m; ++i)
@@ -174,6 +176,7 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
 
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
                     const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched) {
+  if (t.version() == kFormatVersion2) return lookup_in_runs_v2(t, len, runs, n, tables, p, m, matched);
   const Level& next = t.level(len + 1);
   // Runs searched (not scanned) go two at a time in lockstep, each for all
   // its candidates (a hit of one already matched is dropped), so that the
@@ -350,7 +353,9 @@ TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t 
     t.children(len, node, &lo, &hi);
     if (lo == hi) continue;
     const Level& next = t.level(len + 1);
-    for (uint64_t i = lo; i < hi; ++i) offer(next.count(i), static_cast<int64_t>(next.tokens[i]));
+    std::vector<int32_t> toks(hi - lo);
+    t.run_tokens(ctx + (max_len - len), len, lo, hi, toks.data());
+    for (uint64_t i = lo; i < hi; ++i) offer(next.count(i), toks[i - lo]);
     denom = t.level(len).count(node);
     out.matched = static_cast<int32_t>(len);
     break;

@@ -57,6 +57,7 @@ struct CandidateTable {
 struct Run {
   uint64_t lo = 0, hi = 0;
   float inv = 0.0f;
+  const int32_t* suffix = nullptr;  // its n-gram (a version-2 lookup follows its shorter suffixes)
 };
 
 // The two steps every DART-compatible lookup is made of, each for many

@@ -6,7 +6,8 @@
 namespace ngram {
 
 constexpr char kMagic[8] = {'N', 'G', 'T', 'R', 'I', 'E', '\r', '\n'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 1;    // the first format; still read and written
+constexpr uint32_t kFormatVersion2 = 2;   // tokens as ranks in chunked Elias-Fano, two-tier count ranks
 constexpr uint32_t kMaxOrder = 16;
 constexpr uint64_t kSectionAlign = 64;
 
@@ -44,6 +45,14 @@ enum class SectionKind : uint32_t {
   kCountEscapeIndex = 10,  // packed: escapes before each block of kEscapeBlock entries
   kChildOffsets = 11,  // level 1 only (dense, small, read by every lookup):
                        // the child offsets plainly packed, entries + 1 of them
+  // Version 2 only (docs/FORMAT.md, "Version 2"):
+  kUsedTokens = 12,       // level 1: bit t set when token t occurs (count > 0)
+  kUsedTokenRanks = 13,   // level 1: set bits of kUsedTokens before each 64-bit word
+  kCountRanks2 = 14,      // the second tier of count ranks, one per escaped entry
+  kCountRanks2Index = 15, // second-tier escapes before each block of 64 escaped entries
+  kTokenBits = 16,        // levels >= 2: the token ranks' chunked Elias-Fano bit streams
+  kTokenStarts = 17,      // levels >= 2: each chunk's first bit in kTokenBits, and the end
+  kTokenEnds = 18,        // levels >= 2: each chunk's last value
 };
 
 constexpr uint64_t kSampleEvery = 16;
@@ -62,6 +71,13 @@ inline const char* section_kind_name(uint32_t kind) {
     case SectionKind::kCountEscapes: return "count_escapes";
     case SectionKind::kCountEscapeIndex: return "count_escape_index";
     case SectionKind::kChildOffsets: return "child_offsets";
+    case SectionKind::kUsedTokens: return "used_tokens";
+    case SectionKind::kUsedTokenRanks: return "used_token_ranks";
+    case SectionKind::kCountRanks2: return "count_ranks2";
+    case SectionKind::kCountRanks2Index: return "count_ranks2_index";
+    case SectionKind::kTokenBits: return "token_bits";
+    case SectionKind::kTokenStarts: return "token_starts";
+    case SectionKind::kTokenEnds: return "token_ends";
   }
   return "unknown";
 }

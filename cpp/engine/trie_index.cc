@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -12,6 +13,7 @@
 
 #include "crc32c.h"
 #include "errors.h"
+#include "lookup_v2.h"
 #include "search_simd.h"
 
 namespace ngram {
@@ -126,9 +128,10 @@ void TrieIndex::parse() {
                             "PLAIN.ngt; in Python NgramIndex.open decompresses it into RAM)");
     throw FormatError(p + ": not a trie file (bad magic)");
   }
-  if (header_.version != kFormatVersion)
+  if (header_.version != kFormatVersion && header_.version != kFormatVersion2)
     throw FormatError(p + ": format version " + std::to_string(header_.version) +
-                      ", this engine reads version " + std::to_string(kFormatVersion));
+                      ", this engine reads versions " + std::to_string(kFormatVersion) + " and " +
+                      std::to_string(kFormatVersion2));
   if (header_.file_length != size_)
     throw FormatError(p + ": truncated or padded: header says " + std::to_string(header_.file_length) +
                       " bytes, file has " + std::to_string(size_));
@@ -153,8 +156,11 @@ void TrieIndex::parse() {
 
   const uint32_t n = header_.order;
   levels_.assign(n, Level{});
-  std::vector<const SectionEntry*> values(n), ranks(n), tokens(n), childs(n), samples(n), highs(n), selects(n),
-      escapes(n), escape_index(n), plains(n);
+  // Each level's sections by kind; which a level must have is trie_layout.h's to say.
+  constexpr uint32_t kKinds = static_cast<uint32_t>(SectionKind::kTokenEnds) + 1;
+  const uint32_t version = header_.version;
+  using KindSlots = std::array<const SectionEntry*, kKinds>;
+  std::vector<KindSlots> by_kind(n, KindSlots{});
   const SectionEntry* meta = nullptr;
   for (const SectionEntry& s : sections_) {
     const std::string what = p + ": section " + section_name(s);
@@ -167,22 +173,11 @@ void TrieIndex::parse() {
       continue;
     }
     if (s.level < 1 || s.level > n) throw FormatError(what + ": level out of range");
-    const SectionEntry** slot = nullptr;
-    switch (kind) {
-      case SectionKind::kCountValues: slot = &values[s.level - 1]; break;
-      case SectionKind::kCountRanks: slot = &ranks[s.level - 1]; break;
-      case SectionKind::kTokens: slot = &tokens[s.level - 1]; break;
-      case SectionKind::kChildLow: slot = &childs[s.level - 1]; break;
-      case SectionKind::kTokenSamples: slot = &samples[s.level - 1]; break;
-      case SectionKind::kChildHigh: slot = &highs[s.level - 1]; break;
-      case SectionKind::kChildSelect: slot = &selects[s.level - 1]; break;
-      case SectionKind::kCountEscapes: slot = &escapes[s.level - 1]; break;
-      case SectionKind::kCountEscapeIndex: slot = &escape_index[s.level - 1]; break;
-      case SectionKind::kChildOffsets: slot = &plains[s.level - 1]; break;
-      default: throw FormatError(what + ": unknown section kind");
-    }
-    if (*slot) throw FormatError(what + ": duplicated");
-    *slot = &s;
+    if (s.kind < static_cast<uint32_t>(SectionKind::kCountValues) || s.kind >= kKinds)
+      throw FormatError(what + ": unknown section kind");
+    const SectionEntry*& slot = by_kind[s.level - 1][s.kind];
+    if (slot) throw FormatError(what + ": duplicated");
+    slot = &s;
     if (kind == SectionKind::kCountValues) {
       if (s.width != 64 || s.count > s.length / 8 || s.length != s.count * 8)
         throw FormatError(what + ": length does not match its count");
@@ -196,62 +191,93 @@ void TrieIndex::parse() {
   if (!meta) throw FormatError(p + ": no meta section");
   meta_.assign(reinterpret_cast<const char*>(base_ + meta->offset), meta->length);
 
+  auto section = [&](uint32_t k, SectionKind kind) { return by_kind[k - 1][static_cast<uint32_t>(kind)]; };
   for (uint32_t k = 1; k <= n; ++k) {
     const std::string what = p + ": level " + std::to_string(k);
-    const SectionEntry *v = values[k - 1], *r = ranks[k - 1], *t = tokens[k - 1], *c = childs[k - 1],
-                       *sm = samples[k - 1], *ch = highs[k - 1], *cs = selects[k - 1];
-    const SectionEntry *re = escapes[k - 1], *ri = escape_index[k - 1];
-    if (!v || !r || !re || !ri) throw FormatError(what + ": count sections missing");
-    if ((r->width & (r->width - 1)) != 0 || r->width > 32 || re->width != bits_for(v->count ? v->count - 1 : 0) ||
-        ri->count != (r->count + kEscapeBlock - 1) / kEscapeBlock || ri->width != bits_for(re->count))
+    const SectionEntry *v = section(k, SectionKind::kCountValues), *r = section(k, SectionKind::kCountRanks);
+    const SectionEntry *re = section(k, SectionKind::kCountEscapes), *ri = section(k, SectionKind::kCountEscapeIndex);
+    const SectionEntry *r2 = section(k, SectionKind::kCountRanks2), *r2i = section(k, SectionKind::kCountRanks2Index);
+    if (!v || !r || !re || !ri || (version == kFormatVersion2 && (!r2 || !r2i)))
+      throw FormatError(what + ": count sections missing");
+    auto rank_width_ok = [](uint32_t w) { return (w & (w - 1)) == 0 && w <= 32; };
+    if (!rank_width_ok(r->width) || (r2 && !rank_width_ok(r2->width)))
       throw FormatError(what + ": count rank sections differ in size");
-    if ((k >= 2) != (t != nullptr)) throw FormatError(what + ": token section missing or unexpected");
     Level& L = levels_[k - 1];
     L.size = r->count;
     if (k == 1 && L.size != header_.vocab_size) throw FormatError(what + ": size differs from vocab_size");
-    if (t && t->count != L.size) throw FormatError(what + ": token and count sections differ in size");
-    const SectionEntry* cp = plains[k - 1];
-    const bool has_children = k < n;
-    if (k == 1 ? (cp != nullptr) != has_children || c || ch || cs
-               : cp || (c != nullptr) != has_children || (ch != nullptr) != has_children ||
-                     (cs != nullptr) != has_children)
-      throw FormatError(what + ": child offset sections missing or unexpected");
-    const uint64_t next_size = has_children ? (ranks[k] ? ranks[k]->count : 0) : 0;
-    if (cp && (cp->count != L.size + 1 || cp->width != bits_for(next_size)))
-      throw FormatError(what + ": child offsets differ in size");
-    if (c) {
-      if (c->count != L.size + 1 || c->width != ef_low_bits(L.size + 1, next_size) ||
-          ch->count != ef_high_bits(L.size + 1, next_size, c->width) ||
-          cs->count != (L.size + 1 + kSelectEvery - 1) / kSelectEvery || cs->width != bits_for(ch->count))
-        throw FormatError(what + ": child offsets differ in size");
+    LevelShape shape;
+    shape.version = version;
+    shape.level = k;
+    shape.order = n;
+    shape.size = L.size;
+    const SectionEntry* next_ranks = k < n ? section(k + 1, SectionKind::kCountRanks) : nullptr;
+    shape.next_size = next_ranks ? next_ranks->count : 0;
+    shape.vocab_size = header_.vocab_size;
+    shape.count_values = v->count;
+    shape.rank_width = r->width;
+    shape.escapes = re->count;
+    if (version == kFormatVersion2) {  // its free parameters, from the sections that carry them
+      shape.escapes = r2->count;
+      shape.rank2_width = r2->width;
+      shape.escapes2 = re->count;
+      const SectionEntry *tb = section(k, SectionKind::kTokenBits), *te = section(k, SectionKind::kTokenEnds);
+      shape.token_bits = tb ? tb->count : 0;
+      shape.token_end_width = te ? te->width : 1;
     }
-    if (t && t->width > 32) throw FormatError(what + ": token width over 32 bits");
-    if ((t != nullptr) != (sm != nullptr)) throw FormatError(what + ": token samples missing or unexpected");
-    if (sm && (sm->width != 32 || sm->count != (L.size + kSampleEvery - 1) / kSampleEvery))
-      throw FormatError(what + ": token samples differ in size");
+    // Exactly the layout's sections, each with the layout's count and width.
+    const std::vector<SectionShape> want = level_sections(shape);
+    std::array<bool, kKinds> wanted{};
+    for (const SectionShape& w : want) wanted[static_cast<uint32_t>(w.kind)] = true;
+    for (uint32_t kind = static_cast<uint32_t>(SectionKind::kCountValues); kind < kKinds; ++kind)
+      if ((by_kind[k - 1][kind] != nullptr) != wanted[kind])
+        throw FormatError(what + ": " + layout_missing_message(static_cast<SectionKind>(kind)));
+    for (const SectionShape& w : want) {
+      const SectionEntry* s = section(k, w.kind);
+      if (s->count != w.count || s->width != w.width) throw FormatError(what + ": " + layout_size_message(w.kind));
+    }
     if (v->count == 0 && L.size > 0) throw FormatError(what + ": empty count table");
     L.count_values = reinterpret_cast<const uint64_t*>(base_ + v->offset);
     L.count_value_count = v->count;
     for (uint64_t i = 1; i < v->count; ++i)
       if (L.count_values[i] <= L.count_values[i - 1]) throw FormatError(what + ": count table not ascending");
-    L.count_ranks = RankView(PackedView(base_ + r->offset, r->count, r->width),
-                             PackedView(base_ + re->offset, re->count, re->width),
-                             PackedView(base_ + ri->offset, ri->count, ri->width));
-    if (t) L.tokens = PackedView(base_ + t->offset, t->count, t->width);
-    if (sm) {
+    auto packed = [&](const SectionEntry* s) { return PackedView(base_ + s->offset, s->count, s->width); };
+    L.version = version;
+    if (version == kFormatVersion) {
+      L.count_ranks = RankView(packed(r), packed(re), packed(ri));
+    } else {
+      L.count_ranks_v2 = TieredRankView(RankView(packed(r), PackedView(), packed(ri)),
+                                        RankView(packed(r2), packed(re), packed(r2i)));
+    }
+    if (const SectionEntry* tb = section(k, SectionKind::kTokenBits))
+      L.token_ranks = ChunkedEliasFanoView(L.size, base_ + tb->offset, tb->count,
+                                           packed(section(k, SectionKind::kTokenStarts)),
+                                           packed(section(k, SectionKind::kTokenEnds)));
+    if (const SectionEntry* u = section(k, SectionKind::kUsedTokens)) {
+      used_tokens_ = packed(u);
+      used_token_ranks_ = packed(section(k, SectionKind::kUsedTokenRanks));
+    }
+    if (const SectionEntry* t = section(k, SectionKind::kTokens)) L.tokens = packed(t);
+    if (const SectionEntry* sm = section(k, SectionKind::kTokenSamples)) {
       L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);
       L.sample_count = sm->count;
     }
-    if (cp) L.child_offsets_plain = PackedView(base_ + cp->offset, cp->count, cp->width);
-    if (c)
-      L.child_offsets = EliasFanoView(PackedView(base_ + c->offset, c->count, c->width), base_ + ch->offset,
-                                      ch->count, PackedView(base_ + cs->offset, cs->count, cs->width), c->width);
+    switch (child_offset_rep(version, k, n)) {
+      case ChildOffsetRep::kNone:
+        break;
+      case ChildOffsetRep::kPlain:
+        L.child_offsets = ChildOffsets(PlainOffsetsView(packed(section(k, SectionKind::kChildOffsets))));
+        break;
+      case ChildOffsetRep::kEliasFano: {
+        const SectionEntry *low = section(k, SectionKind::kChildLow), *high = section(k, SectionKind::kChildHigh);
+        L.child_offsets = ChildOffsets(EliasFanoView(packed(low), base_ + high->offset, high->count,
+                                                     packed(section(k, SectionKind::kChildSelect)), low->width));
+        break;
+      }
+    }
   }
   for (uint32_t k = 1; k < n; ++k) {
     const Level& L = levels_[k - 1];
-    const uint64_t first = k == 1 ? L.child_offsets_plain[0] : L.child_offsets[0];
-    const uint64_t end = k == 1 ? L.child_offsets_plain[L.size] : L.child_offsets[L.size];
-    if (first != 0 || end != levels_[k].size)
+    if (L.child_offsets[0] != 0 || L.child_offsets[L.size] != levels_[k].size)
       throw FormatError(p + ": level " + std::to_string(k) + ": child offsets do not span level " +
                         std::to_string(k + 1));
   }
@@ -405,6 +431,32 @@ void TrieIndex::verify_checksums() const {
   }
 }
 
+uint64_t TrieIndex::used_token(uint64_t r) const {
+  // The last word whose rank sample is <= r, then the bit within it.
+  const uint64_t words = used_token_ranks_.size();
+  uint64_t lo = 0, hi = words;
+  while (hi - lo > 1) {
+    const uint64_t mid = (lo + hi) / 2;
+    if (used_token_ranks_[mid] <= r) lo = mid;
+    else hi = mid;
+  }
+  if (words == 0) return UINT64_MAX;
+  uint64_t word;
+  std::memcpy(&word, used_tokens_.data() + lo * 8, 8);
+  const uint64_t left = r - used_token_ranks_[lo];
+  if (left >= static_cast<uint64_t>(__builtin_popcountll(word))) return UINT64_MAX;
+  return lo * 64 + select_in_word(word, left);
+}
+
+void TrieIndex::run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, int32_t* out) const {
+  if (header_.version == kFormatVersion2) {
+    run_tokens_v2(*this, suffix, len, lo, hi, out);
+    return;
+  }
+  const Level& next = levels_[len];
+  for (uint64_t i = lo; i < hi; ++i) out[i - lo] = static_cast<int32_t>(next.tokens[i]);
+}
+
 bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
   bool found;
   find_many(&toks, 1, len, index, &found);
@@ -412,6 +464,10 @@ bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
 }
 
 void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const {
+  if (header_.version == kFormatVersion2) {
+    for (uint32_t i = 0; i < n; ++i) found[i] = find_v2(*this, toks[i], len, &index[i]);
+    return;
+  }
   for (uint32_t done = 0; done < n; done += Level::kMaxBatch) {
     const uint32_t m = std::min(n - done, Level::kMaxBatch);
     const int32_t* const* tk = toks + done;
@@ -447,12 +503,7 @@ void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, 
 void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
   const Level& L = levels_[k - 1];
   uint64_t a, b;
-  if (k == 1) {
-    a = L.child_offsets_plain[index];
-    b = L.child_offsets_plain[index + 1];
-  } else {
-    L.child_offsets.pair(index, &a, &b);
-  }
+  L.child_offsets.pair(index, &a, &b);
   // A corrupted (unverified) file must not send reads past the next level.
   const uint64_t n = levels_[k].size;
   if (b > n) b = n;

@@ -3,16 +3,19 @@
 // table and every section's bounds, so that no later read leaves the file.
 #pragma once
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "child_offsets.h"
+#include "chunked_elias_fano.h"
 #include "count_ranks.h"
-#include "elias_fano.h"
 #include "packed_array.h"
 #include "trie_format.h"
+#include "trie_layout.h"
 
 namespace ngram {
 
@@ -21,19 +24,23 @@ namespace ngram {
 // the children of one (k-1)-gram are a contiguous run sorted by token.
 struct Level {
   uint64_t size = 0;
-  PackedView tokens;        // levels >= 2
-  RankView count_ranks;
-  // Child offsets, size + 1 of them (levels < order): plainly packed for
-  // level 1, Elias-Fano coded above (see trie_format.h).
-  PackedView child_offsets_plain;
-  EliasFanoView child_offsets;
+  uint32_t version = kFormatVersion;
+  PackedView tokens;        // levels >= 2 (version 1)
+  RankView count_ranks;     // version 1
+  TieredRankView count_ranks_v2;  // version 2
+  // Version 2, levels >= 2: per entry, the start of its run's rank range
+  // plus its token's rank (docs/FORMAT.md, "Version 2"; lookup_v2.h).
+  ChunkedEliasFanoView token_ranks;
+  // Child offsets, size + 1 of them (levels < order), in the representation
+  // trie_layout.h gives the level.
+  ChildOffsets child_offsets;
   const uint64_t* count_values = nullptr;
   uint64_t count_value_count = 0;
   const uint32_t* token_samples = nullptr;  // levels >= 2: tokens[i * kSampleEvery]
   uint64_t sample_count = 0;
 
   uint64_t count(uint64_t i) const {
-    const uint64_t r = count_ranks[i];
+    const uint64_t r = version == kFormatVersion ? count_ranks[i] : count_ranks_v2[i];
     return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
   }
 
@@ -90,6 +97,7 @@ class TrieIndex {
   TrieIndex& operator=(const TrieIndex&) = delete;
 
   uint32_t order() const { return header_.order; }
+  uint32_t version() const { return header_.version; }
   uint64_t vocab_size() const { return header_.vocab_size; }
   int64_t eos_id() const { return header_.eos_id; }
   const std::string& meta_json() const { return meta_; }
@@ -116,6 +124,23 @@ class TrieIndex {
   void find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const;
   // Children of entry `index` of level k (k < order): [*lo, *hi) in level k+1.
   void children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const;
+  // The tokens of entries [lo, hi) of level len + 1, the continuations of
+  // the stored n-gram suffix[0..len) (len >= 1), into out.
+  void run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, int32_t* out) const;
+
+  // Version 2, level 1: whether token t occurs, and then how many tokens
+  // below t do (its rank among the tokens that occur).
+  bool used_rank(uint64_t t, uint64_t* rank) const {
+    if (t >= used_tokens_.size()) return false;
+    uint64_t word;
+    std::memcpy(&word, used_tokens_.data() + (t / 64) * 8, 8);
+    const uint64_t below = word & ((uint64_t{1} << (t % 64)) - 1);
+    *rank = used_token_ranks_[t / 64] + static_cast<uint64_t>(__builtin_popcountll(below));
+    return (word >> (t % 64)) & 1;
+  }
+  // Version 2: the token whose rank among the tokens that occur is r
+  // (UINT64_MAX if none).
+  uint64_t used_token(uint64_t r) const;
 
  private:
   TrieIndex() = default;
@@ -136,6 +161,7 @@ class TrieIndex {
   FileHeader header_{};
   std::vector<SectionEntry> sections_;
   std::vector<Level> levels_;
+  PackedView used_tokens_, used_token_ranks_;  // version 2, level 1
   std::string meta_;
   mutable std::once_flag totals_once_;
   mutable uint64_t total_tokens_ = 0;

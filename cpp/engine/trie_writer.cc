@@ -10,10 +10,11 @@
 
 #include "count_ranks.h"
 #include "crc32c.h"
-#include "elias_fano.h"
+#include "child_offsets.h"
 #include "errors.h"
 #include "packed_array.h"
 #include "trie_format.h"
+#include "trie_layout.h"
 
 namespace ngram {
 
@@ -55,14 +56,9 @@ struct WordSink {
 struct LevelStream {
   uint64_t appended = 0;
   uint64_t child_total = 0;
-  SectionStream* tokens = nullptr;
-  SectionStream* ranks = nullptr;
-  SectionStream* childs = nullptr;
   std::unique_ptr<PackedWriter<WordSink>> tok_w, rank_w, sample_w, escape_w, escape_index_w;
   uint64_t escape_code = 0, escapes = 0;
-  std::unique_ptr<EliasFanoWriter<WordSink>> child_w;  // levels >= 2
-  std::unique_ptr<PackedWriter<WordSink>> child_plain_w;  // level 1
-  uint64_t child_high_bits = 0;
+  std::unique_ptr<ChildOffsetWriter<WordSink>> child_w;  // levels < order
 };
 
 TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
@@ -87,63 +83,65 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
       throw InvalidArgument("level " + std::to_string(k + 1) + ": count frequencies must sum to the level's size");
   }
 
-  // Lay out every section now: meta, then per level values, ranks, tokens, child offsets.
-  uint32_t nsec = 1;
-  for (uint32_t k = 1; k <= order_; ++k) nsec += 4 + 2 * (k >= 2) + (k < order_) * (k == 1 ? 1 : 3);
-  uint64_t off = align_up(sizeof(FileHeader) + uint64_t{nsec} * sizeof(SectionEntry));
-  auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width, uint64_t length) {
+  // Lay out every section now (trie_layout.h): meta, then each level's.
+  std::vector<LevelShape> shapes;
+  std::vector<RankLayout> rank_layouts;
+  uint64_t nsec = 1;
+  for (uint32_t k = 1; k <= order_; ++k) {
+    const LevelSpec& spec = specs_[k - 1];
+    const RankLayout rl = choose_rank_layout(spec.size, spec.count_frequencies, /*allow_escapes=*/k > 1);
+    LevelShape sh;
+    sh.level = k;
+    sh.order = order_;
+    sh.size = spec.size;
+    sh.next_size = k < order_ ? specs_[k].size : 0;
+    sh.vocab_size = vocab_size_;
+    sh.count_values = spec.count_values.size();
+    sh.rank_width = rl.primary_width;
+    sh.escapes = rl.escapes;
+    shapes.push_back(sh);
+    rank_layouts.push_back(rl);
+    nsec += level_sections(sh).size();
+  }
+  uint64_t off = align_up(sizeof(FileHeader) + nsec * sizeof(SectionEntry));
+  auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width) {
     auto s = std::make_unique<SectionStream>();
     s->entry.kind = static_cast<uint32_t>(kind);
     s->entry.level = level;
     s->entry.offset = off;
-    s->entry.length = length;
+    s->entry.length = section_bytes(kind, count, width);
     s->entry.count = count;
     s->entry.width = width;
     s->path = &tmp_path_;
-    off = align_up(off + length);
+    off = align_up(off + s->entry.length);
     streams_.push_back(std::move(s));
     return streams_.back().get();
   };
-  SectionStream* meta = add(SectionKind::kMeta, 0, meta_json.size(), 8, meta_json.size());
-  const uint32_t tok_width = bits_for(vocab_size_ - 1);
+  SectionStream* meta = add(SectionKind::kMeta, 0, meta_json.size(), 8);
+  std::vector<SectionStream*> value_streams;  // written once the file is open
   for (uint32_t k = 1; k <= order_; ++k) {
     const LevelSpec& spec = specs_[k - 1];
     auto st = std::make_unique<LevelStream>();
-    SectionStream* values = add(SectionKind::kCountValues, k, spec.count_values.size(), 64, spec.count_values.size() * 8);
-    for (uint64_t v : spec.count_values) values->word(v);
-    const RankLayout rl = choose_rank_layout(spec.size, spec.count_frequencies, /*allow_escapes=*/k > 1);
-    st->ranks = add(SectionKind::kCountRanks, k, spec.size, rl.primary_width, packed_bytes(spec.size, rl.primary_width));
-    st->rank_w = std::make_unique<PackedWriter<WordSink>>(rl.primary_width, WordSink{st->ranks});
-    st->escape_code = (uint64_t{1} << rl.primary_width) - 1;
-    st->escapes = rl.escapes;
-    SectionStream* esc = add(SectionKind::kCountEscapes, k, rl.escapes, rl.full_width, packed_bytes(rl.escapes, rl.full_width));
-    st->escape_w = std::make_unique<PackedWriter<WordSink>>(rl.full_width, WordSink{esc});
-    const uint64_t blocks = (spec.size + kEscapeBlock - 1) / kEscapeBlock;
-    const uint32_t iw = bits_for(rl.escapes);
-    SectionStream* idx = add(SectionKind::kCountEscapeIndex, k, blocks, iw, packed_bytes(blocks, iw));
-    st->escape_index_w = std::make_unique<PackedWriter<WordSink>>(iw, WordSink{idx});
-    if (k >= 2) {
-      st->tokens = add(SectionKind::kTokens, k, spec.size, tok_width, packed_bytes(spec.size, tok_width));
-      st->tok_w = std::make_unique<PackedWriter<WordSink>>(tok_width, WordSink{st->tokens});
-      const uint64_t n_samples = (spec.size + kSampleEvery - 1) / kSampleEvery;
-      SectionStream* samples = add(SectionKind::kTokenSamples, k, n_samples, 32, packed_bytes(n_samples, 32));
-      st->sample_w = std::make_unique<PackedWriter<WordSink>>(32, WordSink{samples});
+    std::vector<WordSink> child_sinks;
+    for (const SectionShape& sec : level_sections(shapes[k - 1])) {
+      SectionStream* s = add(sec.kind, k, sec.count, sec.width);
+      auto packed = [&] { return std::make_unique<PackedWriter<WordSink>>(sec.width, WordSink{s}); };
+      switch (sec.kind) {
+        case SectionKind::kCountValues: value_streams.push_back(s); break;
+        case SectionKind::kCountRanks: st->rank_w = packed(); break;
+        case SectionKind::kCountEscapes: st->escape_w = packed(); break;
+        case SectionKind::kCountEscapeIndex: st->escape_index_w = packed(); break;
+        case SectionKind::kTokens: st->tok_w = packed(); break;
+        case SectionKind::kTokenSamples: st->sample_w = packed(); break;
+        default: child_sinks.push_back(WordSink{s}); break;  // the child offsets' sections, in order
+      }
     }
-    if (k == 1 && k < order_) {
-      const uint32_t w = bits_for(specs_[k].size);
-      SectionStream* plain = add(SectionKind::kChildOffsets, k, spec.size + 1, w, packed_bytes(spec.size + 1, w));
-      st->child_plain_w = std::make_unique<PackedWriter<WordSink>>(w, WordSink{plain});
-      st->child_plain_w->push(0);
-    } else if (k < order_) {
-      const uint64_t n = spec.size + 1, u = specs_[k].size;
-      const uint32_t l = ef_low_bits(n, u);
-      st->child_high_bits = ef_high_bits(n, u, l);
-      const uint64_t n_select = (n + kSelectEvery - 1) / kSelectEvery;
-      const uint32_t sw = bits_for(st->child_high_bits);
-      SectionStream* low = add(SectionKind::kChildLow, k, n, l, packed_bytes(n, l));
-      SectionStream* high = add(SectionKind::kChildHigh, k, st->child_high_bits, 1, packed_bytes(st->child_high_bits, 1));
-      SectionStream* sel = add(SectionKind::kChildSelect, k, n_select, sw, packed_bytes(n_select, sw));
-      st->child_w = std::make_unique<EliasFanoWriter<WordSink>>(n, u, WordSink{low}, WordSink{high}, WordSink{sel});
+    st->escape_code = (uint64_t{1} << rank_layouts[k - 1].primary_width) - 1;
+    st->escapes = rank_layouts[k - 1].escapes;
+    const ChildOffsetRep rep = child_offset_rep(kFormatVersion, k, order_);
+    if (rep != ChildOffsetRep::kNone) {
+      st->child_w = std::make_unique<ChildOffsetWriter<WordSink>>(rep, spec.size + 1, specs_[k].size,
+                                                                  child_sinks.data());
       st->child_w->push(0);
     }
     levels_.push_back(std::move(st));
@@ -156,6 +154,8 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
   if (fd_ < 0) throw FormatError(tmp_path_ + ": cannot create: " + std::strerror(errno));
   for (auto& s : streams_) s->fd = fd_;
   meta->write(meta_json.data(), meta_json.size());
+  for (uint32_t k = 1; k <= order_; ++k)
+    for (uint64_t v : specs_[k - 1].count_values) value_streams[k - 1]->word(v);
 }
 
 TrieWriter::~TrieWriter() {
@@ -173,7 +173,7 @@ void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uin
   if (n > spec.size - L.appended)
     throw InvalidArgument(what + ": more entries than the " + std::to_string(spec.size) + " declared");
   if (L.tok_w && !tokens) throw InvalidArgument(what + ": tokens are required");
-  const bool has_children = L.child_w || L.child_plain_w;
+  const bool has_children = L.child_w != nullptr;
   if (has_children && !n_children) throw InvalidArgument(what + ": n_children are required");
   const auto& values = spec.count_values;
   for (uint64_t i = 0; i < n; ++i) {
@@ -200,8 +200,7 @@ void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uin
       L.child_total += n_children[i];
       if (L.child_total > specs_[k].size)
         throw InvalidArgument(what + ": children exceed the size of level " + std::to_string(k + 1));
-      if (L.child_w) L.child_w->push(L.child_total);
-      else L.child_plain_w->push(L.child_total);
+      L.child_w->push(L.child_total);
     }
   }
   L.appended += n;
@@ -215,7 +214,7 @@ void TrieWriter::finish() {
     if (L.appended != specs_[k - 1].size)
       throw InvalidArgument(what + ": " + std::to_string(L.appended) + " entries appended, " +
                             std::to_string(specs_[k - 1].size) + " declared");
-    if ((L.child_w || L.child_plain_w) && L.child_total != specs_[k].size)
+    if (L.child_w && L.child_total != specs_[k].size)
       throw InvalidArgument(what + ": children sum to " + std::to_string(L.child_total) + ", level " +
                             std::to_string(k + 1) + " has " + std::to_string(specs_[k].size));
     if (L.escape_w->count() != L.escapes)
@@ -225,8 +224,7 @@ void TrieWriter::finish() {
     L.escape_index_w->finish();
     if (L.tok_w) L.tok_w->finish();
     if (L.sample_w) L.sample_w->finish();
-    if (L.child_w) L.child_w->finish(L.child_high_bits);
-    if (L.child_plain_w) L.child_plain_w->finish();
+    if (L.child_w) L.child_w->finish();
   }
   std::vector<SectionEntry> table;
   for (auto& s : streams_) {

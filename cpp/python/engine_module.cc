@@ -13,6 +13,7 @@
 #include "search_simd.h"
 #include "trie_index.h"
 #include "trie_writer.h"
+#include "trie_writer_v2.h"
 
 namespace py = pybind11;
 using namespace ngram;
@@ -75,7 +76,14 @@ PYBIND11_MODULE(_engine, m) {
     }
   });
 
-  m.attr("FORMAT_VERSION") = kFormatVersion;  // the trie file version this engine reads and writes
+  m.attr("FORMAT_VERSION") = kFormatVersion;  // the trie file version TrieWriter writes
+  m.attr("FORMAT_VERSION_2") = kFormatVersion2;  // written by write_trie_v2; both are read
+  m.def("write_trie_v2", [](const TrieIndex& source, const std::string& path, py::bytes meta_json) {
+        std::string meta = meta_json;
+        py::gil_scoped_release nogil;
+        return write_trie_v2(source, path, meta);
+      }, py::arg("source"), py::arg("path"), py::arg("meta_json"),
+      "Writes a format-version-2 trie (docs/FORMAT.md) from an open trie; returns its size.");
   m.attr("MAX_ORDER") = kMaxOrder;            // the longest n-gram a trie may store
 
   m.def("token_ids", [](const py::handle& ids, const std::string& field, int rank) {
@@ -119,6 +127,7 @@ PYBIND11_MODULE(_engine, m) {
             return TrieIndex::from_buffer(std::move(s), name, verify);
           }, py::arg("data"), py::arg("name"), py::arg("verify") = false)
       .def_property_readonly("order", &TrieIndex::order)
+      .def_property_readonly("format_version", &TrieIndex::version)
       .def_property_readonly("vocab_size", &TrieIndex::vocab_size)
       .def_property_readonly("eos_id", &TrieIndex::eos_id)
       .def_property_readonly("meta_json", [](const TrieIndex& t) { return py::bytes(t.meta_json()); })

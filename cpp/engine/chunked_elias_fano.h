@@ -1,0 +1,311 @@
+// A strictly increasing sequence S[0..n) coded as Elias-Fano in chunks of
+// kChunk values, each over its own range (partitioned Elias-Fano with fixed
+// partitions): dense stretches get few low bits, sparse ones more, instead
+// of one width for the whole sequence. Format version 2 stores each level's
+// tokens this way (docs/FORMAT.md, "Version 2").
+//
+// Chunk c holds the m values S[c*kChunk .. min(n, (c+1)*kChunk)). With
+// base = S[c*kChunk - 1] + 1 (0 for c = 0) and end its last value, each is
+// coded as d = S - base in [0, u], u = end - base: l = ef_low_bits(m, u)
+// low bits each, packed, then a high-part bit vector of m + (u >> l) + 1
+// bits with bit (d_j >> l) + j set for value j. Three sections: the chunks'
+// bits back to back (`bits`, width 1), each chunk's first bit (`starts`,
+// chunks + 1 of them, the last = the total) and each chunk's last value
+// (`ends`). Every value of a chunk is found from its first bit and its
+// neighbours' ends: no select samples.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "elias_fano.h"
+#include "packed_array.h"
+
+namespace ngram {
+
+class ChunkedEliasFanoView {
+ public:
+  static constexpr uint64_t kChunk = 128;
+
+  ChunkedEliasFanoView() = default;
+  // n values; bits: the chunks' bit streams (bit_count bits); starts: each
+  // chunk's first bit; ends: each chunk's last value.
+  ChunkedEliasFanoView(uint64_t n, const uint8_t* bits, uint64_t bit_count, PackedView starts, PackedView ends)
+      : n_(n), bits_(bits), bit_words_((bit_count + 63) / 64), starts_(starts), ends_(ends) {}
+
+  uint64_t size() const { return n_; }
+  void prefetch(uint64_t i) const {
+    const uint64_t c = i / kChunk;
+    if (c < ends_.size()) __builtin_prefetch(bits_ + (starts_[c] >> 3));
+  }
+
+  // S[i], i < size().
+  uint64_t operator[](uint64_t i) const { return chunk(i / kChunk).value(*this, i % kChunk); }
+
+  // Decodes S[lo..hi) into out, chunk by chunk.
+  void decode(uint64_t lo, uint64_t hi, uint64_t* out) const {
+    while (lo < hi) {
+      const uint64_t ci = lo / kChunk;
+      const Chunk c = chunk(ci);
+      const uint64_t j0 = lo - ci * kChunk, j1 = std::min<uint64_t>(hi - ci * kChunk, kChunk);
+      c.values(*this, j0, j1, out);
+      out += j1 - j0;
+      lo += j1 - j0;
+    }
+  }
+
+  // lower_bound for m values v[0..m) at once (pos[j], value[j]): the chunk
+  // bisections run in lockstep, branch-free, so that their reads overlap.
+  void lower_bound_many(uint64_t lo, uint64_t hi, const uint64_t* v, uint32_t m, uint64_t* pos,
+                        uint64_t* value) const {
+    for (uint32_t j = 0; j < m; ++j) pos[j] = lo, value[j] = UINT64_MAX;
+    if (lo >= hi) return;
+    const uint64_t c_first = lo / kChunk, c_last = (hi - 1) / kChunk;
+    if (c_last >= ends_.size()) {  // only in a corrupted file
+      for (uint32_t j = 0; j < m; ++j) pos[j] = hi;
+      return;
+    }
+    uint64_t c[kMaxLanes];
+    for (uint32_t j = 0; j < m; ++j) c[j] = c_first;
+    for (uint64_t n = c_last - c_first + 1; n > 1;) {
+      const uint64_t half = n / 2;
+      for (uint32_t j = 0; j < m; ++j) c[j] += half & -static_cast<uint64_t>(ends_[c[j] + half - 1] < v[j]);
+      n -= half;
+    }
+    for (uint32_t j = 0; j < m; ++j) {
+      const uint64_t first = c[j] * kChunk;
+      const uint64_t at = chunk(c[j]).next_geq(*this, std::max(lo, first) - first, v[j], &value[j]);
+      pos[j] = std::min(hi, first + at);
+    }
+  }
+  static constexpr uint32_t kMaxLanes = 64;
+
+  // The first i in [lo, hi) with S[i] >= v (hi if none); *value = S[i] then.
+  uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v, uint64_t* value) const {
+    *value = UINT64_MAX;
+    if (lo >= hi) return lo;
+    // The chunk: the first of the range's whose last value is >= v.
+    uint64_t c_lo = lo / kChunk, c_hi = (hi - 1) / kChunk;  // inclusive
+    if (c_hi >= ends_.size()) return hi;  // only in a corrupted file
+    while (c_lo < c_hi) {
+      const uint64_t mid = (c_lo + c_hi) / 2;
+      if (ends_[mid] < v) c_lo = mid + 1;
+      else c_hi = mid;
+    }
+    const uint64_t first = c_lo * kChunk;
+    const uint64_t j = chunk(c_lo).next_geq(*this, std::max(lo, first) - first, v, value);
+    return std::min(hi, first + j);
+  }
+
+ private:
+  struct Chunk {
+    uint64_t bit = 0;   // first bit of the low part
+    uint64_t base = 0;  // the value d = 0 stands for
+    uint64_t end = 0;   // the chunk's last value
+    uint64_t m = 0;     // values in the chunk (0 only in a corrupted file)
+    uint32_t l = 0;
+
+    uint64_t high_start() const { return bit + m * l; }
+
+    // The word holding the j-th set bit of the high part (*w), and that
+    // word's bits from it on (*bits); false past the section (corrupted).
+    bool seek(const ChunkedEliasFanoView& v, uint64_t j, uint64_t* w, uint64_t* bits) const {
+      const uint64_t h0 = high_start();
+      *w = h0 / 64;
+      uint64_t word = v.word(*w) & (~uint64_t{0} << (h0 % 64));
+      uint64_t left = j;
+      for (;;) {
+        const uint64_t c = static_cast<uint64_t>(__builtin_popcountll(word));
+        if (left < c) break;
+        left -= c;
+        if (++*w >= v.bit_words_) return false;
+        word = v.word(*w);
+      }
+      *bits = word & (~uint64_t{0} << select_in_word(word, left));
+      return true;
+    }
+
+    // Value j (< m).
+    uint64_t value(const ChunkedEliasFanoView& v, uint64_t j) const {
+      uint64_t w, bits;
+      if (j >= m || !seek(v, j, &w, &bits)) return 0;  // only in a corrupted file
+      const uint64_t pos = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) - high_start();
+      return base + (((pos - j) << l) | low(v, j));
+    }
+    uint64_t low(const ChunkedEliasFanoView& v, uint64_t j) const { return l ? v.bits_at(bit + j * l, l) : 0; }
+
+    // Values j0..j1 (j1 <= kChunk) into out; past m (a corrupted file) zeros.
+    void values(const ChunkedEliasFanoView& v, uint64_t j0, uint64_t j1, uint64_t* out) const {
+      const uint64_t h0 = high_start();
+      uint64_t w = h0 / 64;
+      uint64_t word = v.word(w) & (~uint64_t{0} << (h0 % 64));
+      for (uint64_t j = 0; j < j1; ++j) {
+        if (j >= m) {
+          if (j >= j0) out[j - j0] = 0;
+          continue;
+        }
+        while (word == 0) {
+          if (++w >= v.bit_words_) {  // only in a corrupted file
+            for (; j < j1; ++j)
+              if (j >= j0) out[j - j0] = 0;
+            return;
+          }
+          word = v.word(w);
+        }
+        const uint64_t pos = w * 64 + static_cast<uint64_t>(__builtin_ctzll(word)) - h0;
+        word &= word - 1;
+        if (j >= j0) out[j - j0] = base + (((pos - j) << l) | low(v, j));
+      }
+    }
+
+    // The first j >= j0 (j0 <= m) whose value is >= target (m if none).
+    // Value j's high part is the number of zeros before its set bit, so
+    // the values whose high part is at least target's follow the
+    // (target >> l)-th zero: find it, then compare from there.
+    uint64_t next_geq(const ChunkedEliasFanoView& v, uint64_t j0, uint64_t target, uint64_t* value) const {
+      if (target < base || m == 0) {
+        if (j0 < m) *value = this->value(v, j0);
+        return std::min(j0, m);
+      }
+      if (target > end) return m;  // past the chunk (and the scan below stays inside it)
+      const uint64_t h = (target - base) >> l;
+      const uint64_t h0 = high_start();
+      uint64_t ones = 0, p = h0;  // p: the first bit after the h-th zero
+      if (h > 0) {
+        uint64_t zeros_left = h;
+        uint64_t w = h0 / 64, shift = h0 % 64;
+        for (;;) {
+          if (w >= v.bit_words_) return m;  // only in a corrupted file
+          const uint64_t word = v.word(w) >> shift;
+          const uint64_t avail = 64 - shift;
+          const uint64_t ones_here = static_cast<uint64_t>(__builtin_popcountll(word));
+          if (avail - ones_here >= zeros_left) {
+            const uint64_t in_range = avail == 64 ? ~uint64_t{0} : (uint64_t{1} << avail) - 1;
+            const uint32_t at = select_in_word(~word & in_range, zeros_left - 1);
+            const uint64_t before = at == 63 ? ~uint64_t{0} : (uint64_t{1} << (at + 1)) - 1;
+            ones += static_cast<uint64_t>(__builtin_popcountll(word & before));
+            p = 64 * w + shift + at + 1;
+            break;
+          }
+          zeros_left -= avail - ones_here;
+          ones += ones_here;
+          ++w;
+          shift = 0;
+        }
+      }
+      uint64_t w, bits;
+      uint64_t j = ones;
+      if (j0 > ones) {  // the run starts further on: go straight to its first value
+        j = j0;
+        if (!seek(v, j, &w, &bits)) return m;
+      } else {
+        w = p / 64;
+        bits = v.word(w) & (~uint64_t{0} << (p % 64));
+      }
+      for (; j < m; ++j) {
+        while (bits == 0) {
+          if (++w >= v.bit_words_) return m;  // only in a corrupted file
+          bits = v.word(w);
+        }
+        const uint64_t q = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) - h0;
+        bits &= bits - 1;
+        const uint64_t x = base + (((q - j) << l) | low(v, j));
+        if (x >= target) {
+          *value = x;
+          return j;
+        }
+      }
+      return m;
+    }
+  };
+
+  uint64_t word(uint64_t w) const {
+    uint64_t x = 0;
+    if (w < bit_words_) std::memcpy(&x, bits_ + w * 8, 8);  // a corrupted file ends the scan
+    return x;
+  }
+  // `width` bits (1..57) at bit position p.
+  uint64_t bits_at(uint64_t p, uint32_t width) const {
+    const uint64_t w = p / 64, s = p % 64;
+    uint64_t x = word(w) >> s;
+    if (s + width > 64) x |= word(w + 1) << (64 - s);
+    return x & ((uint64_t{1} << width) - 1);
+  }
+
+  Chunk chunk(uint64_t c) const {
+    Chunk out;
+    if (c >= ends_.size() || c * kChunk >= n_) return out;  // only in a corrupted file (m = 0)
+    out.base = c == 0 ? 0 : ends_[c - 1] + 1;
+    const uint64_t end = ends_[c];
+    out.end = end;
+    out.m = std::min<uint64_t>(kChunk, n_ - c * kChunk);
+    const uint64_t u = end - std::min(end, out.base);
+    const uint64_t q = out.m == kChunk ? u / kChunk : u / out.m;  // ef_low_bits without its loop (a shift, mostly)
+    out.l = q == 0 ? 0 : std::min<uint32_t>(63 - static_cast<uint32_t>(__builtin_clzll(q)), 56);  // 56+: corrupted
+    out.bit = starts_[c];
+    return out;
+  }
+
+  uint64_t n_ = 0;
+  const uint8_t* bits_ = nullptr;
+  uint64_t bit_words_ = 0;
+  PackedView starts_, ends_;
+};
+
+// Codes a strictly increasing sequence: the chunks' bit streams and their
+// starts and ends, in memory, for the caller to write as three sections.
+class ChunkedEliasFanoBuilder {
+ public:
+  static constexpr uint64_t kChunk = ChunkedEliasFanoView::kChunk;
+
+  void push(uint64_t v) {
+    pending_.push_back(v);
+    if (pending_.size() == kChunk) flush();
+  }
+  void finish() {
+    if (!pending_.empty()) flush();
+    starts.push_back(bit_count);
+  }
+
+  std::vector<uint64_t> words;  // the bit streams, little-endian words
+  uint64_t bit_count = 0;
+  std::vector<uint64_t> starts, ends;
+
+ private:
+  void put(uint64_t value, uint32_t width) {
+    if (width == 0) return;
+    grow(bit_count + width);
+    const uint64_t w = bit_count / 64, s = bit_count % 64;
+    words[w] |= value << s;
+    if (s + width > 64) words[w + 1] |= value >> (64 - s);
+    bit_count += width;
+  }
+  void grow(uint64_t bits) {
+    while (words.size() * 64 < bits + 64) words.push_back(0);
+  }
+  void flush() {
+    const uint64_t m = pending_.size();
+    const uint64_t base = next_base_, end = pending_.back();
+    const uint64_t u = end - base;
+    const uint32_t l = ef_low_bits(m, u);
+    starts.push_back(bit_count);
+    ends.push_back(end);
+    const uint64_t mask = l ? (uint64_t{1} << l) - 1 : 0;
+    for (uint64_t j = 0; j < m; ++j) put((pending_[j] - base) & mask, l);
+    const uint64_t h0 = bit_count, high_bits = m + (u >> l) + 1;
+    grow(h0 + high_bits);
+    for (uint64_t j = 0; j < m; ++j) {
+      const uint64_t p = h0 + ((pending_[j] - base) >> l) + j;
+      words[p / 64] |= uint64_t{1} << (p % 64);
+    }
+    bit_count += high_bits;
+    next_base_ = end + 1;
+    pending_.clear();
+  }
+
+  std::vector<uint64_t> pending_;
+  uint64_t next_base_ = 0;
+};
+
+}  // namespace ngram

@@ -1,0 +1,20 @@
+// Format version 2 (docs/FORMAT.md, "Version 2") written from a trie of any
+// version: each k-gram's last token becomes its rank among the
+// continuations of its own (k-1)-suffix context (level 2: among the tokens
+// that occur), coded in chunked Elias-Fano; counts get two tiers of
+// escapes; every level's child offsets are Elias-Fano coded. The input must
+// be suffix-closed (every stored k-gram's suffix stored too), as counted
+// tries are; the writer refuses one that is not, naming the k-gram.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "trie_index.h"
+
+namespace ngram {
+
+// Writes `path` atomically (temporary file, fsync, rename) from `source`,
+// with `meta_json` as its meta section. Returns the file's size.
+uint64_t write_trie_v2(const TrieIndex& source, const std::string& path, const std::string& meta_json);
+
+}  // namespace ngram
