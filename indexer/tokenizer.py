@@ -367,9 +367,10 @@ class _HFBackend:
         # Encoding allocates a few small objects per token (the token
         # strings, offsets, a split per word). On the interpreter's main
         # thread glibc serves them from the main arena, shared with Python
-        # and fragmented by it, where malloc/free took about a third of the
-        # encoding time; a dedicated thread gets an arena of its own and
-        # encodes the same ids with ~35 % less CPU (bench/bench_tokenize.py).
+        # and fragmented by it, where malloc/free took 44 % of the encoding
+        # time (perf, Qwen3 on the shared corpus); a thread of its own gets
+        # an arena of its own and, with encode_batch_fast, encodes the same
+        # ids with about a third less CPU (bench/bench_tokenize.py).
         if self._worker is None or self._worker_pid != os.getpid():
             # (A forked child inherits the executor object but not its thread.)
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="hf-encode")
