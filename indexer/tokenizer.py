@@ -382,11 +382,12 @@ class _HFBackend:
         # offsets (a hash map per document) that nobody here reads.
         if self.threads == 1:
             # One document a call keeps to one core whatever
-            # TOKENIZERS_PARALLELISM says (what a process-pool worker wants).
-            encs = [self.tok.encode_batch_fast([t], add_special_tokens=add_special_tokens)[0] for t in texts]
-        else:
-            # threads > 1: the tokenizers Rayon pool (sized by RAYON_NUM_THREADS).
-            encs = self.tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+            # TOKENIZERS_PARALLELISM says (what a process-pool worker wants),
+            # and frees each Encoding (token strings, offsets) at once.
+            return [np.array(self.tok.encode_batch_fast([t], add_special_tokens=add_special_tokens)[0].ids,
+                             dtype=np.int32) for t in texts]
+        # threads > 1: the tokenizers Rayon pool (sized by RAYON_NUM_THREADS).
+        encs = self.tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
         return [np.array(e.ids, dtype=np.int32) for e in encs]
 
     def decode(self, ids: Sequence[int]) -> str:
