@@ -105,7 +105,8 @@ def main() -> None:
             print(f"built {p.name}" + (f" in {s:.1f} s" if s else " (kept)"), file=sys.stderr)
 
     model = LogitModel()
-    base, no_ngram = PruneSetting(20, 60, 0.5), PruneSetting(20, 60, 0.0)
+    base = PruneSetting()  # the engine's defaults: DART's production settings
+    no_ngram = PruneSetting(ngram_weight=0.0)
     results: dict[str, Any] = {"command": " ".join(sys.argv), "split": split, "hold_every": HOLD_EVERY,
                                "model": model.as_dict(), "steps": a.steps, "sets": {}}
     for name, folder in (("same", held), ("other", other)):
@@ -116,7 +117,7 @@ def main() -> None:
         results["sets"][name] = res
         print(f"{name}: {len(lat)} lattices from {len(docs)} documents ({nbytes:,} bytes)", file=sys.stderr)
     grid_trie = tries[(4, 2)]
-    grid = [PruneSetting(20, m, w) for m in (30, 60) for w in (0.25, 0.5, 1.0, 2.0)]
+    grid = [PruneSetting(max_nodes=m, ngram_weight=w) for m in (30, 60) for w in (0.25, 0.5, 1.0, 2.0)]
     docs, _ = load_documents([str(held)], str(tokenizer))
     lat = synthetic_lattices(docs, model, a.steps, seed=0, source="held-out (same)")
     results["grid"] = evaluate([str(grid_trie), str(tries[(2, 1)])], lat, grid)

@@ -20,6 +20,8 @@ from typing import Any
 
 import click
 
+from ngram_service.tree import DEFAULTS
+
 
 class _TextTokenizer:
     """encode/decode over a tokenizer.json (tokenizers) or a transformers tokenizer."""
@@ -128,9 +130,9 @@ def format_summary(s: dict[str, Any]) -> str:
 @click.option("--deadline-ms", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="RPC deadline per tree (--host).")
 @click.option("--topk", type=click.IntRange(min=1), default=25, show_default=True, help="Candidates per level.")
-@click.option("--beam-width", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--max-nodes", type=click.IntRange(min=0), default=60, show_default=True)
-@click.option("--ngram-weight", type=click.FloatRange(min=0), default=0.5, show_default=True)
+@click.option("--beam-width", type=click.IntRange(min=1), default=DEFAULTS["beam_width"], show_default=True)
+@click.option("--max-nodes", type=click.IntRange(min=0), default=DEFAULTS["max_nodes"], show_default=True)
+@click.option("--ngram-weight", type=click.FloatRange(min=0), default=DEFAULTS["ngram_weight"], show_default=True)
 @click.option("--eos", "eos_spec", default="model", show_default=True,
               help="EOS for stopping and for the search. model: stop at the target's generation config EOS, "
                    "search with the trie header's; tokenizer: the tokenizer's eos_token_id for both (DART); "

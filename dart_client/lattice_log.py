@@ -35,6 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ngram_service import _engine
+
 __all__ = ["LATTICE_SCHEMA", "LatticeFormatError", "LatticeSet", "LatticeWriter", "read_lattices"]
 
 LATTICE_SCHEMA = pa.schema([
@@ -46,8 +48,9 @@ LATTICE_SCHEMA = pa.schema([
     pa.field("committed", pa.list_(pa.int32()), nullable=False),
 ])
 
-#: Prefix tokens kept per step by default: enough context for tries up to order 17.
-DEFAULT_TAIL = 16
+#: Prefix tokens kept per step by default: at least the MAX_ORDER - 1 tokens
+#: of context that a trie of the engine's largest order reads.
+DEFAULT_TAIL: int = _engine.MAX_ORDER
 _ROWS_PER_GROUP = 4096
 
 

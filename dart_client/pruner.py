@@ -43,9 +43,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ngram_service import NgramIndex
+from ngram_service import NgramIndex, _engine
 from ngram_service.fingerprint import tokenizer_json_fingerprint
-from ngram_service.tree import PrunedTree
+from ngram_service.tree import DEFAULTS, PrunedTree
 
 __all__ = [
     "DraftTree",
@@ -59,11 +59,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: DART's production search parameters (tree_search_config.py).
+#: DART's production search parameters (tree_search_config.py); the
+#: pruning ones are the engine's defaults, defined there once.
 DART_TOPK = 25
-DART_BEAM_WIDTH = 20
-DART_MAX_NODES = 60
-DART_NGRAM_WEIGHT = 0.5
+DART_BEAM_WIDTH: int = DEFAULTS["beam_width"]
+DART_MAX_NODES: int = DEFAULTS["max_nodes"]
+DART_NGRAM_WEIGHT: float = DEFAULTS["ngram_weight"]
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,6 @@ def _empty_trie(vocab_size: int) -> Any:
     """An order-1 trie over vocab_size ids, every count 0, written by the
     engine's writer to a temporary file and loaded into memory."""
     import tempfile
-
-    from ngram_service import _engine
 
     meta = json.dumps({"name": "dart-client-fallback"}, sort_keys=True).encode()
     with tempfile.TemporaryDirectory(prefix="dart-fallback-") as d:
@@ -613,7 +612,7 @@ class RemotePruner(_PrunerBase):
         # Before the first contact the order is unknown: keep enough context for any host.
         if self.info is None:
             saved = self.order
-            self.order = 16
+            self.order = _engine.MAX_ORDER
             try:
                 return super()._prefix(tokens)
             finally:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from ngram_service import _engine
+
 SAMPLE_DIR = Path(__file__).parent / "sample"
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30,
@@ -48,7 +50,7 @@ def _eos(value: str | None) -> int | str | None:
               help="Hugging Face hub id, folder with tokenizer.json, a tokenizer.json file, or a "
                    "tiktoken rank file. Default with no INPUT: the bundled sample tokenizer. Optional "
                    "when every INPUT is pre-tokenized (then give --vocab-size and --eos).")
-@click.option("--order", "-n", default=3, show_default=True, type=click.IntRange(1, 16),
+@click.option("--order", "-n", default=3, show_default=True, type=click.IntRange(1, _engine.MAX_ORDER),
               help="N: count k-grams for k = 1..N.")
 @click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
               help="Drop every n-gram seen fewer than C times (and so all its extensions).")

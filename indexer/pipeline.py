@@ -49,6 +49,7 @@ from indexer.progress import PhaseProgress, Progress, format_bytes
 from indexer.shards import Shard, find_shards
 from indexer.storage import Store, is_uri, join, upload_atomic
 from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, write_trie
+from ngram_service import _engine
 
 #: At most this many equal-mass reduce ranges (each map writes up to one file
 #: per range and order; docs/BUILD.md); only a range heavier than one range's
@@ -168,8 +169,8 @@ def build(cfg: BuildConfig, executor: Executor | None = None, progress: Progress
 
 
 def _check_config(cfg: BuildConfig) -> None:
-    if cfg.order < 1 or cfg.order > 16:
-        raise BuildError(f"--order must be in 1..16, got {cfg.order}")
+    if cfg.order < 1 or cfg.order > _engine.MAX_ORDER:
+        raise BuildError(f"--order must be in 1..{_engine.MAX_ORDER}, got {cfg.order}")
     if cfg.min_count < 1:
         raise BuildError(f"--min-count must be >= 1, got {cfg.min_count}")
     if cfg.tokenizer is None and (cfg.vocab_size is None or not isinstance(cfg.eos, int)):

@@ -356,17 +356,38 @@ class _HFBackend:
         # Special-token strings in a document are text, not control tokens.
         self.tok.encode_special_tokens = True
         self.threads = threads
+        self._worker: ThreadPoolExecutor | None = None
+        self._worker_pid = 0
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[np.ndarray]:
         """add_special_tokens: apply the tokenizer's post-processor (a BOS per
         text for Llama-2-style tokenizers), as ``tokenizer(text)`` does."""
-        if self.threads == 1 or len(texts) < 2:
-            # encode() per text is faster than a serial encode_batch and keeps
-            # to one thread, which is what a process-pool worker wants.
-            return [np.array(self.tok.encode(t, add_special_tokens=add_special_tokens).ids, dtype=np.int32)
-                    for t in texts]
+        if not texts:
+            return []
+        # Encoding allocates a few small objects per token (the token
+        # strings, offsets, a split per word). On the interpreter's main
+        # thread glibc serves them from the main arena, shared with Python
+        # and fragmented by it, where malloc/free took 44 % of the encoding
+        # time (perf, Qwen3 on the shared corpus); a thread of its own gets
+        # an arena of its own and, with encode_batch_fast, encodes the same
+        # ids with about a third less CPU (bench/bench_tokenize.py).
+        if self._worker is None or self._worker_pid != os.getpid():
+            # (A forked child inherits the executor object but not its thread.)
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="hf-encode")
+            self._worker_pid = os.getpid()
+        return self._worker.submit(self._encode_here, list(texts), add_special_tokens).result()
+
+    def _encode_here(self, texts: list[str], add_special_tokens: bool) -> list[np.ndarray]:
+        # encode_batch_fast: the ids of encode(), without the character
+        # offsets (a hash map per document) that nobody here reads.
+        if self.threads == 1:
+            # One document a call keeps to one core whatever
+            # TOKENIZERS_PARALLELISM says (what a process-pool worker wants),
+            # and frees each Encoding (token strings, offsets) at once.
+            return [np.array(self.tok.encode_batch_fast([t], add_special_tokens=add_special_tokens)[0].ids,
+                             dtype=np.int32) for t in texts]
         # threads > 1: the tokenizers Rayon pool (sized by RAYON_NUM_THREADS).
-        encs = self.tok.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+        encs = self.tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
         return [np.array(e.ids, dtype=np.int32) for e in encs]
 
     def decode(self, ids: Sequence[int]) -> str:

@@ -19,6 +19,7 @@ from ngram_eval.replay import PruneSetting
 from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
 from ngram_service import NgramIndex, TrieFormatError
+from ngram_service.tree import DEFAULTS, LIMITS
 
 
 def _list(kind: type, name: str) -> Any:
@@ -64,17 +65,19 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any) -> None:
                    "synthetic lattices from them (docs/EVALUATION.md states the model).")
 @click.option("--tokenizer", help="Tokenizer of --text (as ngram-build takes it); also checked against each TRIE.")
 @click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of --text.")
-@click.option("--beam-width", default="20", show_default=True, callback=_list(int, "--beam-width"),
+@click.option("--beam-width", default=str(DEFAULTS["beam_width"]), show_default=True, callback=_list(int, "--beam-width"),
               help="Beam widths to try, comma-separated (the grid is every combination; the first values "
                    "form the base setting).")
-@click.option("--max-nodes", default="60", show_default=True, callback=_list(int, "--max-nodes"),
+@click.option("--max-nodes", default=str(DEFAULTS["max_nodes"]), show_default=True, callback=_list(int, "--max-nodes"),
               help="Tree sizes (nodes without the root) to try, comma-separated.")
-@click.option("--ngram-weight", default="0.5", show_default=True, callback=_list(float, "--ngram-weight"),
+@click.option("--ngram-weight", default=str(DEFAULTS["ngram_weight"]), show_default=True, callback=_list(float, "--ngram-weight"),
               help="n-gram weights (lambda) to try, comma-separated; 0 is the tree without the n-gram.")
 @click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
               help="--text: lattices to draw (positions sampled uniformly).")
-@click.option("--depth", default=8, show_default=True, type=click.IntRange(1, 64), help="--text: levels D.")
-@click.option("--topk", default=25, show_default=True, type=click.IntRange(1, 1024), help="--text: candidates K.")
+@click.option("--depth", default=8, show_default=True, type=click.IntRange(1, LIMITS["max_depth"]),
+              help="--text: levels D.")
+@click.option("--topk", default=25, show_default=True, type=click.IntRange(1, LIMITS["max_candidates"]),
+              help="--text: candidates K.")
 @click.option("--hit", default=0.9, show_default=True, type=click.FloatRange(0, 1),
               help="--text: probability that the true token is a level-0 candidate.")
 @click.option("--decay", default=0.85, show_default=True, type=click.FloatRange(0, 1),

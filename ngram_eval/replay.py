@@ -22,7 +22,7 @@ import numpy as np
 
 from dart_client.lattice_log import LatticeSet
 from ngram_service import NgramIndex
-from ngram_service.tree import PrunedTree
+from ngram_service.tree import DEFAULTS, PrunedTree
 
 __all__ = ["PruneSetting", "ReplayResult", "accepted_length", "accepted_lengths", "hit_rates", "prune_lattices",
            "replay"]
@@ -34,9 +34,9 @@ _CHUNK = 2048  # requests per prune_batch call: bounds the trees held at once
 class PruneSetting:
     """The pruning parameters varied by ngram-eval; the rest are DART's defaults (docs/PRUNING.md)."""
 
-    beam_width: int = 20
-    max_nodes: int = 60
-    ngram_weight: float = 0.5
+    beam_width: int = DEFAULTS["beam_width"]
+    max_nodes: int = DEFAULTS["max_nodes"]
+    ngram_weight: float = DEFAULTS["ngram_weight"]
 
     def label(self) -> str:
         return f"beam {self.beam_width}, nodes {self.max_nodes}, lambda {self.ngram_weight:g}"

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from dart_client.lattice_log import LatticeSet
+from dart_client.lattice_log import DEFAULT_TAIL, LatticeSet
+from ngram_service.tree import LIMITS
 
 __all__ = ["LogitModel", "load_documents", "synthetic_lattices"]
 
@@ -43,12 +44,13 @@ class LogitModel:
     decay: float = 0.85  # per level factor on hit and true_bonus
     true_bonus: float = 4.0  # logit added to the true token at level 0
     noise: float = 1.0  # standard deviation of the logit noise
-    tail: int = 16  # prefix tokens kept per lattice
+    tail: int = DEFAULT_TAIL  # prefix tokens kept per lattice
 
     def __post_init__(self) -> None:
-        if not (1 <= self.depth <= 64 and 1 <= self.topk <= 1024 and 0 <= self.hit <= 1 and 0 <= self.decay <= 1
+        depth, topk = LIMITS["max_depth"], LIMITS["max_candidates"]
+        if not (1 <= self.depth <= depth and 1 <= self.topk <= topk and 0 <= self.hit <= 1 and 0 <= self.decay <= 1
                 and self.noise >= 0 and self.tail >= 1):
-            raise ValueError(f"bad synthetic lattice model {self}: need depth 1..64, topk 1..1024, "
+            raise ValueError(f"bad synthetic lattice model {self}: need depth 1..{depth}, topk 1..{topk}, "
                              "hit and decay in [0, 1], noise >= 0, tail >= 1")
 
     def as_dict(self) -> dict[str, Any]:

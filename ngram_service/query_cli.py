@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 
 from ngram_service.client import DEFAULT_TIMEOUT, NgramClient
+from ngram_service.tree import DEFAULTS
 
 
 def _ids(text: str) -> list[int]:
@@ -124,9 +125,12 @@ def topk(client: NgramClient, context: str, k: int) -> None:
 @main.command()
 @click.option("--npz", type=click.Path(exists=True, dir_okay=False), required=True,
               help="Arrays prefix [P], topk_tokens [D, K], topk_probs [D, K].")
-@click.option("--beam-width", type=int, default=None, help="Beam width (default: the engine's, 20).")
-@click.option("--max-nodes", type=int, default=None, help="Nodes kept besides the root (default 60).")
-@click.option("--ngram-weight", type=float, default=None, help="Weight of the n-gram term (default 0.5).")
+@click.option("--beam-width", type=int, default=None,
+              help=f"Beam width (default: the engine's, {DEFAULTS['beam_width']}).")
+@click.option("--max-nodes", type=int, default=None,
+              help=f"Nodes kept besides the root (default {DEFAULTS['max_nodes']}).")
+@click.option("--ngram-weight", type=float, default=None,
+              help=f"Weight of the n-gram term (default {DEFAULTS['ngram_weight']}).")
 @click.pass_obj
 @_rpc
 def prune(client: NgramClient, npz: str, beam_width: int | None, max_nodes: int | None,

@@ -167,6 +167,21 @@ def test_threads_give_the_same_ids(gpt2_style: Path) -> None:
     assert one.encode_batch(texts) == two.encode_batch(texts) == hf2.encode_batch(texts)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("fixture", ["gpt2_style", "qwen_style"])
+def test_hf_backend_gives_the_ids_of_a_plain_encode(request: pytest.FixtureRequest, fixture: str, threads: int) -> None:
+    # The backend encodes on a thread of its own, without offsets
+    # (encode_batch_fast): the ids must be tokenizers' own encode() ids, per
+    # document, for empty, special-token and very long documents.
+    path = request.getfixturevalue(fixture)
+    tok = load_tokenizer(path, backend="hf", threads=threads)
+    long_doc = "\n".join(CHECK_TEXTS) * 60
+    assert len(long_doc) > 200_000
+    texts = ["", *CHECK_TEXTS, long_doc, "", "<|endoftext|>", "<|endoftext|><|im_end|>x"]
+    assert tok.encode_batch(texts) == hf_ids(path, texts)
+    assert [tok.encode_batch([t])[0] for t in texts[-4:]] == hf_ids(path, texts[-4:])
+
+
 # --------------------------------------------------------------------------
 # Arrays out, EOS after every document
 
@@ -421,3 +436,16 @@ def test_qwen3_tiktoken_equals_hf_on_corpus(qwen_pair: tuple[Tokenizer, Tokenize
     assert np.array_equal(fast_lengths, ref_lengths)
     assert np.array_equal(fast_ids, ref_ids)
     assert (fast_ids[np.cumsum(fast_lengths) - 1] == 151_643).all()
+
+
+@needs_qwen
+@pytest.mark.skipif(not (SHARED_DATA / "corpus").is_dir(), reason="shared corpus not available")
+def test_qwen3_hf_backend_equals_plain_encode_on_corpus(qwen_pair: tuple[Tokenizer, Tokenizer]) -> None:
+    _, ref = qwen_pair
+    texts = corpus_sample(chars_per_shard=60_000)
+    plain = HFTokenizer.from_file(str(QWEN))
+    plain.encode_special_tokens = True
+    ids, lengths = ref.encode_to_arrays(texts)
+    want = [i for t in texts for i in [*plain.encode(t, add_special_tokens=False).ids, 151_643]]
+    assert ids.tolist() == want
+    assert lengths.tolist() == [len(plain.encode(t, add_special_tokens=False).ids) + 1 for t in texts]

@@ -1,0 +1,60 @@
+"""The prune defaults and the maximum order are the engine's: every command
+and library default outside cpp/ takes them from its exports."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from ngram_service import _engine
+from ngram_service.tree import DEFAULTS, LIMITS
+
+
+def _defaults(command: click.Command) -> dict[str, object]:
+    return {p.name: p.default for p in command.params}
+
+
+def test_the_engine_exports_dart_settings() -> None:
+    assert DEFAULTS == {"beam_width": 20, "max_nodes": 60, "ngram_weight": 0.5}
+    assert _engine.MAX_ORDER == 16
+
+
+def test_prune_defaults_everywhere_are_the_engine_s() -> None:
+    from dart_client import pruner
+    from dart_client.cli import main as dart_generate
+    from ngram_eval.cli import main as ngram_eval
+    from ngram_eval.replay import PruneSetting
+
+    assert (pruner.DART_BEAM_WIDTH, pruner.DART_MAX_NODES, pruner.DART_NGRAM_WEIGHT) == tuple(DEFAULTS.values())
+    assert PruneSetting().as_dict() == DEFAULTS
+    generate = _defaults(dart_generate)
+    assert {k: generate[k] for k in DEFAULTS} == DEFAULTS
+    evaluate = _defaults(ngram_eval)
+    assert {k: type(v)(evaluate[k]) for k, v in DEFAULTS.items()} == DEFAULTS
+    assert evaluate["depth"] <= LIMITS["max_depth"]
+
+
+def test_query_help_states_the_engine_s_defaults() -> None:
+    from ngram_service.query_cli import main as ngram_query
+
+    text = CliRunner().invoke(ngram_query, ["prune", "--help"]).output
+    assert f"the engine's, {DEFAULTS['beam_width']})" in text
+    assert f"(default {DEFAULTS['max_nodes']})" in text and f"(default {DEFAULTS['ngram_weight']})" in text
+
+
+def test_maximum_order_is_the_engine_s(tmp_path: Path) -> None:
+    from dart_client.lattice_log import DEFAULT_TAIL
+    from indexer.cli import main as ngram_build
+    from indexer.pipeline import BuildConfig, BuildError, _check_config
+
+    assert DEFAULT_TAIL >= _engine.MAX_ORDER - 1  # a logged lattice keeps the context of any trie
+    out = str(tmp_path / "t.ngt")
+    r = CliRunner().invoke(ngram_build, ["--order", str(_engine.MAX_ORDER + 1), "--out", out])
+    assert r.exit_code == 2 and f"1<=x<={_engine.MAX_ORDER}" in r.output
+    try:
+        _check_config(BuildConfig(inputs=[], out=out, tokenizer="t", order=_engine.MAX_ORDER + 1))
+    except BuildError as e:
+        assert str(e) == f"--order must be in 1..{_engine.MAX_ORDER}, got {_engine.MAX_ORDER + 1}"
+    else:
+        raise AssertionError("an order above the engine's maximum was accepted")
