@@ -4,30 +4,21 @@ gives the same bytes; a task whose worker dies on every attempt fails the
 build with a message naming it, and its finished neighbours resume."""
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
 
 import pytest
-import zstandard
 
+from tests.random_corpus import write_shards
 from indexer.cli import SAMPLE_DIR
 from indexer.executor import MAX_RETRIES, TaskDiedError
 from indexer.pipeline import BuildConfig, build
 
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
-WORDS = ["the", " trie", " host", "draft", " tree", "\n", "naïve", "日本", "é", "42", "x", "PEP", " of", " a"]
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fault-corpus")
-    rng = random.Random(21)
-    for s in range(4):
-        texts = ["".join(rng.choice(WORDS) for _ in range(rng.randint(0, 60))) for _ in range(80)]
-        lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
-        (root / f"part-{s}.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.encode()))
-    return root
+    return write_shards(tmp_path_factory.mktemp("fault-corpus"), seed=21, shards=4, docs=80, max_words=60)
 
 
 def config(corpus: Path, out: Path, **kw) -> BuildConfig:

@@ -3,13 +3,11 @@ faults, a restarted driver resumes. One small local cluster (2 CPUs) for the
 whole module: Ray's start-up is the slow part."""
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
 
 import pytest
-import zstandard
 
+from tests.random_corpus import write_shards
 from indexer.build_tasks import PermanentFault
 from indexer.executor import TaskDiedError
 from indexer.pipeline import BuildConfig, build
@@ -18,7 +16,6 @@ from indexer.cli import SAMPLE_DIR
 ray = pytest.importorskip("ray")
 
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
-WORDS = ["the", " trie", " host", "draft", " tree", "\n", "naïve", "日本", "é", "42", "x", "PEP", " of", " a"]
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +28,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("ray-corpus")
-    rng = random.Random(10)
-    for s in range(4):
-        texts = ["".join(rng.choice(WORDS) for _ in range(rng.randint(0, 80))) for _ in range(120)]
-        lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
-        (root / f"part-{s}.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.encode()))
-    return root
+    return write_shards(tmp_path_factory.mktemp("ray-corpus"), seed=10, shards=4, docs=120)
 
 
 def config(corpus: Path, out: Path, **kw) -> BuildConfig:

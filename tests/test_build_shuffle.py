@@ -3,7 +3,6 @@ location-free manifests, temporary bytes, and the command's guard rails."""
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -11,27 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zstandard
 
 import indexer.pipeline as pipeline
+from tests.random_corpus import write_shards
 from indexer.build_tasks import SampleResult
 from indexer.cli import SAMPLE_DIR
 from indexer.pipeline import BuildConfig, build, plan_ranges
 from ngram_service import NgramIndex
 
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
-WORDS = ["the", " trie", " host", "draft", " tree", "\n", "naïve", "日本", "é", "42", "x", "PEP", " of", " a"]
 
 
 def make_corpus(root: Path, shards: int = 3, docs: int = 150, seed: int = 4) -> Path:
-    (root / "sub").mkdir(parents=True)
-    rng = random.Random(seed)
-    for s in range(shards):
-        texts = ["".join(rng.choice(WORDS) for _ in range(rng.randint(0, 80))) for _ in range(docs)]
-        lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
-        where = root / "sub" if s == 0 else root
-        (where / f"part-{s}.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.encode()))
-    return root
+    return write_shards(root, seed=seed, shards=shards, docs=docs, first_in_sub=True)
 
 
 def cfg(corpus: Path, out: Path, **kw) -> BuildConfig:

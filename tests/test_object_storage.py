@@ -3,9 +3,7 @@ real S3-compatible server (moto in server mode) and a GCS emulator
 (gcp-storage-emulator, in its own process) on 127.0.0.1, free ports, over HTTP."""
 from __future__ import annotations
 
-import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -15,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
-import zstandard
 
+from tests.random_corpus import write_shards
 from indexer.cli import SAMPLE_DIR
 from indexer.pipeline import BuildConfig, build
 from indexer.shards import ShardError, find_shards
 
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
-WORDS = ["the", " trie", " host", "draft", " tree", "\n", "naïve", "日本", "é", "42", "x", "PEP", " of", " a"]
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +43,7 @@ def s3():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("s3-corpus")
-    (root / "sub").mkdir()
-    rng = random.Random(12)
-    for s in range(3):
-        texts = ["".join(rng.choice(WORDS) for _ in range(rng.randint(0, 80))) for _ in range(100)]
-        lines = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
-        (root / ("sub" if s == 0 else "") / f"part-{s}.jsonl.zst").write_bytes(
-            zstandard.ZstdCompressor().compress(lines.encode()))
-    return root
+    return write_shards(tmp_path_factory.mktemp("s3-corpus"), seed=12, shards=3, docs=100, first_in_sub=True)
 
 
 def upload(fs: pafs.S3FileSystem, local: Path, prefix: str) -> None:
