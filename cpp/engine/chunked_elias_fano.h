@@ -55,8 +55,10 @@ class ChunkedEliasFanoView {
     }
   }
 
-  // lower_bound for m values v[0..m) at once (pos[j], value[j]): the chunk
-  // bisections run in lockstep, branch-free, so that their reads overlap.
+  // lower_bound for m values v[0..m) at once (pos[j], value[j]). The run's
+  // chunk ends are read once for all the values (up to kMaxRunChunks; a
+  // longer run bisects them in place), then each value's bisection runs
+  // over them branch-free, in lockstep with the others'.
   void lower_bound_many(uint64_t lo, uint64_t hi, const uint64_t* v, uint32_t m, uint64_t* pos,
                         uint64_t* value) const {
     for (uint32_t j = 0; j < m; ++j) pos[j] = lo, value[j] = UINT64_MAX;
@@ -66,19 +68,40 @@ class ChunkedEliasFanoView {
       for (uint32_t j = 0; j < m; ++j) pos[j] = hi;
       return;
     }
+    const uint64_t nc = c_last - c_first + 1;
     uint64_t c[kMaxLanes];
-    for (uint32_t j = 0; j < m; ++j) c[j] = c_first;
-    for (uint64_t n = c_last - c_first + 1; n > 1;) {
+    if (nc > kMaxRunChunks) {
+      for (uint32_t j = 0; j < m; ++j) c[j] = c_first;
+      for (uint64_t n = nc; n > 1;) {
+        const uint64_t half = n / 2;
+        for (uint32_t j = 0; j < m; ++j) c[j] += half & -static_cast<uint64_t>(ends_[c[j] + half - 1] < v[j]);
+        n -= half;
+      }
+      for (uint32_t j = 0; j < m; ++j) {
+        const uint64_t first = c[j] * kChunk;
+        const uint64_t at = chunk(c[j]).next_geq(*this, std::max(lo, first) - first, v[j], &value[j]);
+        pos[j] = std::min(hi, first + at);
+      }
+      return;
+    }
+    // e[i + 1]: the end of chunk c_first + i; e[0]: the end before it.
+    uint64_t e[kMaxRunChunks + 1];
+    e[0] = c_first == 0 ? 0 : ends_[c_first - 1];
+    for (uint64_t i = 0; i < nc; ++i) e[i + 1] = ends_[c_first + i];
+    for (uint32_t j = 0; j < m; ++j) c[j] = 0;
+    for (uint64_t n = nc; n > 1;) {
       const uint64_t half = n / 2;
-      for (uint32_t j = 0; j < m; ++j) c[j] += half & -static_cast<uint64_t>(ends_[c[j] + half - 1] < v[j]);
+      for (uint32_t j = 0; j < m; ++j) c[j] += half & -static_cast<uint64_t>(e[c[j] + half] < v[j]);
       n -= half;
     }
     for (uint32_t j = 0; j < m; ++j) {
-      const uint64_t first = c[j] * kChunk;
-      const uint64_t at = chunk(c[j]).next_geq(*this, std::max(lo, first) - first, v[j], &value[j]);
+      const uint64_t ci = c_first + c[j], first = ci * kChunk;
+      const Chunk ch = chunk(ci, ci == 0 ? 0 : e[c[j]] + 1, e[c[j] + 1]);
+      const uint64_t at = ch.next_geq(*this, std::max(lo, first) - first, v[j], &value[j]);
       pos[j] = std::min(hi, first + at);
     }
   }
+  static constexpr uint64_t kMaxRunChunks = 256;
   static constexpr uint32_t kMaxLanes = 64;
 
   // The first i in [lo, hi) with S[i] >= v (hi if none); *value = S[i] then.
@@ -225,19 +248,26 @@ class ChunkedEliasFanoView {
     if (w < bit_words_) std::memcpy(&x, bits_ + w * 8, 8);  // a corrupted file ends the scan
     return x;
   }
-  // `width` bits (1..57) at bit position p.
+  // `width` bits (1..56) at bit position p: one unaligned load from p's
+  // byte, which the section's trailing zero word (a packed section's)
+  // keeps inside the section for any byte before the bits' end.
   uint64_t bits_at(uint64_t p, uint32_t width) const {
-    const uint64_t w = p / 64, s = p % 64;
-    uint64_t x = word(w) >> s;
-    if (s + width > 64) x |= word(w + 1) << (64 - s);
-    return x & ((uint64_t{1} << width) - 1);
+    const uint64_t byte = p >> 3;
+    if (byte >= bit_words_ * 8) return 0;  // only in a corrupted file
+    uint64_t x;
+    std::memcpy(&x, bits_ + byte, 8);
+    return (x >> (p & 7)) & ((uint64_t{1} << width) - 1);
   }
 
   Chunk chunk(uint64_t c) const {
+    if (c >= ends_.size() || c * kChunk >= n_) return Chunk{};  // only in a corrupted file (m = 0)
+    return chunk(c, c == 0 ? 0 : ends_[c - 1] + 1, ends_[c]);
+  }
+  // Chunk c (< ends_.size()) whose values start at base and end at end.
+  Chunk chunk(uint64_t c, uint64_t base, uint64_t end) const {
     Chunk out;
-    if (c >= ends_.size() || c * kChunk >= n_) return out;  // only in a corrupted file (m = 0)
-    out.base = c == 0 ? 0 : ends_[c - 1] + 1;
-    const uint64_t end = ends_[c];
+    if (c * kChunk >= n_) return out;  // only in a corrupted file (m = 0)
+    out.base = base;
     out.end = end;
     out.m = std::min<uint64_t>(kChunk, n_ - c * kChunk);
     const uint64_t u = end - std::min(end, out.base);

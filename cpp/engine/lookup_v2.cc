@@ -6,6 +6,19 @@
 namespace ngram {
 namespace {
 
+// The first i < k with r[i] >= v in the sorted r[0..k) (k if none),
+// without branches on the data: the lanes' targets are unpredictable.
+uint64_t lower_bound_branchless(const uint64_t* r, uint64_t k, uint64_t v) {
+  if (k == 0) return 0;
+  const uint64_t* f = r;
+  for (uint64_t n = k; n > 1;) {
+    const uint64_t half = n / 2;
+    f += f[half - 1] < v ? half : 0;
+    n -= half;
+  }
+  return static_cast<uint64_t>(f - r) + (*f < v);
+}
+
 // The first value of the run starting at entry lo: S[lo - 1] + 1 (0 for the first entry).
 uint64_t run_base(const Level& L, uint64_t lo) { return lo == 0 ? 0 : L.token_ranks[lo - 1] + 1; }
 
@@ -94,11 +107,15 @@ void run_tokens_v2(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint
 
 void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
                        const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched) {
-  constexpr uint64_t kShortRun = 64;  // runs up to this long are decoded once, not searched per candidate
   constexpr uint32_t kLanes = ChunkedEliasFanoView::kMaxLanes;
+  // A run is decoded once (then bisected in memory) rather than searched
+  // per candidate when it holds at most kDecodePerLane values per candidate
+  // to look up: decoding a value costs a small fraction of a search.
+  constexpr uint64_t kDecodePerLane = 4, kDecodeMin = 32, kDecodeMax = 1024;
   uint64_t lo[kMaxOrder + 1], hi[kMaxOrder + 1], node[kMaxOrder + 1], base[kMaxOrder + 1];
   float inv[kMaxOrder + 1];
-  uint64_t run_values[kShortRun];
+  thread_local std::vector<uint64_t> run_values[kMaxOrder + 1];
+  bool decoded[kMaxOrder + 1];
   // Per lane (one candidate): its index, its rank in the next run, and the
   // deepest entry found so far (at, in level deepest + 1).
   uint32_t cand[kLanes], deepest[kLanes], alive[kLanes];
@@ -111,8 +128,7 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
     chain_bases(t, lo, hi, len, base);
     for (uint32_t j = 1; j < len; ++j) inv[j] = 1.0f / static_cast<float>(t.level(j).count(node[j]));
     inv[len] = runs[i].inv;
-    const bool short_top = hi[len] - lo[len] <= kShortRun;
-    if (short_top) t.level(len + 1).token_ranks.decode(lo[len], hi[len], run_values);
+    std::fill(decoded, decoded + len + 1, false);
     const CandidateTable& table = *tables[i];
     for (uint32_t from = 0; from < table.count;) {
       // Up to kLanes unmatched candidates that occur at all.
@@ -131,13 +147,18 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
       uint32_t live = lanes;
       for (uint32_t l = 0; l < lanes; ++l) alive[l] = l;
       for (uint32_t j = 1; j <= len && live > 0; ++j) {
-        if (j == len && short_top) {
-          const uint64_t k = hi[j] - lo[j];
+        const uint64_t k = hi[j] - lo[j];
+        if (!decoded[j] && k <= kDecodeMax && k <= std::max(kDecodeMin, kDecodePerLane * live)) {
+          run_values[j].resize(k);
+          t.level(j + 1).token_ranks.decode(lo[j], hi[j], run_values[j].data());
+          decoded[j] = true;
+        }
+        if (decoded[j]) {
+          const uint64_t* r = run_values[j].data();
           for (uint32_t a = 0; a < live; ++a) {
-            const uint32_t l = alive[a];
-            const uint64_t* f = std::lower_bound(run_values, run_values + k, base[j] + x[l]);
-            pos[a] = lo[j] + static_cast<uint64_t>(f - run_values);
-            value[a] = f == run_values + k ? UINT64_MAX : *f;
+            const uint64_t f = lower_bound_branchless(r, k, base[j] + x[alive[a]]);
+            pos[a] = lo[j] + f;
+            value[a] = f == k ? UINT64_MAX : r[f];
           }
         } else {
           for (uint32_t a = 0; a < live; ++a) target[a] = base[j] + x[alive[a]];
