@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from indexer.trie_assembly import FORMAT_VERSION, FORMAT_VERSIONS
 from ngram_service import _engine
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
@@ -81,7 +82,8 @@ def _eos(value: str | None) -> int | str | None:
                                                "instead of failing on the first.")
 @click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping "
                                                "(loaded into RAM when opened).")
-@click.option("--format", "format_version", type=click.Choice(["1", "2"]), default="1", show_default=True,
+@click.option("--format", "format_version", type=click.Choice([str(v) for v in FORMAT_VERSIONS]),
+              default=str(FORMAT_VERSION), show_default=True,
               help="Trie file format version (docs/FORMAT.md): 2 stores each token as its rank among its "
                    "context's continuations, about half the bytes of 1, with slower lookups for now.")
 @click.option("--resume/--no-resume", default=True, show_default=True,

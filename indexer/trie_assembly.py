@@ -19,8 +19,8 @@ from ngram_service import _engine
 
 # What write_trie (and ngram-build) write unless told otherwise: version 1, whose lookups are the fastest
 # today; version 2 (docs/FORMAT.md) takes about half the bytes and is opt-in until its lookups catch up.
-FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSION = _engine.FORMAT_VERSION
+FORMAT_VERSIONS = (_engine.FORMAT_VERSION, _engine.FORMAT_VERSION_2)
 
 
 @dataclass
