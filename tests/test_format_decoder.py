@@ -75,24 +75,9 @@ def bits_for(x: int) -> int:
 
 def decode(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]:
     data = path.read_bytes()
-    magic, version, order, vocab, eos, n_sec, head_crc, table_off, length, reserved = struct.unpack_from(
-        "<8sIIQqIIQQQ", data, 0)
-    header = dict(magic=magic, version=version, order=order, vocab=vocab, eos=eos, sections=n_sec,
-                  table_offset=table_off, length=length, reserved=reserved)
-    assert magic == b"NGTRIE\r\n" and version == 1 and table_off == 64 and reserved == 0
-    assert length == len(data)
-    table = data[64:64 + 48 * n_sec]
-    assert crc32c(data[:36] + b"\0\0\0\0" + data[40:64] + table) == head_crc
-
-    sections: dict[tuple[str, int], dict] = {}
-    kinds_in_order = []
-    for i in range(n_sec):
-        kind, level, off, ln, count, width, crc, res = struct.unpack_from("<IIQQQIIQ", table, 48 * i)
-        assert off % 64 == 0 and off + ln <= length and res == 0
-        body = data[off:off + ln]
-        assert crc32c(body) == crc, (KINDS[kind], level)
-        sections[(KINDS[kind], level)] = dict(body=body, count=count, width=width, length=ln)
-        kinds_in_order.append((KINDS[kind], level))
+    version, order, vocab, eos, sections, kinds_in_order = read_header_and_sections(data, KINDS)
+    assert version == 1
+    header = dict(version=version, order=order, vocab=vocab, eos=eos)
 
     # The documented order: meta, then per level its count sections, tokens, samples, then child offsets.
     want = [("meta", 0)]
