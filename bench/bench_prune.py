@@ -4,7 +4,8 @@
 
 Measures, on the 200 golden queries (D = 8, K = 25, beam 20, 60 nodes, N = 3):
   - NgramIndex.prune per call, one thread: median and p99 in microseconds
-    (Python call included; DART's own searcher takes about 1.0 ms);
+    (Python call included; ours against DART's own searcher, measured side by
+    side: bash ../shared/tools/dartref/ratios.sh);
   - the engine alone (prune_batch, threads=1), microseconds per tree, with
     the default vector search and, in child processes, each other one the
     CPU has (NGRAM_ENGINE_SIMD=avx512, =avx2, and =0, the portable search):
@@ -45,7 +46,6 @@ GOLDEN = SHARED / "golden" / "tree_sample.npz"
 CORPUS = SHARED / "data" / "corpus"
 TOKENIZER = SHARED / "data" / "qwen3-tokenizer.json"
 DEFAULT_TRIE = Path("/tmp/corpus3.ngt")
-DART_SEARCHER_US = 1000.0  # DART's own Searcher on the same trees (quoted, not measured here)
 
 
 def fail(msg: str) -> NoReturn:
@@ -294,7 +294,6 @@ def main() -> None:
         "engine_us_per_tree_min_by_search": by_search,
         "batch_threads": args.threads,
         "batch_trees_per_s": round(max(tps)),
-        "dart_searcher_us": DART_SEARCHER_US,
         "samples": len(lat),
         "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
                     "python": platform.python_version(), "platform": platform.platform()},
@@ -311,7 +310,6 @@ def main() -> None:
         *([(f"scale: {scale['ngrams']:,} n-grams / {scale['small_ngrams']:,}, engine per tree",
             f"{scale['big_us_per_tree']} / {scale['small_us_per_tree']} us = {scale['big_over_small']}x")]
           if scale else []),
-        ("DART searcher (reference)", f"{DART_SEARCHER_US:.0f} us"),
         ("load average (1 min)", f"{result['machine']['load_avg_1m']}"),
     ]
     width = max(len(r[0]) for r in rows)

@@ -113,13 +113,12 @@ static_assert(PruneLimits::kMaxDepth < 0xffu && PruneLimits::kMaxBeamWidth * Pru
 inline uint64_t kept_key(float rank, uint32_t depth, uint32_t gen) {
   return (uint64_t{ordered_bits(rank)} << 32) | ((0xffu - depth) << 24) | (0xffffffu - gen);
 }
-inline bool kept_before(const Kept& a, const Kept& b) { return a.key > b.key; }
 
-// Output order: by depth, then as kept_before.
-inline bool output_before(const Kept& a, const Kept& b) {
-  if (a.depth != b.depth) return a.depth < b.depth;
-  if (a.rank != b.rank) return a.rank > b.rank;
-  return a.gen < b.gen;
+// Output order: by depth, then as kept_key (rank descending, then generation
+// order), as one integer, larger first (the depth above the rank: 8 + 32 +
+// 24 bits, as in kept_key).
+inline uint64_t output_key(const Kept& k) {
+  return (uint64_t{0xffu - k.depth} << 56) | (uint64_t{ordered_bits(k.rank)} << 24) | (0xffffffu - k.gen);
 }
 
 // Scores the K extensions of one beam entry with score s:
@@ -580,21 +579,43 @@ void keep_candidates(Search& s, uint32_t l, uint64_t off, uint32_t k, uint32_t n
   const Ext* ext = ws.ext.data();
   const uint32_t first_node = static_cast<uint32_t>(ws.beam_nodes.size());
   ws.next_beam.resize(n_beam);
+  // Room for every extension; the entries are written field by field where
+  // they lie (a whole struct built and then copied stalls on its wide load
+  // of the narrow stores), and the pool cut back to those written.
+  const size_t pool_before = ws.pool.size();
+  ws.beam_nodes.resize(first_node + n_beam);
+  ws.pool.resize(pool_before + n_ext);
+  BeamNode* nodes = ws.beam_nodes.data();
+  Kept* pool = ws.pool.data() + pool_before;
+  uint32_t n_pool = 0;
   auto visit = [&](uint32_t i) {
     const float score = key_score(ext[i]);
     const uint32_t gen = key_gen(ext[i]);
     const uint32_t b = gen / k, j = gen - b * k;
     const uint32_t parent = ws.beam[b];
-    const float parent_rank = parent == kRoot ? std::numeric_limits<float>::infinity() : ws.beam_nodes[parent].rank;
+    const float parent_rank = parent == kRoot ? std::numeric_limits<float>::infinity() : nodes[parent].rank;
     const float rank = std::min(score, parent_rank);
     int32_t beam_id = -1;
     if (i < n_beam) {
       beam_id = static_cast<int32_t>(first_node + i);
-      ws.beam_nodes.push_back(BeamNode{toks[j], parent, score, rank, -1});
+      BeamNode& node = nodes[first_node + i];
+      node.token = toks[j];
+      node.parent = parent;
+      node.score = score;
+      node.rank = rank;
+      node.kept = -1;
       ws.next_beam[i] = first_node + i;
     }
     if (s.pool_full && !(rank > s.threshold)) return;
-    ws.pool.push_back(Kept{kept_key(rank, l + 1, gen), rank, score, l + 1, gen, parent, toks[j], beam_id});
+    Kept& kept = pool[n_pool++];
+    kept.key = kept_key(rank, l + 1, gen);
+    kept.rank = rank;
+    kept.score = score;
+    kept.depth = l + 1;
+    kept.gen = gen;
+    kept.parent = parent;
+    kept.token = toks[j];
+    kept.beam = beam_id;
   };
   for (uint32_t i = 0; i < n_beam; ++i) visit(i);
   if (!s.pool_full) {
@@ -605,6 +626,7 @@ void keep_candidates(Search& s, uint32_t l, uint64_t off, uint32_t k, uint32_t n
     const uint32_t n_listed = list_above(ext, n_beam, n_ext, score_bits, bound, ws.listed.data());
     for (uint32_t f = 0; f < n_listed; ++f) visit(ws.listed[f]);
   }
+  ws.pool.resize(pool_before + n_pool);
   std::swap(ws.beam, ws.next_beam);
 }
 
@@ -613,13 +635,27 @@ void keep_candidates(Search& s, uint32_t l, uint64_t off, uint32_t k, uint32_t n
 void trim_pool(Search& s) {
   PruneWorkspace& ws = s.ws;
   const uint32_t max_nodes = static_cast<uint32_t>(s.params.max_nodes);
-  if (ws.pool.size() > max_nodes) {
-    // The nth element is the worst kept: its rank is the lowest.
-    std::nth_element(ws.pool.begin(), ws.pool.begin() + (max_nodes - 1), ws.pool.end(), kept_before);
-    ws.pool.resize(max_nodes);
+  const size_t n = ws.pool.size();
+  if (n > max_nodes) {
+    // The worst kept is the max_nodes-th largest key (keys are distinct),
+    // found among the keys alone, then the pool compacted to those at or
+    // above it (with selects, not a branch each).
+    ws.pool_keys.resize(n);
+    for (size_t i = 0; i < n; ++i) ws.pool_keys[i] = ws.pool[i].key;
+    std::nth_element(ws.pool_keys.begin(), ws.pool_keys.begin() + (max_nodes - 1), ws.pool_keys.end(),
+                     std::greater<uint64_t>());
+    const uint64_t worst = ws.pool_keys[max_nodes - 1];
+    Kept* pool = ws.pool.data();
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const bool keep = pool[i].key >= worst;
+      if (pool[i].key == worst) s.threshold = pool[i].rank;
+      pool[kept] = pool[i];
+      kept += keep;
+    }
+    ws.pool.resize(kept);
     s.pool_full = true;
-    s.threshold = ws.pool[max_nodes - 1].rank;
-  } else if (ws.pool.size() == max_nodes && !s.pool_full) {
+  } else if (n == max_nodes && !s.pool_full) {
     s.pool_full = true;
     s.threshold = ws.pool[0].rank;
     for (const Kept& kp : ws.pool) s.threshold = std::min(s.threshold, kp.rank);
@@ -629,7 +665,9 @@ void trim_pool(Search& s) {
 // The kept candidates in output order, as out's nodes.
 void emit_nodes(Search& s, PrunedTree& out) {
   PruneWorkspace& ws = s.ws;
-  std::sort(ws.pool.begin(), ws.pool.end(), output_before);
+  // The pool's keys are not needed any more: each becomes its output key.
+  for (Kept& kp : ws.pool) kp.key = output_key(kp);
+  std::sort(ws.pool.begin(), ws.pool.end(), [](const Kept& a, const Kept& b) { return a.key > b.key; });
   const uint32_t n_kept = static_cast<uint32_t>(ws.pool.size());
   // Map beam nodes to their output index (parents are placed before children).
   for (uint32_t i = 0; i < n_kept; ++i)

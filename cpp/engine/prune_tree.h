@@ -79,7 +79,10 @@ struct PruneWorkspace {
   // 31..62 its score mapped to an order-preserving unsigned, bits 0..30
   // 0x7fffffff - gen, with gen = entry * K + j its generation order.
   using Ext = uint64_t;
+  // BeamNode and Kept are left unset when made: keep_candidates writes
+  // every field in place.
   struct BeamNode {     // a sequence that was in the beam
+    BeamNode() {}
     int32_t token;
     uint32_t parent;    // index into beam_nodes; kRoot for level 0 entries
     float score;
@@ -87,6 +90,7 @@ struct PruneWorkspace {
     int32_t kept;       // its index in the output tree, -1 while unknown
   };
   struct Kept {         // a candidate for the output tree
+    Kept() {}
     uint64_t key;       // its place in the tree order as one integer (kept_key)
     float rank;         // min(score, parent's rank): equals the score (see PRUNING.md)
     float score;
@@ -105,6 +109,7 @@ struct PruneWorkspace {
   std::vector<uint32_t> beam, next_beam;  // beam node indices
   std::vector<uint32_t> listed;       // indices into ext that pass a bound
   std::vector<Kept> pool;
+  std::vector<uint64_t> pool_keys;    // the pool's keys, to find the worst kept (trim_pool)
   std::vector<int32_t> contexts;      // per beam entry: its context (order-1 tokens)
   std::vector<uint32_t> ctx_lens;
   std::vector<uint64_t> ctx_keys;     // a hash of the context, to find equal ones fast

@@ -152,6 +152,13 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
   const Level& next = t.level(len + 1);
   if (hi - lo > kScanFactor * uint64_t{table.count})
     return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);
+  if (table.count <= Level::kMaxBatch && simd_search() != SimdSearch::kNone) {
+    uint64_t pos[Level::kMaxBatch];
+    uint64_t unmatched = 0;
+    for (uint32_t j = 0; j < table.count; ++j) unmatched |= static_cast<uint64_t>(m[j] == 0) << j;
+    const uint64_t hits = scan_run_simd(next, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), table.count, pos);
+    return record_hits(next, hits & unmatched, pos, nullptr, inv, len, p, m);
+  }
   // A short run: read each continuation once and look it up among the
   // candidates, instead of a binary search per candidate.
   if (!table.hashed) table.hash();

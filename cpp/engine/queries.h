@@ -32,7 +32,9 @@ void conditional_probs(const TrieIndex& t, const int32_t* contexts, uint64_t bat
 
 // The candidates of lookups, and (made on the first scan that needs it) an
 // open-addressing table of them, so that a short run of continuations can be
-// read once and each entry looked up among them.
+// read once and each entry looked up among them (where there is no vector
+// search, or more than Level::kMaxBatch candidates; else scan_run_simd
+// compares each entry with all candidates at once).
 struct CandidateTable {
   static constexpr uint32_t kEmpty = 0xffffffffu;
   const int32_t* tokens = nullptr;  // the k candidates (not copied: keep them alive)
@@ -71,7 +73,8 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
 // Step two, for n runs found: for the candidates of tables[i] not yet matched
 // (m[i][j] == 0), those w in runs[i] get p[i][j] = count(suffix+w) *
 // runs[i].inv and m[i][j] = len; matched[i] = how many. Runs up to
-// kScanFactor times the candidates are scanned once against the table;
+// kScanFactor times the candidates are scanned once (scan_run_simd, else
+// against the table);
 // longer ones are searched two at a time in lockstep, each for all its
 // candidates (find_many_runs_simd; a hit of one already matched is dropped).
 void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,

@@ -74,6 +74,9 @@ struct Avx2Ops {
   NGRAM_OP V add_where_greater(V acc, V a, V b, V step) {
     return _mm256_add_epi32(acc, _mm256_and_si256(_mm256_cmpgt_epi32(a, b), step));
   }
+  NGRAM_OP uint64_t eq_mask(V a, V b) {
+    return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b))));
+  }
   NGRAM_OP uint64_t hit_mask(V end, V result, V token, V v) {  // both below 2**31: signed compares are exact
     const V hit = _mm256_and_si256(_mm256_cmpgt_epi32(end, result), _mm256_cmpeq_epi32(token, v));
     return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(hit)));
@@ -103,6 +106,7 @@ struct Avx512Ops {
   NGRAM_OP V add_where_greater(V acc, V a, V b, V step) {
     return _mm512_mask_add_epi32(acc, _mm512_cmpgt_epi32_mask(a, b), acc, step);
   }
+  NGRAM_OP uint64_t eq_mask(V a, V b) { return _mm512_cmpeq_epi32_mask(a, b); }
   NGRAM_OP uint64_t hit_mask(V end, V result, V token, V v) {
     return _mm512_cmpgt_epi32_mask(end, result) & _mm512_cmpeq_epi32_mask(token, v);
   }
@@ -144,6 +148,11 @@ bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, 
                                               : avx2::find_runs<2>(level, lo, hi, v, v_stride, m, out, hits);
 }
 
+uint64_t scan_run_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) {
+  return simd_search() == SimdSearch::kAvx512 ? avx512::scan_run(level, lo, hi, v, m, out)
+                                              : avx2::scan_run(level, lo, hi, v, m, out);
+}
+
 #else  // no vector search on this platform
 
 SimdSearch simd_search() { return SimdSearch::kNone; }
@@ -152,6 +161,7 @@ bool find_many_runs_simd(const Level&, uint32_t, const uint64_t*, const uint64_t
                          uint64_t*, uint64_t*, uint32_t) {
   return false;
 }
+uint64_t scan_run_simd(const Level&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*) { return 0; }
 
 #endif
 

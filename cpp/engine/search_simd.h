@@ -34,4 +34,11 @@ bool find_many_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t
 bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
                          uint32_t m, uint64_t* out, uint64_t* hits, uint32_t v_stride = 0);
 
+// The other way round, for a short run: each of its tokens read once and
+// compared with all m <= kMaxBatch tokens v at once (a vector compare per
+// kLanes of them). The same answers as find_many_simd for the tokens found:
+// out[j] for each bit j of the returned mask (out[j] unset for the others).
+// Requires simd_search() != kNone.
+uint64_t scan_run_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out);
+
 }  // namespace ngram
