@@ -542,9 +542,12 @@ def _run_map(task: MapTask, docs: Any) -> MapResult:
         con.close()
         # One object per (range, order): the chunks' runs as row groups of one
         # file, so the store holds maps x ranges x orders objects, not x chunks.
+        # (A shard of one chunk has one file each: moved as it is.)
         for (r, k), files in sorted(chunk_files.items()):
-            merged = scratch / f"r{r:05d}-o{k}.parquet"
-            _concatenate_parquet(files, merged)
+            merged = files[0]
+            if len(files) > 1:
+                merged = scratch / f"r{r:05d}-o{k}.parquet"
+                _concatenate_parquet(files, merged)
             result.range_bytes[r] += store.put(merged, f"{shuffle_prefix(r)}/{attempt}/o{k}.parquet")
     shutil.rmtree(scratch, ignore_errors=True)
     result.bytes = _size_of(task.location)
