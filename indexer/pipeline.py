@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from indexer import __version__
+from indexer.allocator import active_allocator
 from indexer.build_tasks import (
     FAULT_ENV,
     MapResult,
@@ -362,7 +363,7 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     shards = find_shards(cfg.inputs)
     vocab = _vocabulary(cfg, executor)
     progress(f"ngram-build: {len(shards)} shard(s), order {cfg.order}, {vocab.describe}, "
-             f"{executor.workers} worker(s)")
+             f"{executor.workers} worker(s), malloc {active_allocator()}")
     faults = faults_from_env(os.environ.get(FAULT_ENV))
     tokenizer = vocab.tokenizer
     if tokenizer is not None and not isinstance(executor, LocalExecutor):
