@@ -5,7 +5,7 @@
 DART's build (../shared/tools/dartref/dart_build.py) calls
 ``tokenizers.Tokenizer.encode(text, add_special_tokens=True)`` once per
 document on the main thread. This runs that call and our backends
-(``Tokenizer.encode_to_arrays``, ids plus one EOS a document, one thread, in
+(``Tokenizer.encode_to_arrays``, ids plus one EOS a document, on its encoding thread, in
 the batches a map task reads) on the same documents, interleaved, R times, and reports the median process CPU
 seconds of each (CPU, not wall: the machine is shared) and ours / DART. It
 checks that the HF backend's ids equal DART's call's ids first.

@@ -30,8 +30,10 @@ the range that holds key ``[t, -1]``.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import queue
 import shutil
 import threading
 import time
@@ -158,12 +160,23 @@ class ReadSpec:
     add_special_tokens: bool = False  # the tokenizer's post-processor (a BOS per document), as DART builds
 
 
+#: Text batches a shard's reader keeps encoding ahead of the counting.
+READ_AHEAD_BATCHES = 2
+
+
 class _TextDocuments:
-    """A text shard tokenized in batches."""
+    """A text shard tokenized in batches, read and encoded ahead of its
+    consumer: a reader thread reads, decompresses and parses the next
+    batches and hands them, in order, to the tokenizer's one encoding thread
+    (``Tokenizer.encode_to_arrays_async``), at most ``ahead`` batches before
+    the consumer (who counts meanwhile); ``ahead=0`` reads and encodes only
+    when asked. ``known``: the ids of the shard's first documents, already
+    encoded (the sample's), yielded first; the reader skips those documents."""
 
     pretokenized = False
 
-    def __init__(self, location: str, spec: ReadSpec, batch_chars: int | None = None) -> None:
+    def __init__(self, location: str, spec: ReadSpec, batch_chars: int | None = None, ahead: int = READ_AHEAD_BATCHES,
+                 known: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         from indexer.executor import resolve
         from indexer.shards import DEFAULT_BATCH_CHARS, ShardReader
 
@@ -171,7 +184,12 @@ class _TextDocuments:
                                    batch_chars=batch_chars or DEFAULT_BATCH_CHARS)
         self._tokenizer = resolve(spec.tokenizer)
         self._add_special_tokens = spec.add_special_tokens
+        self._ahead = ahead
+        self._known = known
         self.tokenize_seconds = 0.0
+        self._queue: queue.Queue[Any] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     @property
     def stats(self) -> Any:
@@ -180,18 +198,85 @@ class _TextDocuments:
     def fraction_read(self) -> float:
         return self._reader.fraction_read()
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _texts(self) -> Iterator[list[str]]:
+        """The reader's batches, less the documents ``known`` holds."""
+        skip = len(self._known[1]) if self._known is not None else 0
         for texts in self._reader:
-            t0 = time.perf_counter()
-            arrays = self._tokenizer.encode_to_arrays(texts, add_special_tokens=self._add_special_tokens)
-            self.tokenize_seconds += time.perf_counter() - t0
-            yield arrays
+            if skip:
+                dropped = min(skip, len(texts))
+                texts, skip = texts[dropped:], skip - dropped
+                if not texts:
+                    continue
+            yield texts
+        if skip:
+            from indexer.shards import ShardError
+
+            raise ShardError(self._reader.path, None, f"holds {skip} documents fewer than when it was sampled")
+
+    def start(self) -> None:
+        """Starts reading and encoding ahead (idempotent; ``ahead > 0`` only)."""
+        if self._thread is not None or self._ahead <= 0:
+            return
+        self._queue = queue.Queue(maxsize=self._ahead)
+        self._thread = threading.Thread(target=self._read_ahead, name="shard-reader", daemon=True)
+        self._thread.start()
+
+    def _read_ahead(self) -> None:
+        assert self._queue is not None
+        try:
+            for texts in self._texts():
+                future = self._tokenizer.encode_to_arrays_async(texts, add_special_tokens=self._add_special_tokens)
+                if not self._put(future):
+                    return
+            self._put(None)
+        except BaseException as e:  # a bad shard, a read error: the consumer raises it
+            self._put(e)
+
+    def _put(self, item: Any) -> bool:
+        assert self._queue is not None
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def close(self) -> None:
+        """Stops reading ahead (a consumer that leaves early)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if self._known is not None:
+            yield self._known
+        if self._ahead <= 0:
+            for texts in self._texts():
+                batch = self._tokenizer.encode_to_arrays_async(texts, self._add_special_tokens).result()
+                self.tokenize_seconds += batch.seconds
+                yield batch.ids, batch.lengths
+            return
+        self.start()
+        assert self._queue is not None
+        try:
+            while (item := self._queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                batch = item.result()
+                self.tokenize_seconds += batch.seconds
+                yield batch.ids, batch.lengths
+        finally:
+            self.close()
 
 
-def open_documents(location: str, spec: ReadSpec, batch_tokens: int | None = None) -> Any:
+def open_documents(location: str, spec: ReadSpec, batch_tokens: int | None = None, ahead: int = READ_AHEAD_BATCHES,
+                   known: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
     """An iterable of ``(ids int32, lengths int64)`` batches over one shard,
     with ``stats``, ``fraction_read()`` and ``pretokenized``; ``batch_tokens``
-    bounds the ids a pre-tokenized batch reads."""
+    bounds the ids a pre-tokenized batch reads. A text shard is read and
+    encoded ``ahead`` batches ahead of its consumer (``_TextDocuments``),
+    ``known`` ids of its first documents taken as they are."""
     from indexer.shards import ShardError
     from indexer.token_shards import BATCH_TOKENS, pretokenized_reader
 
@@ -206,7 +291,8 @@ def open_documents(location: str, spec: ReadSpec, batch_tokens: int | None = Non
         what = f"no column {spec.token_field!r} of token ids" if location.lower().endswith(".parquet") else "text"
         raise ShardError(location, None, f"holds {what}: give --tokenizer to read text shards")
     # About 4 characters a token: text batches of the same size.
-    return _TextDocuments(location, spec, batch_chars=4 * batch_tokens if batch_tokens else None)
+    return _TextDocuments(location, spec, batch_chars=4 * batch_tokens if batch_tokens else None, ahead=ahead,
+                          known=known)
 
 
 # --------------------------------------------------------------------------
@@ -219,6 +305,9 @@ class SampleTask:
     spec: ReadSpec
     order: int
     max_tokens: int = 1_000_000
+    # Where the ids it encoded are kept for the shard's map (sample_ids_key), if anywhere.
+    store: Store | None = None
+    index: int = 0  # the shard's map task
 
     @property
     def label(self) -> str:
@@ -235,8 +324,14 @@ class SampleResult:
     bigrams: np.ndarray | None = None  # int64 rows [first token, second token, count]
 
 
+def sample_ids_key(index: int) -> str:
+    """The ids a sample encoded of map ``index``'s shard: its first documents."""
+    return f"sample/{index:05d}.npz"
+
+
 def run_sample(task: SampleTask) -> SampleResult:
-    docs = open_documents(task.location, task.spec, batch_tokens=max(task.max_tokens // 4, 1024))
+    # Nothing read ahead: the sample stops after max_tokens.
+    docs = open_documents(task.location, task.spec, batch_tokens=max(task.max_tokens // 4, 1024), ahead=0)
     flats, lengths, n = [], [], 0
     for flat, lens in docs:
         flats.append(flat)
@@ -247,6 +342,9 @@ def run_sample(task: SampleTask) -> SampleResult:
     if not flats:
         return SampleResult(task.location, 0, docs.fraction_read(), [], [0] * task.order)
     flat, lens = np.concatenate(flats), np.concatenate(lengths)
+    if task.store is not None and not docs.pretokenized:
+        # The shard's map starts after these documents instead of encoding them again.
+        _write_known_ids(task.store, sample_ids_key(task.index), flat, lens)
     left = tokens_left(lens)
     ids, counts = np.unique(flat, return_counts=True)
     pairs = kgram_table(flat, left, 2)
@@ -300,6 +398,10 @@ class MapTask:
     chunk_tokens: int = 4_000_000
     memory_limit_bytes: int = 512 << 20
     fault: tuple[str, str] | None = None
+    # (index, location) of the map task this process runs next, when it runs
+    # them one after another (-j 1): its shard is read and encoded while this
+    # one counts its last chunk.
+    then: tuple[int, str] | None = None
 
     @property
     def label(self) -> str:
@@ -347,11 +449,44 @@ def _record(store: Store, key: str, result: Any) -> None:
     store.write_bytes(key, json.dumps(asdict(result), sort_keys=True).encode())
 
 
+# The next map task's documents, being read and encoded ahead (MapTask.then).
+_READ_AHEAD: dict[tuple[str, int], _TextDocuments] = {}
+
+
+def _read_ahead(store: Store, index: int, location: str, spec: ReadSpec) -> None:
+    drop_read_ahead()
+    try:
+        docs = open_documents(location, spec, known=_read_known_ids(store, sample_ids_key(index)))
+    except Exception:  # noqa: BLE001 (that task meets the same error itself, and reports it)
+        return
+    if isinstance(docs, _TextDocuments):
+        docs.start()
+        _READ_AHEAD[(store.root, index)] = docs
+
+
+def drop_read_ahead() -> None:
+    """Stops reading ahead for a map task that will not run here after all."""
+    while _READ_AHEAD:
+        _READ_AHEAD.popitem()[1].close()
+
+
 def run_map(task: MapTask) -> MapResult:
     store = task.store
-    if (finished := _recorded(store, map_done_key(task.index), MapResult)) is not None:
-        return finished
-    inject_fault(store, task.fault)
+    docs = _READ_AHEAD.pop((store.root, task.index), None)
+    try:
+        if (finished := _recorded(store, map_done_key(task.index), MapResult)) is not None:
+            return finished
+        inject_fault(store, task.fault)
+        if docs is None:
+            docs = open_documents(task.location, task.spec, known=_read_known_ids(store, sample_ids_key(task.index)))
+        return _run_map(task, docs)
+    finally:
+        if isinstance(docs, _TextDocuments):
+            docs.close()
+
+
+def _run_map(task: MapTask, docs: Any) -> MapResult:
+    store = task.store
     t_start = time.perf_counter()
     # A fresh folder name per attempt: a killed attempt's files are never
     # mistaken for this one's (reduce reads only the recorded attempt).
@@ -361,7 +496,6 @@ def run_map(task: MapTask) -> MapResult:
     inner_edges = edge_keys(task.edges[1:-1], task.spec.vocab_size)
     result = MapResult(index=task.index, name=task.name, bytes=0, documents=0, tokens=0, attempt=attempt,
                        range_bytes=[0] * parts)
-    docs = open_documents(task.location, task.spec)
     result.pretokenized = docs.pretokenized
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     pending_tokens = 0
@@ -402,13 +536,18 @@ def run_map(task: MapTask) -> MapResult:
             pending_tokens += int(flat.size)
             if pending_tokens >= task.chunk_tokens:
                 flush()
+        if task.then is not None:
+            _read_ahead(store, *task.then, task.spec)
         flush()
         con.close()
         # One object per (range, order): the chunks' runs as row groups of one
         # file, so the store holds maps x ranges x orders objects, not x chunks.
+        # (A shard of one chunk has one file each: moved as it is.)
         for (r, k), files in sorted(chunk_files.items()):
-            merged = scratch / f"r{r:05d}-o{k}.parquet"
-            _concatenate_parquet(files, merged)
+            merged = files[0]
+            if len(files) > 1:
+                merged = scratch / f"r{r:05d}-o{k}.parquet"
+                _concatenate_parquet(files, merged)
             result.range_bytes[r] += store.put(merged, f"{shuffle_prefix(r)}/{attempt}/o{k}.parquet")
     shutil.rmtree(scratch, ignore_errors=True)
     result.bytes = _size_of(task.location)
@@ -444,6 +583,23 @@ def peak_rss_bytes() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _write_known_ids(store: Store, key: str, ids: np.ndarray, lengths: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, ids=ids, lengths=lengths)
+    store.write_bytes(key, buf.getvalue())
+
+
+def _read_known_ids(store: Store, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ids a sample encoded of a shard's first documents, if it kept them."""
+    if not store.exists(key):
+        return None
+    with np.load(io.BytesIO(store.read_bytes(key))) as z:
+        ids, lengths = z["ids"], z["lengths"]
+    if ids.dtype != np.int32 or lengths.dtype != np.int64 or int(lengths.sum()) != len(ids):
+        raise MissingRunsError(f"{store.location(key)}: not the ids of whole documents; re-run with --no-resume")
+    return ids, lengths
 
 
 def _size_of(location: str) -> int:

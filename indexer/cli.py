@@ -121,8 +121,15 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
         ngram-build --out sample.ngt
 
     Every document is tokenized and followed by one EOS token; k-grams are
-    counted within documents. Progress goes to stderr.
+    counted within documents. Progress goes to stderr. With the local
+    executor the command runs under mimalloc when libmimalloc.so.2 is
+    installed (the HF tokenizer's many small allocations);
+    NGRAM_BUILD_ALLOCATOR=system keeps the C library's malloc.
     """
+    if executor == "local" and _run_as_the_command():
+        from indexer.allocator import restart_under_mimalloc
+
+        restart_under_mimalloc()  # see indexer/allocator.py (NGRAM_BUILD_ALLOCATOR=system: glibc's)
     from indexer.pipeline import BuildConfig, BuildError, build
     from indexer.progress import ProgressPrinter
     from indexer.shards import ShardError
@@ -169,6 +176,14 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
         click.echo(f"ngram-build: error: {type(e).__name__ + ': ' if isinstance(e, RuntimeError) else ''}{e}",
                    err=True)
         sys.exit(1)
+
+
+def _run_as_the_command() -> bool:
+    """This process is `ngram-build` (or `python -m indexer.cli`), not a
+    program that calls main() (a test's CliRunner): only then may it start
+    itself again."""
+    script = Path(sys.argv[0])
+    return script.name == "ngram-build" or script.resolve() == Path(__file__).resolve()
 
 
 if __name__ == "__main__":

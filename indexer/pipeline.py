@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from indexer import __version__
+from indexer.allocator import active_allocator
 from indexer.build_tasks import (
     FAULT_ENV,
     MapResult,
@@ -38,6 +39,7 @@ from indexer.build_tasks import (
     ReduceTask,
     SampleResult,
     SampleTask,
+    drop_read_ahead,
     faults_from_env,
     level_key,
     run_map,
@@ -338,7 +340,7 @@ def _plan(store: Store, shards: list[Shard], spec: ReadSpec, cfg: BuildConfig, e
         return RangePlan(**json.loads(store.read_bytes("plan.json")))
     step = max(len(shards) / SAMPLE_SHARDS, 1.0)
     picked = sorted({int(i * step) for i in range(min(SAMPLE_SHARDS, len(shards)))})
-    tasks = [SampleTask(shards[i].location, spec, cfg.order, SAMPLE_TOKENS) for i in picked]
+    tasks = [SampleTask(shards[i].location, spec, cfg.order, SAMPLE_TOKENS, store, i) for i in picked]
     for i in picked:
         if ("sample", i) in faults:
             raise BuildError(f"{FAULT_ENV}: sample tasks take no faults")
@@ -361,7 +363,7 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     shards = find_shards(cfg.inputs)
     vocab = _vocabulary(cfg, executor)
     progress(f"ngram-build: {len(shards)} shard(s), order {cfg.order}, {vocab.describe}, "
-             f"{executor.workers} worker(s)")
+             f"{executor.workers} worker(s), malloc {active_allocator()}")
     faults = faults_from_env(os.environ.get(FAULT_ENV))
     tokenizer = vocab.tokenizer
     if tokenizer is not None and not isinstance(executor, LocalExecutor):
@@ -542,15 +544,24 @@ def _run_maps(executor: Executor, tasks: list[MapTask], shards: list[Shard], pro
     phase = PhaseProgress("map", len(tasks), progress, total_work=sum(s.size for s in shards),
                           workers=executor.workers)
     # Largest shards first, so that no big shard runs alone at the end.
-    for r in executor.map_unordered(run_map, sorted(tasks, key=lambda t: -shards[t.index].size)):
-        by_index[r.index] = r
-        note = " (resumed)" if r.resumed else ""
-        skipped = f", {r.skipped} bad skipped" if r.skipped else ""
-        phase.task_done(f"{r.name.rsplit('/', 1)[-1]}{note}: {r.documents:,} docs, {r.tokens:,} tokens{skipped}",
-                        work=shards[r.index].size, documents=r.documents, tokens=r.tokens, resumed=r.resumed,
-                        seconds=r.seconds)
-        for e in r.errors[:3]:
-            progress(f"  skipped: {e}")
+    run_order = sorted(tasks, key=lambda t: -shards[t.index].size)
+    if isinstance(executor, LocalExecutor) and executor.workers == 1:
+        # One after another in this process: each task reads and encodes the
+        # next one's shard while it counts its own last chunk.
+        for task, after in zip(run_order, run_order[1:]):
+            task.then = (after.index, after.location)
+    try:
+        for r in executor.map_unordered(run_map, run_order):
+            by_index[r.index] = r
+            note = " (resumed)" if r.resumed else ""
+            skipped = f", {r.skipped} bad skipped" if r.skipped else ""
+            phase.task_done(f"{r.name.rsplit('/', 1)[-1]}{note}: {r.documents:,} docs, {r.tokens:,} tokens{skipped}",
+                            work=shards[r.index].size, documents=r.documents, tokens=r.tokens, resumed=r.resumed,
+                            seconds=r.seconds)
+            for e in r.errors[:3]:
+                progress(f"  skipped: {e}")
+    finally:
+        drop_read_ahead()  # a failed build's next shard
     return [by_index[t.index] for t in tasks]
 
 

@@ -30,18 +30,19 @@ import json
 import logging
 import os
 import re
+import time
 import unicodedata
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from ngram_service.fingerprint import hf_fingerprint as _hf_fingerprint, tiktoken_fingerprint as _tiktoken_fingerprint
 
-__all__ = ["TRICKY_TEXTS", "Tokenizer", "TokenizerError", "load_tokenizer"]
+__all__ = ["TRICKY_TEXTS", "EncodedBatch", "Tokenizer", "TokenizerError", "load_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,14 @@ TRICKY_TEXTS: tuple[str, ...] = (
     "a" * 300 + " " + "ab" * 200 + " " + "\n" * 50 + " " * 100 + "x",
     "MixedCASE camelCase snake_case kebab-case SCREAMING_CASE x'S'LL 's 'T",
 )
+
+
+class EncodedBatch(NamedTuple):
+    """Documents encoded by ``Tokenizer.encode_to_arrays_async``."""
+
+    ids: np.ndarray  # int32, the documents back to back, each followed by the EOS id
+    lengths: np.ndarray  # int64, the ids per document, EOS included
+    seconds: float  # the encoding thread's time on this batch
 
 
 class TokenizerError(ValueError):
@@ -346,6 +355,28 @@ def _fill_tiktoken_facts(src: _Source, ranks: dict[bytes, int]) -> None:
 # Backends
 
 
+class _EncodeThread:
+    """The one thread a backend encodes on (per process), apart from the
+    caller's: encoding on the interpreter's main thread allocates from
+    glibc's main arena, shared with Python and fragmented by it, where
+    malloc/free took 44 % of HF's encoding time (perf, Qwen3 on the shared
+    corpus); a thread of its own gets an arena of its own (about a third
+    less CPU, bench/bench_tokenize.py). And the caller can read and count
+    other documents meanwhile (``Tokenizer.encode_to_arrays_async``)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._executor: ThreadPoolExecutor | None = None
+        self._pid = 0
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        if self._executor is None or self._pid != os.getpid():
+            # (A forked child inherits the executor object but not its thread.)
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+            self._pid = os.getpid()
+        return self._executor.submit(fn, *args)
+
+
 class _HFBackend:
     name = "hf"
 
@@ -356,26 +387,15 @@ class _HFBackend:
         # Special-token strings in a document are text, not control tokens.
         self.tok.encode_special_tokens = True
         self.threads = threads
-        self._worker: ThreadPoolExecutor | None = None
-        self._worker_pid = 0
+        self.thread = _EncodeThread("hf-encode")
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[np.ndarray]:
-        """add_special_tokens: apply the tokenizer's post-processor (a BOS per
-        text for Llama-2-style tokenizers), as ``tokenizer(text)`` does."""
+        """Ids of each text, on the calling thread. add_special_tokens: apply
+        the tokenizer's post-processor (a BOS per text for Llama-2-style
+        tokenizers), as ``tokenizer(text)`` does."""
         if not texts:
             return []
-        # Encoding allocates a few small objects per token (the token
-        # strings, offsets, a split per word). On the interpreter's main
-        # thread glibc serves them from the main arena, shared with Python
-        # and fragmented by it, where malloc/free took 44 % of the encoding
-        # time (perf, Qwen3 on the shared corpus); a thread of its own gets
-        # an arena of its own and, with encode_batch_fast, encodes the same
-        # ids with about a third less CPU (bench/bench_tokenize.py).
-        if self._worker is None or self._worker_pid != os.getpid():
-            # (A forked child inherits the executor object but not its thread.)
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="hf-encode")
-            self._worker_pid = os.getpid()
-        return self._worker.submit(self._encode_here, list(texts), add_special_tokens).result()
+        return self._encode_here(list(texts), add_special_tokens)
 
     def _encode_here(self, texts: list[str], add_special_tokens: bool) -> list[np.ndarray]:
         # encode_batch_fast: the ids of encode(), without the character
@@ -429,6 +449,7 @@ class _TiktokenBackend:
         self.norm_re = _alternation(plan.normalized_added)
         self.added = {**plan.raw_added, **plan.normalized_added}
         self.threads = threads
+        self.thread = _EncodeThread("tiktoken-encode")
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0
         self._nothing: frozenset[str] = frozenset()
@@ -653,7 +674,8 @@ class Tokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of each text, no EOS added."""
-        return [a.tolist() for a in self._backend().encode(texts)]
+        backend = self._backend()
+        return [a.tolist() for a in backend.thread.submit(backend.encode, list(texts)).result()]
 
     def encode_to_arrays(self, texts: Sequence[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Encode documents and append one EOS after each.
@@ -666,15 +688,29 @@ class Tokenizer:
         each followed by ``eos_id``; ``lengths`` int64, the ids per document,
         EOS included (so ``lengths.sum() == len(ids)``, every length >= 1).
         """
+        batch = self.encode_to_arrays_async(texts, add_special_tokens).result()
+        return batch.ids, batch.lengths
+
+    def encode_to_arrays_async(self, texts: Sequence[str], add_special_tokens: bool = False) -> Future[EncodedBatch]:
+        """``encode_to_arrays`` on the backend's own encoding thread (one per
+        process, batches in the order given): the caller goes on reading and
+        counting other documents meanwhile. The future's ``EncodedBatch``
+        also gives the seconds the thread spent on the batch."""
+        backend = self._backend()
+        if add_special_tokens and not isinstance(backend, _HFBackend):
+            raise TokenizerError(f"{self.name}: add_special_tokens needs the hf backend, not {self.backend}")
+        return backend.thread.submit(self._encode_arrays_here, backend, list(texts), add_special_tokens)
+
+    def _encode_arrays_here(self, backend: _HFBackend | _TiktokenBackend, texts: list[str],
+                            add_special_tokens: bool) -> EncodedBatch:
+        t0 = time.perf_counter()
         if add_special_tokens:
-            backend = self._backend()
-            if not isinstance(backend, _HFBackend):
-                raise TokenizerError(f"{self.name}: add_special_tokens needs the hf backend, not {self.backend}")
+            assert isinstance(backend, _HFBackend)
             per_doc = backend.encode(texts, add_special_tokens=True)
         else:
-            per_doc = self._backend().encode(texts)
+            per_doc = backend.encode(texts)
         if not per_doc:
-            return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64)
+            return EncodedBatch(np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64), time.perf_counter() - t0)
         eos = np.array([self.eos_id], dtype=np.int32)
         pieces: list[np.ndarray] = []
         for a in per_doc:
@@ -682,7 +718,7 @@ class Tokenizer:
             pieces.append(eos)
         ids = np.concatenate(pieces).astype(np.int32, copy=False)
         lengths = np.fromiter((len(a) + 1 for a in per_doc), dtype=np.int64, count=len(per_doc))
-        return ids, lengths
+        return EncodedBatch(ids, lengths, time.perf_counter() - t0)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` (invalid UTF-8 at token edges becomes U+FFFD)."""

@@ -202,6 +202,24 @@ def test_encode_to_arrays_appends_eos(gpt2_style: Path) -> None:
         assert len(empty_ids) == len(empty_lengths) == 0
 
 
+def test_async_batches_give_the_ids_of_encode_to_arrays_in_order(gpt2_style: Path) -> None:
+    # The build submits a shard's batches ahead of its counting, several
+    # queued on the one encoding thread: each future must hold its own
+    # batch's ids, as the synchronous call gives them.
+    for backend in ("hf", "tiktoken"):
+        tok = load_tokenizer(gpt2_style, backend=backend)
+        batches = [CHECK_TEXTS[i:] + [str(i)] for i in range(len(CHECK_TEXTS))] + [[]]
+        futures = [tok.encode_to_arrays_async(b) for b in batches]
+        for b, f in zip(batches, futures):
+            got = f.result()
+            want_ids, want_lengths = tok.encode_to_arrays(b)
+            assert np.array_equal(got.ids, want_ids) and np.array_equal(got.lengths, want_lengths)
+            assert got.ids.dtype == np.int32 and got.lengths.dtype == np.int64 and got.seconds >= 0
+            assert got.ids.tolist() == [i for doc in tok.encode_batch(b) for i in [*doc, tok.eos_id]]
+    with pytest.raises(TokenizerError, match="add_special_tokens needs the hf backend"):
+        load_tokenizer(gpt2_style, backend="tiktoken").encode_to_arrays_async(["x"], add_special_tokens=True)
+
+
 # --------------------------------------------------------------------------
 # Facts: vocab_size, eos, name, fingerprint
 
