@@ -14,7 +14,7 @@ import indexer.cli as cli
 from indexer.allocator import ALLOCATOR_ENV
 from indexer.cli import _run_as_the_command
 
-from conftest import SAMPLE_CORPUS, SAMPLE_TOKENIZER
+from conftest import SAMPLE_CORPUS, SAMPLE_TOKENIZER, missing
 
 
 def build_cli(out: Path, **env: str) -> subprocess.CompletedProcess:
@@ -24,8 +24,9 @@ def build_cli(out: Path, **env: str) -> subprocess.CompletedProcess:
                           env={**clean, **env}, timeout=300)
 
 
-@pytest.mark.skipif(ctypes.util.find_library("mimalloc") is None, reason="no libmimalloc on this system")
 def test_the_command_runs_under_mimalloc_unless_told_not_to(tmp_path: Path) -> None:
+    if ctypes.util.find_library("mimalloc") is None:
+        missing("no libmimalloc on this system (infra/install-system-deps.sh installs libmimalloc2.0)")
     fast = build_cli(tmp_path / "a" / "t.ngt")
     assert fast.returncode == 0, fast.stderr
     assert "malloc mimalloc" in fast.stderr.splitlines()[0]
