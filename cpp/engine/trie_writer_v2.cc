@@ -89,6 +89,12 @@ void child_offset_sections(const TrieIndex& src, uint32_t k, LevelWords& out) {
   out[SectionKind::kChildSelect] = std::move(sel);
 }
 
+// The byte budget of level 2's bitmaps (dense_runs.h): their extra bytes
+// over the sequence's, per stored n-gram of all levels. 0.04 bytes keeps the
+// shared corpus trie near 1.68 bytes per n-gram (the limit: 1.7)
+// while its bitmaps hold the runs of the most frequent context tokens.
+constexpr double kDenseBudgetPerNgram = 0.04;
+
 }  // namespace
 
 uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std::string& meta_json) {
@@ -101,10 +107,10 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
   std::vector<LevelWords> words(order);
   // Level 1: which tokens occur, and how many before each word of that bit vector.
   std::vector<uint64_t> used_rank(vocab);
+  uint64_t used = 0;
   {
     const Level& uni = src.level(1);
     std::vector<uint64_t> bits((vocab + 63) / 64 + 1, 0), ranks;
-    uint64_t used = 0;
     for (uint64_t t = 0; t < vocab; ++t) {
       if (t % 64 == 0) ranks.push_back(used);
       used_rank[t] = used;
@@ -130,20 +136,42 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
     sh.size = L.size;
     sh.next_size = k < order ? src.level(k + 1).size : 0;
     sh.vocab_size = vocab;
+    sh.used_tokens = used;
     count_sections(L, k > 1, sh, words[k - 1]);
     if (k < order) child_offset_sections(src, k, words[k - 1]);
     if (k == 1) continue;
+    const Level& parent = src.level(k - 1);
+    // Level 2: the runs stored as bitmaps instead of in the sequence.
+    std::vector<uint64_t> dense;
+    std::vector<uint64_t> dense_bits, dense_ranks;
+    if (k == 2) {
+      std::vector<uint64_t> run_sizes(parent.size);
+      uint64_t ngrams = used;
+      for (uint32_t j = 2; j <= order; ++j) ngrams += src.level(j).size;
+      for (uint64_t p = 0; p < parent.size; ++p) {
+        uint64_t lo, hi;
+        src.children(1, p, &lo, &hi);
+        run_sizes[p] = hi - lo;
+      }
+      dense = dense_runs_to_store(run_sizes, used, static_cast<uint64_t>(kDenseBudgetPerNgram * ngrams));
+      dense_bits.assign(dense.size() * dense_bitmap_bits(used) / 64, 0);
+      for (uint64_t d = 0; d < dense.size(); ++d) sh.dense_entries += run_sizes[dense[d]];
+      sh.dense_runs = dense.size();
+    }
     // Tokens as ranks: S = base of the run + rank, strictly increasing.
     ChunkedEliasFanoBuilder seq;
     next_suffix.assign(L.size, 0);
     uint64_t base = 0;
-    const Level& parent = src.level(k - 1);
+    uint64_t next_dense = 0;  // index into dense
     for (uint64_t p = 0; p < parent.size; ++p) {
       uint64_t lo, hi;
       src.children(k - 1, p, &lo, &hi);
       if (lo == hi) continue;
       uint64_t slo = 0, shi = 0;  // the run of p's suffix context in level k-1
       if (k >= 3) src.children(k - 2, suffix[p], &slo, &shi);
+      const bool is_dense = next_dense < dense.size() && dense[next_dense] == p;
+      uint64_t* bitmap = is_dense ? dense_bits.data() + next_dense * (dense_bitmap_bits(used) / 64) : nullptr;
+      if (is_dense) ++next_dense;
       uint64_t last = 0;
       for (uint64_t i = lo; i < hi; ++i) {
         const uint64_t w = L.tokens[i];
@@ -163,13 +191,32 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
                                   "every suffix of a stored n-gram (write format version 1 instead)");
           x = at - slo;
         }
+        next_suffix[i] = at;
+        if (bitmap) {
+          bitmap[x / 64] |= uint64_t{1} << (x % 64);
+          continue;
+        }
         last = base + x;
         seq.push(last);
-        next_suffix[i] = at;
       }
-      base = last + 1;
+      if (!bitmap) base = last + 1;
     }
     seq.finish();
+    if (k == 2) {
+      // Each bitmap's rank samples: its set bits before every block.
+      const uint64_t per_run = dense_bitmap_bits(used) / 64;
+      for (uint64_t d = 0; d < dense.size(); ++d) {
+        uint64_t ones = 0;
+        for (uint64_t w = 0; w < per_run; ++w) {
+          if (w % (kDenseBlock / 64) == 0) dense_ranks.push_back(ones);
+          ones += static_cast<uint64_t>(__builtin_popcountll(dense_bits[d * per_run + w]));
+        }
+      }
+      words[1][SectionKind::kDenseRuns] = pack(dense, bits_for(vocab - 1));
+      dense_bits.push_back(0);
+      words[1][SectionKind::kDenseBits] = std::move(dense_bits);
+      words[1][SectionKind::kDenseRanks] = pack(dense_ranks, bits_for(used));
+    }
     suffix.swap(next_suffix);
     sh.token_bits = seq.bit_count;
     sh.token_end_width = bits_for(seq.ends.empty() ? 0 : seq.ends.back());
