@@ -50,10 +50,10 @@ bool find_rank(const Level& L, const RunRef& r, uint64_t x, uint64_t* pos) {
     *pos = r.lo + below;
     return true;
   }
-  uint64_t value;
-  const uint64_t at = L.token_ranks.lower_bound(r.s, r.s + n, r.base + x, &value);
+  uint64_t at;
+  if (!L.token_ranks.find(r.s, r.s + n, r.base + x, &at)) return false;
   *pos = r.lo + (at - r.s);
-  return at < r.s + n && value == r.base + x;
+  return true;
 }
 
 // The rank held by entry e of run r of level L.
@@ -150,7 +150,7 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
   // Per lane (one candidate): its index, its rank in the next run, and the
   // deepest entry found so far (at, in level deepest + 1).
   uint32_t cand[kLanes], deepest[kLanes], alive[kLanes];
-  uint64_t x[kLanes], at[kLanes], target[kLanes], pos[kLanes], value[kLanes];
+  uint64_t x[kLanes], at[kLanes], target[kLanes], pos[kLanes];
   bool hit[kLanes];
   for (uint32_t i = 0; i < n; ++i) {
     matched[i] = 0;
@@ -205,11 +205,8 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
             }
           } else {
             for (uint32_t a = 0; a < live; ++a) target[a] = r.base + x[alive[a]];
-            L.token_ranks.lower_bound_many(r.s, r.s + k, target, live, pos, value);
-            for (uint32_t a = 0; a < live; ++a) {
-              hit[a] = pos[a] < r.s + k && value[a] == target[a];
-              pos[a] = r.lo + (pos[a] - r.s);
-            }
+            L.token_ranks.find_many(r.s, r.s + k, target, live, pos, hit);
+            for (uint32_t a = 0; a < live; ++a) pos[a] = r.lo + (pos[a] - r.s);
           }
         }
         uint32_t still = 0;
