@@ -159,25 +159,21 @@ class ChunkedEliasFanoView {
 
     // Values j0..j1 (j1 <= kChunk) into out; past m (a corrupted file) zeros.
     void values(const ChunkedEliasFanoView& v, uint64_t j0, uint64_t j1, uint64_t* out) const {
+      std::fill(out, out + (j1 - j0), 0);
+      const uint64_t end_j = std::min(j1, m);
+      if (j0 >= end_j) return;
+      // Straight to value j0's set bit (whole words counted, not bits).
+      uint64_t w, word;
+      if (!seek(v, j0, &w, &word)) return;  // only in a corrupted file
       const uint64_t h0 = high_start();
-      uint64_t w = h0 / 64;
-      uint64_t word = v.word(w) & (~uint64_t{0} << (h0 % 64));
-      for (uint64_t j = 0; j < j1; ++j) {
-        if (j >= m) {
-          if (j >= j0) out[j - j0] = 0;
-          continue;
-        }
+      for (uint64_t j = j0; j < end_j; ++j) {
         while (word == 0) {
-          if (++w >= v.bit_words_) {  // only in a corrupted file
-            for (; j < j1; ++j)
-              if (j >= j0) out[j - j0] = 0;
-            return;
-          }
+          if (++w >= v.bit_words_) return;  // only in a corrupted file
           word = v.word(w);
         }
         const uint64_t pos = w * 64 + static_cast<uint64_t>(__builtin_ctzll(word)) - h0;
         word &= word - 1;
-        if (j >= j0) out[j - j0] = base + (((pos - j) << l) | low(v, j));
+        out[j - j0] = base + (((pos - j) << l) | low(v, j));
       }
     }
 
