@@ -28,14 +28,17 @@ std::string section_name(const SectionEntry& s) {
 // A RAM image is read by lookups that jump across hundreds of megabytes: on
 // 4 KB pages nearly every jump also misses the TLB. Anonymous memory asked
 // for with MADV_HUGEPAGE (before it is touched) gets 2 MB pages where the
-// kernel has them (transparent huge pages "always" or "madvise").
+// kernel has them (transparent huge pages "always" or "madvise"). Only the
+// image's whole 2 MB pages: the mapping ends at the image's last 4 KB page,
+// so that a last, partly filled huge page does not count 2 MB in RAM (on the
+// shared corpus that was 0.3 bytes per n-gram of a version-2 trie).
 uint8_t* TrieIndex::allocate_image(uint64_t bytes) {
-  constexpr uint64_t kHuge = 2ull << 20;
-  const uint64_t len = (bytes + kHuge - 1) / kHuge * kHuge;
+  constexpr uint64_t kHuge = 2ull << 20, kPage = 4096;
+  const uint64_t len = std::max<uint64_t>((bytes + kPage - 1) / kPage * kPage, kPage);
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
 #ifdef MADV_HUGEPAGE
-  madvise(p, len, MADV_HUGEPAGE);  // advice only: without huge pages it still works
+  if (bytes >= kHuge) madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice only: without huge pages it still works
 #endif
   owned_ = std::unique_ptr<uint8_t, ImageDeleter>(static_cast<uint8_t*>(p), ImageDeleter{len});
   return owned_.get();
