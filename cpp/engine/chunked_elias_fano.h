@@ -15,8 +15,10 @@
 // neighbours' ends: no select samples.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "elias_fano.h"
@@ -268,11 +270,16 @@ class ChunkedEliasFanoView {
   PackedView starts_, ends_;
 };
 
-// Codes a strictly increasing sequence: the chunks' bit streams and their
-// starts and ends, in memory, for the caller to write as three sections.
-class ChunkedEliasFanoBuilder {
+// Codes a strictly increasing sequence: streams the chunks' bits, as
+// little-endian words, into `sink` (a chunk's words once it is complete, the
+// trailing zero word at finish()), and keeps their starts and ends, small,
+// for the caller to write as the other two sections.
+template <typename Sink>
+class ChunkedEliasFanoWriter {
  public:
   static constexpr uint64_t kChunk = ChunkedEliasFanoView::kChunk;
+
+  explicit ChunkedEliasFanoWriter(Sink sink) : sink_(std::move(sink)) {}
 
   void push(uint64_t v) {
     pending_.push_back(v);
@@ -281,23 +288,26 @@ class ChunkedEliasFanoBuilder {
   void finish() {
     if (!pending_.empty()) flush();
     starts.push_back(bit_count);
+    const uint64_t total = (bit_count + 63) / 64;
+    for (uint64_t w = first_word_; w < total; ++w) sink_(words_[w - first_word_]);
+    sink_(uint64_t{0});
   }
 
-  std::vector<uint64_t> words;  // the bit streams, little-endian words
   uint64_t bit_count = 0;
   std::vector<uint64_t> starts, ends;
 
  private:
+  // Word w of the stream (w >= first_word_), grown as needed.
+  uint64_t& word(uint64_t w) {
+    while (first_word_ + words_.size() <= w) words_.push_back(0);
+    return words_[w - first_word_];
+  }
   void put(uint64_t value, uint32_t width) {
     if (width == 0) return;
-    grow(bit_count + width);
     const uint64_t w = bit_count / 64, s = bit_count % 64;
-    words[w] |= value << s;
-    if (s + width > 64) words[w + 1] |= value >> (64 - s);
+    word(w) |= value << s;
+    if (s + width > 64) word(w + 1) |= value >> (64 - s);
     bit_count += width;
-  }
-  void grow(uint64_t bits) {
-    while (words.size() * 64 < bits + 64) words.push_back(0);
   }
   void flush() {
     const uint64_t m = pending_.size();
@@ -309,16 +319,25 @@ class ChunkedEliasFanoBuilder {
     const uint64_t mask = l ? (uint64_t{1} << l) - 1 : 0;
     for (uint64_t j = 0; j < m; ++j) put((pending_[j] - base) & mask, l);
     const uint64_t h0 = bit_count, high_bits = m + (u >> l) + 1;
-    grow(h0 + high_bits);
     for (uint64_t j = 0; j < m; ++j) {
       const uint64_t p = h0 + ((pending_[j] - base) >> l) + j;
-      words[p / 64] |= uint64_t{1} << (p % 64);
+      word(p / 64) |= uint64_t{1} << (p % 64);
     }
     bit_count += high_bits;
     next_base_ = end + 1;
     pending_.clear();
+    // The words before the one bit_count is in are complete.
+    const uint64_t done = bit_count / 64;
+    for (uint64_t w = first_word_; w < done; ++w) sink_(word(w));
+    if (done > first_word_) {
+      words_.erase(words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(std::min<uint64_t>(done - first_word_, words_.size())));
+      first_word_ = done;
+    }
   }
 
+  Sink sink_;
+  std::vector<uint64_t> words_;  // words first_word_, first_word_ + 1, ... of the stream
+  uint64_t first_word_ = 0;
   std::vector<uint64_t> pending_;
   uint64_t next_base_ = 0;
 };
