@@ -172,7 +172,8 @@ def query_speed(path: Path, golden: Path | None, batch: int = 20_000, reps: int 
 
 SECTION_GROUPS = {  # section kind -> what it stores (docs/FORMAT.md)
     "tokens": "tokens", "token_samples": "tokens", "token_bits": "tokens", "token_starts": "tokens",
-    "token_ends": "tokens", "used_tokens": "tokens", "used_token_ranks": "tokens",
+    "token_ends": "tokens", "used_tokens": "tokens", "used_token_ranks": "tokens", "dense_runs": "tokens",
+    "dense_bits": "tokens", "dense_ranks": "tokens",
     "count_values": "counts", "count_ranks": "counts", "count_escapes": "counts", "count_escape_index": "counts",
     "count_ranks2": "counts", "count_ranks2_index": "counts",
     "child_offsets": "child offsets", "child_low": "child offsets", "child_high": "child offsets",

@@ -24,7 +24,8 @@ KINDS = {1: "meta", 2: "count_values", 3: "count_ranks", 4: "tokens", 5: "child_
          7: "child_high", 8: "child_select", 9: "count_escapes", 10: "count_escape_index", 11: "child_offsets"}
 KINDS_V2 = {**{k: v for k, v in KINDS.items() if v not in ("tokens", "token_samples", "child_offsets")},
             12: "used_tokens", 13: "used_token_ranks", 14: "count_ranks2", 15: "count_ranks2_index",
-            16: "token_bits", 17: "token_starts", 18: "token_ends"}
+            16: "token_bits", 17: "token_starts", 18: "token_ends", 19: "dense_runs", 20: "dense_bits",
+            21: "dense_ranks"}
 ORDER, VOCAB, EOS = 4, 300, 299
 
 
@@ -202,6 +203,8 @@ def decode_v2(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]
                                   "count_ranks2_index", "count_escapes")]
         want += [("used_tokens", 1), ("used_token_ranks", 1)] if k == 1 else \
             [("token_bits", k), ("token_starts", k), ("token_ends", k)]
+        if k == 2:
+            want += [("dense_runs", 2), ("dense_bits", 2), ("dense_ranks", 2)]
         if k < order:
             want += [("child_low", k), ("child_high", k), ("child_select", k)]
     assert in_order == want
@@ -268,7 +271,26 @@ def decode_v2(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]
     tokens = [np.arange(vocab)]
     suffix = np.arange(vocab)  # per entry of the level before: its suffix's index in the level before that
     for k in range(2, order + 1):
-        n = sizes[k - 1]
+        off = offsets[k - 2]
+        parent = np.repeat(np.arange(len(off) - 1), np.diff(off))
+        in_dense = np.zeros(sizes[k - 1], dtype=bool)
+        if k == 2:  # the dense runs: bitmaps over the used tokens' ranks, a rank sample per 512 bits
+            used_count = len(used_ids)
+            width = math.ceil(used_count / 512) * 512
+            dense = packed("dense_runs", 2, width=max(bits_for(vocab), 1)).astype(np.int64)
+            assert np.all(np.diff(dense) > 0)
+            dense_bits = packed("dense_bits", 2, n=len(dense) * width, width=1).reshape(len(dense), width)
+            dense_ranks = packed("dense_ranks", 2, n=len(dense) * (width // 512), width=bits_for(used_count + 1))
+            dense_x = np.zeros(sizes[1], dtype=np.int64)
+            for d, p in enumerate(dense):
+                assert not dense_bits[d, used_count:].any()
+                ones = np.flatnonzero(dense_bits[d])
+                assert len(ones) == off[p + 1] - off[p] > 0
+                np.testing.assert_array_equal(dense_ranks[d * (width // 512):(d + 1) * (width // 512)],
+                                              np.searchsorted(ones, np.arange(0, width, 512)))
+                in_dense[off[p]:off[p + 1]] = True
+                dense_x[off[p]:off[p + 1]] = ones
+        n = int((~in_dense).sum())
         chunks = math.ceil(n / 128)
         bits_sec = sections[("token_bits", k)]
         nbits = bits_sec["count"]
@@ -291,10 +313,14 @@ def decode_v2(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]
             S += (base + elias_fano(high, np.array(low), m, low_bits)).tolist()
         S = np.array(S, dtype=np.int64)
         assert np.all(np.diff(S) > 0)
-        off = offsets[k - 2]
-        parent = np.repeat(np.arange(len(off) - 1), np.diff(off))
-        run_base = np.where(off[parent] > 0, S[np.maximum(off[parent] - 1, 0)] + 1, 0)
-        x = S - run_base
+        # S holds the entries outside dense runs; a run's base is the value before its first one in S.
+        outside_before = np.cumsum(~in_dense) - ~in_dense  # per entry: the entries outside dense runs before it
+        first_s = outside_before[off[parent]] - 1  # the S index before the run's first value
+        run_base = np.where(first_s >= 0, S[np.maximum(first_s, 0)] + 1, 0)
+        x = np.zeros(sizes[k - 1], dtype=np.int64)
+        x[~in_dense] = S - run_base[~in_dense]
+        if k == 2:
+            x[in_dense] = dense_x[in_dense]
         if k == 2:
             tok = used_ids[x]
             here = tok  # the suffix (w2) is entry w2 of level 1
@@ -372,6 +398,7 @@ def test_the_fixture_exercises_every_section_kind(written: tuple[Path, list[Coun
     else:  # both tiers escape somewhere; several chunks of tokens, some with low bits
         assert any(s["kind"] == "count_ranks2" and s["count"] > 0 for s in secs)
         assert any(s["kind"] == "token_ends" and s["count"] > 1 for s in secs)
+        assert any(s["kind"] == "dense_runs" and s["count"] > 1 for s in secs)
 
 
 def test_decoder_reads_a_built_trie(sample_trie_each_format: Path) -> None:

@@ -65,6 +65,41 @@ def test_size_target_and_same_counts(corpus_trie: Path, corpus_trie_v2: Path) ->
         assert (ta.matched, ta.tokens.tolist(), ta.counts.tolist()) == (tb.matched, tb.tokens.tolist(), tb.counts.tolist())
 
 
+def dense_run_parents(path: Path) -> list[int]:
+    """The tokens whose level-2 runs the file stores as bitmaps (docs/FORMAT.md, "Dense runs"), from its bytes."""
+    sec = next(s for s in NgramIndex.open(path).sections() if s["kind"] == "dense_runs")
+    with open(path, "rb") as f:
+        f.seek(sec["offset"])
+        packed = int.from_bytes(f.read(sec["length"]), "little")
+    w = sec["width"]
+    return [(packed >> (j * w)) & ((1 << w) - 1) for j in range(sec["count"])]
+
+
+def test_dense_runs_answer_as_version_1(corpus_trie: Path, corpus_trie_v2: Path) -> None:
+    """Every bitmap run of the shared corpus trie lists its continuations, and finds them and no others after
+    contexts ending in its token, exactly as version 1 does."""
+    a, b = NgramIndex.open(corpus_trie), NgramIndex.open(corpus_trie_v2, mode="ram")
+    parents = dense_run_parents(corpus_trie_v2)
+    assert len(parents) >= 20
+    rng = np.random.default_rng(3)
+    ctx, cand = [], []
+    before = a.topk([], 2000).tokens  # frequent tokens: contexts (t, p) that often exist
+    for p in parents:
+        ta, tb = a.topk([p], 100_000), b.topk([p], 100_000)
+        assert len(ta.tokens) >= 1000 and ta.tokens.tolist() == tb.tokens.tolist()
+        assert ta.counts.tolist() == tb.counts.tolist()
+        for _ in range(8):
+            ctx.append([int(rng.choice(before)), p])
+            cand.append(np.concatenate([rng.choice(ta.tokens, 20), rng.integers(0, 151_669, 5)]))
+    ctx, cand = np.array(ctx, np.int64), np.array(cand, np.int64)
+    (pa, ma), (pb, mb) = a.conditional_probs(ctx, cand), b.conditional_probs(ctx, cand)
+    assert np.array_equal(pa.view(np.uint32), pb.view(np.uint32)) and np.array_equal(ma, mb)
+    assert {0, 1, 2} <= set(np.unique(ma).tolist())
+    for i in range(0, len(ctx), 41):  # one query per call too
+        p1, m1 = b.conditional_probs(ctx[i:i + 1], cand[i:i + 1])
+        assert np.array_equal(p1[0].view(np.uint32), pa[i].view(np.uint32)) and np.array_equal(m1[0], ma[i])
+
+
 def zipf_levels(order: int, vocab: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
     counts: list[dict[tuple[int, ...], int]] = [{} for _ in range(order)]

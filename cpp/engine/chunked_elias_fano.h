@@ -15,8 +15,10 @@
 // neighbours' ends: no select samples.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "elias_fano.h"
@@ -55,19 +57,16 @@ class ChunkedEliasFanoView {
     }
   }
 
-  // lower_bound for m values v[0..m) at once (pos[j], value[j]). The run's
-  // chunk ends are read once for all the values (up to kMaxRunChunks; a
-  // longer run bisects them in place), then each value's bisection runs
-  // over them branch-free, in lockstep with the others'.
-  void lower_bound_many(uint64_t lo, uint64_t hi, const uint64_t* v, uint32_t m, uint64_t* pos,
-                        uint64_t* value) const {
-    for (uint32_t j = 0; j < m; ++j) pos[j] = lo, value[j] = UINT64_MAX;
+  // For m values v[0..m) at once: whether S[lo..hi) holds v[j] (hit[j]),
+  // and then at which index (pos[j]). The range's chunk ends are read once
+  // for all the values (up to kMaxRunChunks; a longer range bisects them in
+  // place), then each value's bisection runs over them branch-free, in
+  // lockstep with the others'.
+  void find_many(uint64_t lo, uint64_t hi, const uint64_t* v, uint32_t m, uint64_t* pos, bool* hit) const {
+    for (uint32_t j = 0; j < m; ++j) pos[j] = lo, hit[j] = false;
     if (lo >= hi) return;
     const uint64_t c_first = lo / kChunk, c_last = (hi - 1) / kChunk;
-    if (c_last >= ends_.size()) {  // only in a corrupted file
-      for (uint32_t j = 0; j < m; ++j) pos[j] = hi;
-      return;
-    }
+    if (c_last >= ends_.size()) return;  // only in a corrupted file
     const uint64_t nc = c_last - c_first + 1;
     uint64_t c[kMaxLanes];
     if (nc > kMaxRunChunks) {
@@ -78,9 +77,10 @@ class ChunkedEliasFanoView {
         n -= half;
       }
       for (uint32_t j = 0; j < m; ++j) {
-        const uint64_t first = c[j] * kChunk;
-        const uint64_t at = chunk(c[j]).next_geq(*this, std::max(lo, first) - first, v[j], &value[j]);
-        pos[j] = std::min(hi, first + at);
+        uint64_t at = 0;
+        hit[j] = chunk(c[j]).find(*this, v[j], &at);
+        pos[j] = c[j] * kChunk + at;
+        hit[j] = hit[j] && pos[j] >= lo && pos[j] < hi;
       }
       return;
     }
@@ -95,30 +95,31 @@ class ChunkedEliasFanoView {
       n -= half;
     }
     for (uint32_t j = 0; j < m; ++j) {
-      const uint64_t ci = c_first + c[j], first = ci * kChunk;
-      const Chunk ch = chunk(ci, ci == 0 ? 0 : e[c[j]] + 1, e[c[j] + 1]);
-      const uint64_t at = ch.next_geq(*this, std::max(lo, first) - first, v[j], &value[j]);
-      pos[j] = std::min(hi, first + at);
+      const uint64_t ci = c_first + c[j];
+      uint64_t at = 0;
+      hit[j] = chunk(ci, ci == 0 ? 0 : e[c[j]] + 1, e[c[j] + 1]).find(*this, v[j], &at);
+      pos[j] = ci * kChunk + at;
+      hit[j] = hit[j] && pos[j] >= lo && pos[j] < hi;
     }
   }
   static constexpr uint64_t kMaxRunChunks = 256;
   static constexpr uint32_t kMaxLanes = 64;
 
-  // The first i in [lo, hi) with S[i] >= v (hi if none); *value = S[i] then.
-  uint64_t lower_bound(uint64_t lo, uint64_t hi, uint64_t v, uint64_t* value) const {
-    *value = UINT64_MAX;
-    if (lo >= hi) return lo;
+  // Whether S[lo..hi) holds v, and then at which index (*pos).
+  bool find(uint64_t lo, uint64_t hi, uint64_t v, uint64_t* pos) const {
+    if (lo >= hi) return false;
     // The chunk: the first of the range's whose last value is >= v.
     uint64_t c_lo = lo / kChunk, c_hi = (hi - 1) / kChunk;  // inclusive
-    if (c_hi >= ends_.size()) return hi;  // only in a corrupted file
+    if (c_hi >= ends_.size()) return false;  // only in a corrupted file
     while (c_lo < c_hi) {
       const uint64_t mid = (c_lo + c_hi) / 2;
       if (ends_[mid] < v) c_lo = mid + 1;
       else c_hi = mid;
     }
-    const uint64_t first = c_lo * kChunk;
-    const uint64_t j = chunk(c_lo).next_geq(*this, std::max(lo, first) - first, v, value);
-    return std::min(hi, first + j);
+    uint64_t at = 0;
+    if (!chunk(c_lo).find(*this, v, &at)) return false;
+    *pos = c_lo * kChunk + at;
+    return *pos >= lo && *pos < hi;
   }
 
  private:
@@ -160,89 +161,75 @@ class ChunkedEliasFanoView {
 
     // Values j0..j1 (j1 <= kChunk) into out; past m (a corrupted file) zeros.
     void values(const ChunkedEliasFanoView& v, uint64_t j0, uint64_t j1, uint64_t* out) const {
+      std::fill(out, out + (j1 - j0), 0);
+      const uint64_t end_j = std::min(j1, m);
+      if (j0 >= end_j) return;
+      // Straight to value j0's set bit (whole words counted, not bits).
+      uint64_t w, word;
+      if (!seek(v, j0, &w, &word)) return;  // only in a corrupted file
       const uint64_t h0 = high_start();
-      uint64_t w = h0 / 64;
-      uint64_t word = v.word(w) & (~uint64_t{0} << (h0 % 64));
-      for (uint64_t j = 0; j < j1; ++j) {
-        if (j >= m) {
-          if (j >= j0) out[j - j0] = 0;
-          continue;
-        }
+      for (uint64_t j = j0; j < end_j; ++j) {
         while (word == 0) {
-          if (++w >= v.bit_words_) {  // only in a corrupted file
-            for (; j < j1; ++j)
-              if (j >= j0) out[j - j0] = 0;
-            return;
-          }
+          if (++w >= v.bit_words_) return;  // only in a corrupted file
           word = v.word(w);
         }
         const uint64_t pos = w * 64 + static_cast<uint64_t>(__builtin_ctzll(word)) - h0;
         word &= word - 1;
-        if (j >= j0) out[j - j0] = base + (((pos - j) << l) | low(v, j));
+        out[j - j0] = base + (((pos - j) << l) | low(v, j));
       }
     }
 
-    // The first j >= j0 (j0 <= m) whose value is >= target (m if none).
-    // Value j's high part is the number of zeros before its set bit, so
-    // the values whose high part is at least target's follow the
-    // (target >> l)-th zero: find it, then compare from there.
-    uint64_t next_geq(const ChunkedEliasFanoView& v, uint64_t j0, uint64_t target, uint64_t* value) const {
-      if (target < base || m == 0) {
-        if (j0 < m) *value = this->value(v, j0);
-        return std::min(j0, m);
-      }
-      if (target > end) return m;  // past the chunk (and the scan below stays inside it)
-      const uint64_t h = (target - base) >> l;
+    // Whether the chunk holds target, and then as value *at. The values whose high
+    // part is target's, h, are the set bits right after the h-th zero of
+    // the high part: find that zero, then compare those values' low bits
+    // (no value is decoded whole, no set bit selected).
+    bool find(const ChunkedEliasFanoView& v, uint64_t target, uint64_t* at) const {
+      if (m == 0 || target < base || target > end) return false;
+      const uint64_t d = target - base;
+      const uint64_t h = d >> l, low_target = d & ((uint64_t{1} << l) - 1);
       const uint64_t h0 = high_start();
-      uint64_t ones = 0, p = h0;  // p: the first bit after the h-th zero
+      // The high part ends before bit h0 + m + (u >> l) + 1; no scan goes
+      // past that word (a corrupted file may lack the zeros).
+      const uint64_t last_word = std::min(v.bit_words_, (h0 + m + ((end - base) >> l) + 64) / 64);
+      uint64_t p = h0, ones = 0;  // p: bucket h's first bit; ones: the values before it
       if (h > 0) {
-        uint64_t zeros_left = h;
-        uint64_t w = h0 / 64, shift = h0 % 64;
+        uint64_t w = h0 / 64, from = h0 % 64, zeros_left = h;
         for (;;) {
-          if (w >= v.bit_words_) return m;  // only in a corrupted file
-          const uint64_t word = v.word(w) >> shift;
-          const uint64_t avail = 64 - shift;
+          if (w >= last_word) return false;  // only in a corrupted file
+          const uint64_t word = v.word_unchecked(w) & (~uint64_t{0} << from);
           const uint64_t ones_here = static_cast<uint64_t>(__builtin_popcountll(word));
-          if (avail - ones_here >= zeros_left) {
-            const uint64_t in_range = avail == 64 ? ~uint64_t{0} : (uint64_t{1} << avail) - 1;
-            const uint32_t at = select_in_word(~word & in_range, zeros_left - 1);
-            const uint64_t before = at == 63 ? ~uint64_t{0} : (uint64_t{1} << (at + 1)) - 1;
-            ones += static_cast<uint64_t>(__builtin_popcountll(word & before));
-            p = 64 * w + shift + at + 1;
+          const uint64_t zeros_here = 64 - from - ones_here;
+          if (zeros_here >= zeros_left) {
+            const uint32_t zero = select_in_word(~word & (~uint64_t{0} << from), zeros_left - 1);
+            const uint64_t upto = zero == 63 ? ~uint64_t{0} : (uint64_t{1} << (zero + 1)) - 1;
+            ones += static_cast<uint64_t>(__builtin_popcountll(word & upto));
+            p = 64 * w + zero + 1;
             break;
           }
-          zeros_left -= avail - ones_here;
+          zeros_left -= zeros_here;
           ones += ones_here;
           ++w;
-          shift = 0;
+          from = 0;
         }
       }
-      uint64_t w, bits;
-      uint64_t j = ones;
-      if (j0 > ones) {  // the run starts further on: go straight to its first value
-        j = j0;
-        if (!seek(v, j, &w, &bits)) return m;
-      } else {
-        w = p / 64;
-        bits = v.word(w) & (~uint64_t{0} << (p % 64));
-      }
-      for (; j < m; ++j) {
-        while (bits == 0) {
-          if (++w >= v.bit_words_) return m;  // only in a corrupted file
-          bits = v.word(w);
-        }
-        const uint64_t q = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) - h0;
-        bits &= bits - 1;
-        const uint64_t x = base + (((q - j) << l) | low(v, j));
-        if (x >= target) {
-          *value = x;
-          return j;
+      // Bucket h: values ones, ones + 1, ... while the bits from p on are set.
+      for (uint64_t j = ones; j < m; ++j, ++p) {
+        if (p / 64 >= last_word || !((v.word_unchecked(p / 64) >> (p % 64)) & 1)) return false;
+        const uint64_t lw = low(v, j);
+        if (lw >= low_target) {
+          *at = j;
+          return lw == low_target;
         }
       }
-      return m;
+      return false;
     }
   };
 
+  uint64_t word_unchecked(uint64_t w) const {  // w < bit_words_
+    uint64_t x;
+    std::memcpy(&x, bits_ + w * 8, 8);
+    return x;
+  }
   uint64_t word(uint64_t w) const {
     uint64_t x = 0;
     if (w < bit_words_) std::memcpy(&x, bits_ + w * 8, 8);  // a corrupted file ends the scan
@@ -283,11 +270,16 @@ class ChunkedEliasFanoView {
   PackedView starts_, ends_;
 };
 
-// Codes a strictly increasing sequence: the chunks' bit streams and their
-// starts and ends, in memory, for the caller to write as three sections.
-class ChunkedEliasFanoBuilder {
+// Codes a strictly increasing sequence: streams the chunks' bits, as
+// little-endian words, into `sink` (a chunk's words once it is complete, the
+// trailing zero word at finish()), and keeps their starts and ends, small,
+// for the caller to write as the other two sections.
+template <typename Sink>
+class ChunkedEliasFanoWriter {
  public:
   static constexpr uint64_t kChunk = ChunkedEliasFanoView::kChunk;
+
+  explicit ChunkedEliasFanoWriter(Sink sink) : sink_(std::move(sink)) {}
 
   void push(uint64_t v) {
     pending_.push_back(v);
@@ -296,23 +288,26 @@ class ChunkedEliasFanoBuilder {
   void finish() {
     if (!pending_.empty()) flush();
     starts.push_back(bit_count);
+    const uint64_t total = (bit_count + 63) / 64;
+    for (uint64_t w = first_word_; w < total; ++w) sink_(words_[w - first_word_]);
+    sink_(uint64_t{0});
   }
 
-  std::vector<uint64_t> words;  // the bit streams, little-endian words
   uint64_t bit_count = 0;
   std::vector<uint64_t> starts, ends;
 
  private:
+  // Word w of the stream (w >= first_word_), grown as needed.
+  uint64_t& word(uint64_t w) {
+    while (first_word_ + words_.size() <= w) words_.push_back(0);
+    return words_[w - first_word_];
+  }
   void put(uint64_t value, uint32_t width) {
     if (width == 0) return;
-    grow(bit_count + width);
     const uint64_t w = bit_count / 64, s = bit_count % 64;
-    words[w] |= value << s;
-    if (s + width > 64) words[w + 1] |= value >> (64 - s);
+    word(w) |= value << s;
+    if (s + width > 64) word(w + 1) |= value >> (64 - s);
     bit_count += width;
-  }
-  void grow(uint64_t bits) {
-    while (words.size() * 64 < bits + 64) words.push_back(0);
   }
   void flush() {
     const uint64_t m = pending_.size();
@@ -324,16 +319,25 @@ class ChunkedEliasFanoBuilder {
     const uint64_t mask = l ? (uint64_t{1} << l) - 1 : 0;
     for (uint64_t j = 0; j < m; ++j) put((pending_[j] - base) & mask, l);
     const uint64_t h0 = bit_count, high_bits = m + (u >> l) + 1;
-    grow(h0 + high_bits);
     for (uint64_t j = 0; j < m; ++j) {
       const uint64_t p = h0 + ((pending_[j] - base) >> l) + j;
-      words[p / 64] |= uint64_t{1} << (p % 64);
+      word(p / 64) |= uint64_t{1} << (p % 64);
     }
     bit_count += high_bits;
     next_base_ = end + 1;
     pending_.clear();
+    // The words before the one bit_count is in are complete.
+    const uint64_t done = bit_count / 64;
+    for (uint64_t w = first_word_; w < done; ++w) sink_(word(w));
+    if (done > first_word_) {
+      words_.erase(words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(std::min<uint64_t>(done - first_word_, words_.size())));
+      first_word_ = done;
+    }
   }
 
+  Sink sink_;
+  std::vector<uint64_t> words_;  // words first_word_, first_word_ + 1, ... of the stream
+  uint64_t first_word_ = 0;
   std::vector<uint64_t> pending_;
   uint64_t next_base_ = 0;
 };

@@ -19,16 +19,47 @@ uint64_t lower_bound_branchless(const uint64_t* r, uint64_t k, uint64_t v) {
   return static_cast<uint64_t>(f - r) + (*f < v);
 }
 
-// The first value of the run starting at entry lo: S[lo - 1] + 1 (0 for the first entry).
-uint64_t run_base(const Level& L, uint64_t lo) { return lo == 0 ? 0 : L.token_ranks[lo - 1] + 1; }
+// A run of level k (its entries [lo, hi)) as a search in it needs it:
+// one of level 2's bitmaps (dense >= 0), or the values S[s .. s + hi - lo)
+// of the level's sequence, whose rank 0 is base.
+struct RunRef {
+  uint64_t lo = 0, hi = 0;
+  int64_t dense = -1;
+  uint64_t s = 0, base = 0;
+};
 
-// The entry of level L holding rank x in the run [lo, hi) whose values start at base.
-bool find_rank(const Level& L, uint64_t lo, uint64_t hi, uint64_t base, uint64_t x, uint64_t* pos) {
-  if (lo >= hi) return false;
-  uint64_t value;
-  const uint64_t at = L.token_ranks.lower_bound(lo, hi, base + x, &value);
-  *pos = at;
-  return at < hi && value == base + x;
+RunRef open_run(const Level& L, uint64_t lo, uint64_t hi) {
+  RunRef r;
+  r.lo = lo;
+  r.hi = hi;
+  if (lo >= hi) return r;
+  r.dense = L.dense.find(lo);
+  if (r.dense >= 0) return r;
+  r.s = L.dense.sequence_index(lo);
+  r.base = r.s == 0 ? 0 : L.token_ranks[r.s - 1] + 1;
+  return r;
+}
+
+// The entry of level L holding rank x in run r.
+bool find_rank(const Level& L, const RunRef& r, uint64_t x, uint64_t* pos) {
+  if (r.lo >= r.hi) return false;
+  const uint64_t n = r.hi - r.lo;
+  if (r.dense >= 0) {
+    uint64_t below;
+    if (!L.dense.rank(static_cast<uint64_t>(r.dense), x, &below) || below >= n) return false;
+    *pos = r.lo + below;
+    return true;
+  }
+  uint64_t at;
+  if (!L.token_ranks.find(r.s, r.s + n, r.base + x, &at)) return false;
+  *pos = r.lo + (at - r.s);
+  return true;
+}
+
+// The rank held by entry e of run r of level L.
+uint64_t rank_at(const Level& L, const RunRef& r, uint64_t e) {
+  if (r.dense >= 0) return L.dense.select(static_cast<uint64_t>(r.dense), e - r.lo);
+  return L.token_ranks[r.s + (e - r.lo)] - r.base;
 }
 
 // The runs of the continuations of the last j tokens of suffix[0..len), in
@@ -46,32 +77,29 @@ bool chain(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint64_t* lo
   return true;
 }
 
-// The first values of the runs lo[1..top] (run j in level j + 1).
-void chain_bases(const TrieIndex& t, const uint64_t* lo, const uint64_t* hi, uint32_t top, uint64_t* base) {
-  for (uint32_t j = 1; j <= top; ++j) base[j] = lo[j] < hi[j] ? run_base(t.level(j + 1), lo[j]) : 0;
+// The runs lo[1..top], hi[1..top] (run j in level j + 1), ready to search.
+void open_runs(const TrieIndex& t, const uint64_t* lo, const uint64_t* hi, uint32_t top, RunRef* run) {
+  for (uint32_t j = 1; j <= top; ++j) run[j] = open_run(t.level(j + 1), lo[j], hi[j]);
 }
 
 // Follows token w down the chain: its rank among the tokens that occur,
-// then its entry in each run lo[1..top] of levels 2..top+1. The entry in
+// then its entry in each run run[1..top] of levels 2..top+1. The entry in
 // level top + 1, if every step finds it.
-bool descend(const TrieIndex& t, uint64_t w, const uint64_t* lo, const uint64_t* hi, const uint64_t* base,
-             uint32_t top, uint64_t* pos) {
+bool descend(const TrieIndex& t, uint64_t w, const RunRef* run, uint32_t top, uint64_t* pos) {
   uint64_t x;
   if (!t.used_rank(w, &x)) return false;
   for (uint32_t j = 1; j <= top; ++j) {
-    if (!find_rank(t.level(j + 1), lo[j], hi[j], base[j], x, pos)) return false;
-    x = *pos - lo[j];
+    if (!find_rank(t.level(j + 1), run[j], x, pos)) return false;
+    x = *pos - run[j].lo;
   }
   return true;
 }
 
-// The token of entry e of level k (k >= 2) in the run [lo[k-1], hi[k-1]).
-uint64_t token_at(const TrieIndex& t, uint32_t k, uint64_t e, const uint64_t* lo) {
-  const Level& L = t.level(k);
-  const uint64_t base = lo[k - 1] == 0 ? 0 : L.token_ranks[lo[k - 1] - 1] + 1;
-  const uint64_t x = L.token_ranks[e] - base;
+// The token of entry e of level k (k >= 2) in the run run[k-1].
+uint64_t token_at(const TrieIndex& t, uint32_t k, uint64_t e, const RunRef* run) {
+  const uint64_t x = rank_at(t.level(k), run[k - 1], e);
   if (k == 2) return t.used_token(x);
-  return token_at(t, k - 1, lo[k - 2] + x, lo);
+  return token_at(t, k - 1, run[k - 2].lo + x, run);
 }
 
 }  // namespace
@@ -88,9 +116,9 @@ bool find_v2(const TrieIndex& t, const int32_t* toks, uint32_t len, uint64_t* in
   if (!find_v2(t, toks, len - 1, &prefix)) return false;
   if (!chain(t, toks, len - 1, lo, hi)) return false;
   t.children(len - 1, prefix, &lo[len - 1], &hi[len - 1]);
-  uint64_t base[kMaxOrder + 1];
-  chain_bases(t, lo, hi, len - 1, base);
-  return descend(t, static_cast<uint32_t>(toks[len - 1]), lo, hi, base, len - 1, index);
+  RunRef run[kMaxOrder + 1];
+  open_runs(t, lo, hi, len - 1, run);
+  return descend(t, static_cast<uint32_t>(toks[len - 1]), run, len - 1, index);
 }
 
 void run_tokens_v2(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi,
@@ -102,7 +130,9 @@ void run_tokens_v2(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint
   }
   clo[len] = lo;
   chi[len] = hi;
-  for (uint64_t e = lo; e < hi; ++e) out[e - lo] = static_cast<int32_t>(token_at(t, len + 1, e, clo));
+  RunRef run[kMaxOrder + 1];
+  open_runs(t, clo, chi, len, run);
+  for (uint64_t e = lo; e < hi; ++e) out[e - lo] = static_cast<int32_t>(token_at(t, len + 1, e, run));
 }
 
 void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
@@ -112,20 +142,22 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
   // per candidate when it holds at most kDecodePerLane values per candidate
   // to look up: decoding a value costs a small fraction of a search.
   constexpr uint64_t kDecodePerLane = 4, kDecodeMin = 32, kDecodeMax = 1024;
-  uint64_t lo[kMaxOrder + 1], hi[kMaxOrder + 1], node[kMaxOrder + 1], base[kMaxOrder + 1];
+  uint64_t lo[kMaxOrder + 1], hi[kMaxOrder + 1], node[kMaxOrder + 1];
+  RunRef run[kMaxOrder + 1];
   float inv[kMaxOrder + 1];
   thread_local std::vector<uint64_t> run_values[kMaxOrder + 1];
   bool decoded[kMaxOrder + 1];
   // Per lane (one candidate): its index, its rank in the next run, and the
   // deepest entry found so far (at, in level deepest + 1).
   uint32_t cand[kLanes], deepest[kLanes], alive[kLanes];
-  uint64_t x[kLanes], at[kLanes], target[kLanes], pos[kLanes], value[kLanes];
+  uint64_t x[kLanes], at[kLanes], target[kLanes], pos[kLanes];
+  bool hit[kLanes];
   for (uint32_t i = 0; i < n; ++i) {
     matched[i] = 0;
     if (!chain(t, runs[i].suffix, len, lo, hi, node)) continue;
     lo[len] = runs[i].lo;
     hi[len] = runs[i].hi;
-    chain_bases(t, lo, hi, len, base);
+    open_runs(t, lo, hi, len, run);
     for (uint32_t j = 1; j < len; ++j) inv[j] = 1.0f / static_cast<float>(t.level(j).count(node[j]));
     inv[len] = runs[i].inv;
     std::fill(decoded, decoded + len + 1, false);
@@ -147,30 +179,43 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
       uint32_t live = lanes;
       for (uint32_t l = 0; l < lanes; ++l) alive[l] = l;
       for (uint32_t j = 1; j <= len && live > 0; ++j) {
-        const uint64_t k = hi[j] - lo[j];
-        if (!decoded[j] && k <= kDecodeMax && k <= std::max(kDecodeMin, kDecodePerLane * live)) {
-          run_values[j].resize(k);
-          t.level(j + 1).token_ranks.decode(lo[j], hi[j], run_values[j].data());
-          decoded[j] = true;
-        }
-        if (decoded[j]) {
-          const uint64_t* r = run_values[j].data();
+        const RunRef& r = run[j];
+        const Level& L = t.level(j + 1);
+        const uint64_t k = r.hi - r.lo;
+        // Each live lane's entry in the run: pos[a] (an entry), hit[a].
+        if (r.dense >= 0) {
+          const uint64_t d = static_cast<uint64_t>(r.dense);
           for (uint32_t a = 0; a < live; ++a) {
-            const uint64_t f = lower_bound_branchless(r, k, base[j] + x[alive[a]]);
-            pos[a] = lo[j] + f;
-            value[a] = f == k ? UINT64_MAX : r[f];
+            uint64_t below = 0;
+            hit[a] = L.dense.rank(d, x[alive[a]], &below) && below < k;
+            pos[a] = r.lo + below;
           }
         } else {
-          for (uint32_t a = 0; a < live; ++a) target[a] = base[j] + x[alive[a]];
-          t.level(j + 1).token_ranks.lower_bound_many(lo[j], hi[j], target, live, pos, value);
+          if (!decoded[j] && k <= kDecodeMax && k <= std::max(kDecodeMin, kDecodePerLane * live)) {
+            run_values[j].resize(k);
+            L.token_ranks.decode(r.s, r.s + k, run_values[j].data());
+            decoded[j] = true;
+          }
+          if (decoded[j]) {
+            const uint64_t* v = run_values[j].data();
+            for (uint32_t a = 0; a < live; ++a) {
+              const uint64_t f = lower_bound_branchless(v, k, r.base + x[alive[a]]);
+              pos[a] = r.lo + f;
+              hit[a] = f < k && v[f] == r.base + x[alive[a]];
+            }
+          } else {
+            for (uint32_t a = 0; a < live; ++a) target[a] = r.base + x[alive[a]];
+            L.token_ranks.find_many(r.s, r.s + k, target, live, pos, hit);
+            for (uint32_t a = 0; a < live; ++a) pos[a] = r.lo + (pos[a] - r.s);
+          }
         }
         uint32_t still = 0;
         for (uint32_t a = 0; a < live; ++a) {
+          if (!hit[a]) continue;
           const uint32_t l = alive[a];
-          if (pos[a] >= hi[j] || value[a] != base[j] + x[l]) continue;
           deepest[l] = j;
           at[l] = pos[a];
-          x[l] = pos[a] - lo[j];
+          x[l] = pos[a] - r.lo;
           alive[still++] = l;
         }
         live = still;

@@ -53,6 +53,9 @@ enum class SectionKind : uint32_t {
   kTokenBits = 16,        // levels >= 2: the token ranks' chunked Elias-Fano bit streams
   kTokenStarts = 17,      // levels >= 2: each chunk's first bit in kTokenBits, and the end
   kTokenEnds = 18,        // levels >= 2: each chunk's last value
+  kDenseRuns = 19,        // level 2: the level-1 entries whose runs of children are bitmaps
+  kDenseBits = 20,        // level 2: those runs' bitmaps over the used tokens' ranks
+  kDenseRanks = 21,       // level 2: set bits of each bitmap before each block of 512 bits
 };
 
 constexpr uint64_t kSampleEvery = 16;
@@ -78,6 +81,9 @@ inline const char* section_kind_name(uint32_t kind) {
     case SectionKind::kTokenBits: return "token_bits";
     case SectionKind::kTokenStarts: return "token_starts";
     case SectionKind::kTokenEnds: return "token_ends";
+    case SectionKind::kDenseRuns: return "dense_runs";
+    case SectionKind::kDenseBits: return "dense_bits";
+    case SectionKind::kDenseRanks: return "dense_ranks";
   }
   return "unknown";
 }

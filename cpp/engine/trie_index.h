@@ -13,6 +13,7 @@
 #include "child_offsets.h"
 #include "chunked_elias_fano.h"
 #include "count_ranks.h"
+#include "dense_runs.h"
 #include "packed_array.h"
 #include "trie_format.h"
 #include "trie_layout.h"
@@ -31,6 +32,9 @@ struct Level {
   // Version 2, levels >= 2: per entry, the start of its run's rank range
   // plus its token's rank (docs/FORMAT.md, "Version 2"; lookup_v2.h).
   ChunkedEliasFanoView token_ranks;
+  // Version 2, level 2: the runs stored as bitmaps instead (token_ranks
+  // then holds only the other entries; dense_runs.h).
+  DenseRunsView dense;
   // Child offsets, size + 1 of them (levels < order), in the representation
   // trie_layout.h gives the level.
   ChildOffsets child_offsets;
@@ -145,6 +149,11 @@ class TrieIndex {
  private:
   TrieIndex() = default;
   void parse();
+  // Version 2, level 2: the used tokens, the dense runs' parents (section s,
+  // may be null) and their entries, into shape; each run's first entry and
+  // the entries of the runs before it into first and before.
+  void read_dense_runs(const SectionEntry* s, LevelShape& shape, std::vector<uint64_t>& first,
+                       std::vector<uint64_t>& before) const;
 
   std::string path_;
   const uint8_t* base_ = nullptr;

@@ -4,11 +4,13 @@
 // follow from a few numbers (LevelShape); level_sections() turns those into
 // the list, in file order.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "chunked_elias_fano.h"
 #include "count_ranks.h"
+#include "dense_runs.h"
 #include "elias_fano.h"
 #include "packed_array.h"
 #include "trie_format.h"
@@ -43,6 +45,9 @@ struct LevelShape {
   uint64_t escapes2 = 0;      // entries escaped in the second tier too
   uint64_t token_bits = 0;    // length of the token bit streams
   uint32_t token_end_width = 1;  // width of the chunks' last values
+  uint64_t used_tokens = 0;   // tokens with a count > 0 (level 2's rank range)
+  uint64_t dense_runs = 0;    // level 2: runs stored as bitmaps (dense_runs.h)
+  uint64_t dense_entries = 0; // level 2: the entries of those runs
 };
 
 // One section as the layout requires it.
@@ -107,10 +112,17 @@ inline std::vector<SectionShape> level_sections_v2(const LevelShape& s) {
     out.push_back({SectionKind::kUsedTokens, s.vocab_size, 1});
     out.push_back({SectionKind::kUsedTokenRanks, (s.vocab_size + 63) / 64, bits_for(s.vocab_size)});
   } else {
-    const uint64_t chunks = (n + ChunkedEliasFanoView::kChunk - 1) / ChunkedEliasFanoView::kChunk;
+    // The sequence holds the entries of the runs that are not bitmaps.
+    const uint64_t values = n - std::min(n, s.dense_entries);
+    const uint64_t chunks = (values + ChunkedEliasFanoView::kChunk - 1) / ChunkedEliasFanoView::kChunk;
     out.push_back({SectionKind::kTokenBits, s.token_bits, 1});
     out.push_back({SectionKind::kTokenStarts, chunks + 1, bits_for(s.token_bits)});
     out.push_back({SectionKind::kTokenEnds, chunks, s.token_end_width});
+    if (s.level == 2) {
+      out.push_back({SectionKind::kDenseRuns, s.dense_runs, bits_for(s.vocab_size - 1)});
+      out.push_back({SectionKind::kDenseBits, s.dense_runs * dense_bitmap_bits(s.used_tokens), 1});
+      out.push_back({SectionKind::kDenseRanks, s.dense_runs * dense_blocks(s.used_tokens), bits_for(s.used_tokens)});
+    }
   }
   append_child_offset_sections(s, out);
   return out;
@@ -137,6 +149,9 @@ inline const char* layout_missing_message(SectionKind kind) {
     case SectionKind::kTokenEnds:
     case SectionKind::kUsedTokens:
     case SectionKind::kUsedTokenRanks: return "token section missing or unexpected";
+    case SectionKind::kDenseRuns:
+    case SectionKind::kDenseBits:
+    case SectionKind::kDenseRanks: return "dense run sections missing or unexpected";
     case SectionKind::kTokenSamples: return "token samples missing or unexpected";
     case SectionKind::kChildOffsets:
     case SectionKind::kChildLow:
@@ -153,6 +168,9 @@ inline const char* layout_size_message(SectionKind kind) {
     case SectionKind::kTokenEnds:
     case SectionKind::kUsedTokens:
     case SectionKind::kUsedTokenRanks: return "token and count sections differ in size";
+    case SectionKind::kDenseRuns:
+    case SectionKind::kDenseBits:
+    case SectionKind::kDenseRanks: return "dense run sections differ in size";
     case SectionKind::kTokenSamples: return "token samples differ in size";
     case SectionKind::kChildOffsets:
     case SectionKind::kChildLow:

@@ -5,12 +5,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <map>
 #include <vector>
 
 #include "chunked_elias_fano.h"
 #include "count_ranks.h"
 #include "crc32c.h"
+#include "dense_runs.h"
 #include "errors.h"
 #include "packed_array.h"
 #include "trie_layout.h"
@@ -18,76 +18,222 @@
 namespace ngram {
 namespace {
 
+// The byte budget of level 2's bitmaps (dense_runs.h): their extra bytes
+// over the sequence's, per stored n-gram of all levels. 0.03 bytes keeps the
+// shared corpus trie at 1.67 bytes per n-gram in the file and 1.68 in RAM
+// (the limit: 1.7) while its bitmaps hold the runs of the most
+// frequent context tokens.
+constexpr double kDenseBudgetPerNgram = 0.03;
+
+// The file being written, streamed: sections one after another at 64-byte
+// aligned offsets behind the header and section table (written last), each
+// through a buffer, checksummed as it goes. Unless commit() ran, the
+// temporary file is removed.
+class SectionFile {
+ public:
+  SectionFile(const std::string& path, uint64_t sections)
+      : path_(path), tmp_(path + ".tmp-" + std::to_string(::getpid())),
+        off_(align_up(sizeof(FileHeader) + sections * sizeof(SectionEntry))) {
+    fd_ = ::open(tmp_.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw FormatError(tmp_ + ": cannot create: " + std::strerror(errno));
+  }
+  ~SectionFile() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(tmp_.c_str());
+    }
+  }
+  SectionFile(const SectionFile&) = delete;
+  SectionFile& operator=(const SectionFile&) = delete;
+
+  void begin(SectionKind kind, uint32_t level) {
+    cur_ = SectionEntry{};
+    cur_.kind = static_cast<uint32_t>(kind);
+    cur_.level = level;
+    cur_.offset = off_;
+    written_ = 0;
+    crc_ = 0;
+  }
+  void bytes(const void* p, uint64_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    buf_.insert(buf_.end(), b, b + n);
+    if (buf_.size() >= (1u << 20)) flush();
+  }
+  void word(uint64_t w) { bytes(&w, 8); }
+  // Ends the section begun last, which the layout says has `count`
+  // elements of `width` bits: its bytes must be exactly that many.
+  void end(const SectionShape& s) {
+    flush();
+    const uint64_t want = section_bytes(s.kind, s.count, s.width);
+    if (static_cast<uint32_t>(s.kind) != cur_.kind || written_ != want)
+      throw FormatError(path_ + ": internal error: section " + section_kind_name(cur_.kind) + " of level " +
+                        std::to_string(cur_.level) + " has " + std::to_string(written_) + " bytes, laid out " +
+                        std::to_string(want));
+    cur_.length = want;
+    cur_.count = s.count;
+    cur_.width = s.width;
+    cur_.crc = crc_;
+    table.push_back(cur_);
+    off_ = align_up(off_ + want);
+  }
+  // Writes the header and the table, syncs, renames into place; the file's size.
+  uint64_t commit(FileHeader h) {
+    h.section_count = static_cast<uint32_t>(table.size());
+    h.section_table_offset = sizeof(FileHeader);
+    h.file_length = off_;
+    h.header_crc = 0;
+    h.header_crc = crc32c_extend(crc32c(&h, sizeof(h)), table.data(), table.size() * sizeof(SectionEntry));
+    put(&h, sizeof(h), 0);
+    put(table.data(), table.size() * sizeof(SectionEntry), sizeof(h));
+    if (::ftruncate(fd_, static_cast<off_t>(off_)) != 0 || ::fsync(fd_) != 0)
+      throw FormatError(tmp_ + ": cannot finish: " + std::strerror(errno));
+    ::close(fd_);
+    fd_ = -1;
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      const int e = errno;
+      ::unlink(tmp_.c_str());
+      throw FormatError(path_ + ": cannot rename into place: " + std::strerror(e));
+    }
+    return h.file_length;
+  }
+
+  std::vector<SectionEntry> table;
+
+ private:
+  void flush() {
+    if (buf_.empty()) return;
+    crc_ = crc32c_extend(crc_, buf_.data(), buf_.size());
+    put(buf_.data(), buf_.size(), cur_.offset + written_);
+    written_ += buf_.size();
+    buf_.clear();
+  }
+  void put(const void* p, uint64_t n, uint64_t at) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    uint64_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pwrite(fd_, b + done, n - done, static_cast<off_t>(at + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw FormatError(tmp_ + ": write failed: " + std::strerror(errno));
+      done += static_cast<uint64_t>(r);
+    }
+  }
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint64_t off_;
+  SectionEntry cur_{};
+  uint64_t written_ = 0;
+  uint32_t crc_ = 0;
+  std::vector<uint8_t> buf_;
+};
+
+// Words into the section being written (none when f is null: a pass that
+// writes another of a writer's outputs).
+struct FileSink {
+  SectionFile* f;
+  void operator()(uint64_t w) const {
+    if (f) f->word(w);
+  }
+};
 struct VectorSink {
   std::vector<uint64_t>* words;
   void operator()(uint64_t w) const { words->push_back(w); }
 };
 
-// Values packed with `width` bits each, the trailing zero word included.
-std::vector<uint64_t> pack(const std::vector<uint64_t>& values, uint32_t width) {
-  std::vector<uint64_t> words;
-  PackedWriter<VectorSink> w(width, VectorSink{&words});
-  for (uint64_t v : values) w.push(v);
-  w.finish();
-  return words;
+// The layout's shape of section `kind` of the level described by s.
+SectionShape layout_of(const LevelShape& s, SectionKind kind) {
+  for (const SectionShape& x : level_sections(s))
+    if (x.kind == kind) return x;
+  throw FormatError("internal error: level " + std::to_string(s.level) + " has no section " +
+                    section_kind_name(static_cast<uint32_t>(kind)));
 }
 
-// One level's sections, by kind, as words (count values: u64 each).
-using LevelWords = std::map<SectionKind, std::vector<uint64_t>>;
+// Values packed with `width` bits each, written as section `kind`.
+void write_packed(SectionFile& f, const LevelShape& s, SectionKind kind, const std::vector<uint64_t>& values) {
+  const SectionShape shape = layout_of(s, kind);
+  f.begin(kind, s.level);
+  PackedWriter<FileSink> w(shape.width, FileSink{&f});
+  for (uint64_t v : values) w.push(v);
+  w.finish();
+  f.end(shape);
+}
 
-// The tiered count ranks of level k (count_ranks.h, TieredRankView).
-void count_sections(const Level& L, bool allow_escapes, LevelShape& shape, LevelWords& out) {
-  std::vector<uint64_t> freq(L.count_value_count, 0), ranks(L.size);
+// The tiered count ranks of level k (count_ranks.h, TieredRankView), each
+// section from its own pass over the source's ranks, so that none is held.
+void write_count_sections(const Level& L, bool allow_escapes, LevelShape& sh, SectionFile& f) {
+  std::vector<uint64_t> freq(L.count_value_count, 0);
   for (uint64_t i = 0; i < L.size; ++i) {
     const uint64_t r = L.count_ranks[i];
-    if (r >= freq.size()) throw FormatError("level " + std::to_string(shape.level) + ": a count rank out of range");
-    ranks[i] = r;
+    if (r >= freq.size()) throw FormatError("level " + std::to_string(sh.level) + ": a count rank out of range");
     ++freq[r];
   }
   const TieredRankLayout tl = choose_tiered_rank_layout(L.size, freq, allow_escapes);
   const uint64_t c1 = (uint64_t{1} << tl.first_width) - 1, c2 = (uint64_t{1} << tl.second_width) - 1;
-  std::vector<uint64_t> first, dir1, second, dir2, full;
-  first.reserve(L.size);
-  for (uint64_t i = 0; i < L.size; ++i) {
-    if (i % kEscapeBlock == 0) dir1.push_back(second.size());
-    const uint64_t r = ranks[i];
-    if (r < c1) {
-      first.push_back(r);
-      continue;
-    }
-    first.push_back(c1);
-    if (second.size() % kEscapeBlock == 0) dir2.push_back(full.size());
-    if (r - c1 < c2) {
-      second.push_back(r - c1);
-    } else {
-      second.push_back(c2);
-      full.push_back(r - c1 - c2);
-    }
+  uint64_t n1 = 0, n2 = 0;
+  for (uint64_t r = 0; r < freq.size(); ++r) {
+    if (r >= c1) n1 += freq[r];
+    if (r >= c1 + c2) n2 += freq[r];
   }
-  shape.count_values = L.count_value_count;
-  shape.rank_width = tl.first_width;
-  shape.escapes = second.size();
-  shape.rank2_width = tl.second_width;
-  shape.escapes2 = full.size();
-  out[SectionKind::kCountValues] = std::vector<uint64_t>(L.count_values, L.count_values + L.count_value_count);
-  out[SectionKind::kCountRanks] = pack(first, tl.first_width);
-  out[SectionKind::kCountEscapeIndex] = pack(dir1, bits_for(second.size()));
-  out[SectionKind::kCountRanks2] = pack(second, tl.second_width);
-  out[SectionKind::kCountRanks2Index] = pack(dir2, bits_for(full.size()));
-  out[SectionKind::kCountEscapes] = pack(full, bits_for(L.count_value_count ? L.count_value_count - 1 : 0));
+  sh.count_values = L.count_value_count;
+  sh.rank_width = tl.first_width;
+  sh.escapes = n1;
+  sh.rank2_width = tl.second_width;
+  sh.escapes2 = n2;
+  const uint32_t k = sh.level;
+  f.begin(SectionKind::kCountValues, k);
+  f.bytes(L.count_values, L.count_value_count * 8);
+  f.end(layout_of(sh, SectionKind::kCountValues));
+  // One pass per section: `each(rank, sink)` for every entry in order.
+  auto pass = [&](SectionKind kind, auto each) {
+    const SectionShape shape = layout_of(sh, kind);
+    f.begin(kind, k);
+    PackedWriter<FileSink> w(shape.width, FileSink{&f});
+    for (uint64_t i = 0; i < L.size; ++i) each(L.count_ranks[i], w);
+    w.finish();
+    f.end(shape);
+  };
+  pass(SectionKind::kCountRanks, [&](uint64_t r, auto& w) { w.push(r < c1 ? r : c1); });
+  uint64_t i = 0, before = 0;  // entries so far, escape codes before them
+  pass(SectionKind::kCountEscapeIndex, [&](uint64_t r, auto& w) {
+    if (i++ % kEscapeBlock == 0) w.push(before);
+    before += r >= c1;
+  });
+  pass(SectionKind::kCountRanks2, [&](uint64_t r, auto& w) {
+    if (r >= c1) w.push(r - c1 < c2 ? r - c1 : c2);
+  });
+  uint64_t e = 0, before2 = 0;  // escaped entries so far, second-tier escape codes before them
+  pass(SectionKind::kCountRanks2Index, [&](uint64_t r, auto& w) {
+    if (r < c1) return;
+    if (e++ % kEscapeBlock == 0) w.push(before2);
+    before2 += r - c1 >= c2;
+  });
+  pass(SectionKind::kCountEscapes, [&](uint64_t r, auto& w) {
+    if (r >= c1 + c2) w.push(r - c1 - c2);
+  });
 }
 
-void child_offset_sections(const TrieIndex& src, uint32_t k, LevelWords& out) {
-  const Level& L = src.level(k);
-  const uint64_t n = L.size + 1, u = src.level(k + 1).size;
-  std::vector<uint64_t> low, high, sel;
-  EliasFanoWriter<VectorSink> w(n, u, VectorSink{&low}, VectorSink{&high}, VectorSink{&sel});
-  for (uint64_t i = 0; i < n; ++i) w.push(L.child_offsets[i]);
-  w.finish();
-  out[SectionKind::kChildLow] = std::move(low);
-  out[SectionKind::kChildHigh] = std::move(high);
-  out[SectionKind::kChildSelect] = std::move(sel);
+// Level k's child offsets, Elias-Fano coded: one pass per section.
+void write_child_offsets(const TrieIndex& src, const LevelShape& sh, SectionFile& f) {
+  const Level& L = src.level(sh.level);
+  const uint64_t n = L.size + 1, u = src.level(sh.level + 1).size;
+  const SectionKind kinds[3] = {SectionKind::kChildLow, SectionKind::kChildHigh, SectionKind::kChildSelect};
+  for (int part = 0; part < 3; ++part) {
+    f.begin(kinds[part], sh.level);
+    EliasFanoWriter<FileSink> w(n, u, FileSink{part == 0 ? &f : nullptr}, FileSink{part == 1 ? &f : nullptr},
+                                FileSink{part == 2 ? &f : nullptr});
+    for (uint64_t i = 0; i < n; ++i) w.push(L.child_offsets[i]);
+    w.finish();
+    f.end(layout_of(sh, kinds[part]));
+  }
 }
+
+// A packed array built front to back and then read: the suffix indices.
+struct PackedVector {
+  std::vector<uint64_t> words;
+  uint32_t width = 1;
+  uint64_t size = 0;
+  PackedView view() const { return PackedView(reinterpret_cast<const uint8_t*>(words.data()), size, width); }
+};
 
 }  // namespace
 
@@ -97,30 +243,35 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
                           ", write_trie_v2 reads a version-1 trie");
   const uint32_t order = src.order();
   const uint64_t vocab = src.vocab_size();
-  std::vector<LevelShape> shapes(order);
-  std::vector<LevelWords> words(order);
-  // Level 1: which tokens occur, and how many before each word of that bit vector.
-  std::vector<uint64_t> used_rank(vocab);
-  {
-    const Level& uni = src.level(1);
-    std::vector<uint64_t> bits((vocab + 63) / 64 + 1, 0), ranks;
-    uint64_t used = 0;
-    for (uint64_t t = 0; t < vocab; ++t) {
-      if (t % 64 == 0) ranks.push_back(used);
-      used_rank[t] = used;
-      if (uni.count(t) != 0) {
-        bits[t / 64] |= uint64_t{1} << (t % 64);
-        ++used;
-      }
-    }
-    bits.resize((vocab + 63) / 64);
-    bits.push_back(0);
-    words[0][SectionKind::kUsedTokens] = std::move(bits);
-    words[0][SectionKind::kUsedTokenRanks] = pack(ranks, bits_for(vocab));
+  // The sections each level has do not depend on its sizes: the table's length is known up front.
+  uint64_t nsec = 1;
+  for (uint32_t k = 1; k <= order; ++k) {
+    LevelShape s;
+    s.version = kFormatVersion2;
+    s.level = k;
+    s.order = order;
+    nsec += level_sections(s).size();
   }
-  // suffix[i]: for entry i of the level before, the index of its suffix
-  // (its n-gram without the first token) in the level before that.
-  std::vector<uint64_t> suffix, next_suffix;
+  SectionFile f(path, nsec);
+  f.begin(SectionKind::kMeta, 0);
+  f.bytes(meta_json.data(), meta_json.size());
+  f.end({SectionKind::kMeta, meta_json.size(), 8});
+
+  // Which tokens occur, and each one's rank among them.
+  const Level& uni = src.level(1);
+  std::vector<uint64_t> used_rank(vocab);
+  uint64_t used = 0;
+  for (uint64_t t = 0; t < vocab; ++t) {
+    used_rank[t] = used;
+    used += uni.count(t) != 0;
+  }
+  uint64_t ngrams = used;
+  for (uint32_t k = 2; k <= order; ++k) ngrams += src.level(k).size;
+
+  std::vector<LevelShape> shapes(order);
+  // suffix: per entry of the level before, the index of its suffix (its
+  // n-gram without the first token) in the level before that.
+  PackedVector suffix;
   for (uint32_t k = 1; k <= order; ++k) {
     const Level& L = src.level(k);
     LevelShape& sh = shapes[k - 1];
@@ -130,26 +281,67 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
     sh.size = L.size;
     sh.next_size = k < order ? src.level(k + 1).size : 0;
     sh.vocab_size = vocab;
-    count_sections(L, k > 1, sh, words[k - 1]);
-    if (k < order) child_offset_sections(src, k, words[k - 1]);
-    if (k == 1) continue;
-    // Tokens as ranks: S = base of the run + rank, strictly increasing.
-    ChunkedEliasFanoBuilder seq;
-    next_suffix.assign(L.size, 0);
-    uint64_t base = 0;
+    sh.used_tokens = used;
+    write_count_sections(L, k > 1, sh, f);
+    if (k == 1) {
+      std::vector<uint64_t> bits, ranks;
+      for (uint64_t t = 0; t < vocab; ++t) {
+        if (t % 64 == 0) {
+          ranks.push_back(used_rank[t]);
+          bits.push_back(0);
+        }
+        if (uni.count(t) != 0) bits.back() |= uint64_t{1} << (t % 64);
+      }
+      f.begin(SectionKind::kUsedTokens, 1);
+      for (uint64_t w : bits) f.word(w);
+      f.word(0);
+      f.end(layout_of(sh, SectionKind::kUsedTokens));
+      write_packed(f, sh, SectionKind::kUsedTokenRanks, ranks);
+      if (k < order) write_child_offsets(src, sh, f);
+      continue;
+    }
     const Level& parent = src.level(k - 1);
+    // Level 2: the runs stored as bitmaps instead of in the sequence.
+    std::vector<uint64_t> dense, dense_bits;
+    const uint64_t bitmap_words = dense_bitmap_bits(used) / 64;
+    if (k == 2) {
+      std::vector<uint64_t> run_sizes(parent.size);
+      for (uint64_t p = 0; p < parent.size; ++p) {
+        uint64_t lo, hi;
+        src.children(1, p, &lo, &hi);
+        run_sizes[p] = hi - lo;
+      }
+      dense = dense_runs_to_store(run_sizes, used, static_cast<uint64_t>(kDenseBudgetPerNgram * ngrams));
+      dense_bits.assign(dense.size() * bitmap_words, 0);
+      for (uint64_t p : dense) sh.dense_entries += run_sizes[p];
+      sh.dense_runs = dense.size();
+    }
+    // Tokens as ranks: S = base of the run + rank, strictly increasing,
+    // streamed into token_bits.
+    f.begin(SectionKind::kTokenBits, k);
+    ChunkedEliasFanoWriter<FileSink> seq(FileSink{&f});
+    const bool keep_suffix = k < order;  // the next level reads it
+    PackedVector next;
+    next.width = bits_for(k == 2 ? vocab - 1 : parent.size);
+    next.size = keep_suffix ? L.size : 0;
+    PackedWriter<VectorSink> next_w(next.width, VectorSink{&next.words});
+    const PackedView suffix_of = suffix.view();
+    uint64_t base = 0, next_dense = 0;
     for (uint64_t p = 0; p < parent.size; ++p) {
       uint64_t lo, hi;
       src.children(k - 1, p, &lo, &hi);
       if (lo == hi) continue;
       uint64_t slo = 0, shi = 0;  // the run of p's suffix context in level k-1
-      if (k >= 3) src.children(k - 2, suffix[p], &slo, &shi);
+      if (k >= 3) src.children(k - 2, suffix_of[p], &slo, &shi);
+      const bool is_dense = next_dense < dense.size() && dense[next_dense] == p;
+      uint64_t* bitmap = is_dense ? dense_bits.data() + next_dense * bitmap_words : nullptr;
+      if (is_dense) ++next_dense;
       uint64_t last = 0;
       for (uint64_t i = lo; i < hi; ++i) {
         const uint64_t w = L.tokens[i];
         uint64_t x, at;
         if (k == 2) {
-          if (src.level(1).count(w) == 0)
+          if (w >= vocab || uni.count(w) == 0)
             throw InvalidArgument(path + ": level 2 entry " + std::to_string(i) + " ends in token " +
                                   std::to_string(w) + ", which has count 0: not suffix-closed");
           x = used_rank[w];
@@ -163,100 +355,59 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
                                   "every suffix of a stored n-gram (write format version 1 instead)");
           x = at - slo;
         }
+        if (keep_suffix) next_w.push(at);
+        if (bitmap) {
+          bitmap[x / 64] |= uint64_t{1} << (x % 64);
+          continue;
+        }
         last = base + x;
         seq.push(last);
-        next_suffix[i] = at;
       }
-      base = last + 1;
+      if (!bitmap) base = last + 1;
     }
     seq.finish();
-    suffix.swap(next_suffix);
     sh.token_bits = seq.bit_count;
     sh.token_end_width = bits_for(seq.ends.empty() ? 0 : seq.ends.back());
-    seq.words.resize((seq.bit_count + 63) / 64);
-    seq.words.push_back(0);
-    words[k - 1][SectionKind::kTokenBits] = std::move(seq.words);
-    words[k - 1][SectionKind::kTokenStarts] = pack(seq.starts, bits_for(seq.bit_count));
-    words[k - 1][SectionKind::kTokenEnds] = pack(seq.ends, sh.token_end_width);
+    f.end(layout_of(sh, SectionKind::kTokenBits));
+    write_packed(f, sh, SectionKind::kTokenStarts, seq.starts);
+    write_packed(f, sh, SectionKind::kTokenEnds, seq.ends);
+    if (k == 2) {
+      // Each bitmap's rank samples: its set bits before every block.
+      std::vector<uint64_t> dense_ranks;
+      for (uint64_t d = 0; d < dense.size(); ++d) {
+        uint64_t ones = 0;
+        for (uint64_t w = 0; w < bitmap_words; ++w) {
+          if (w % (kDenseBlock / 64) == 0) dense_ranks.push_back(ones);
+          ones += static_cast<uint64_t>(__builtin_popcountll(dense_bits[d * bitmap_words + w]));
+        }
+      }
+      write_packed(f, sh, SectionKind::kDenseRuns, dense);
+      f.begin(SectionKind::kDenseBits, 2);
+      for (uint64_t w : dense_bits) f.word(w);
+      f.word(0);
+      f.end(layout_of(sh, SectionKind::kDenseBits));
+      write_packed(f, sh, SectionKind::kDenseRanks, dense_ranks);
+    }
+    if (keep_suffix) next_w.finish();
+    suffix = std::move(next);
+    if (k < order) write_child_offsets(src, sh, f);
   }
 
-  // Lay out: meta, then each level's sections in level_sections() order.
-  std::vector<SectionEntry> table;
-  std::vector<const uint8_t*> data;
-  uint64_t nsec = 1;
-  for (uint32_t k = 1; k <= order; ++k) nsec += level_sections(shapes[k - 1]).size();
-  uint64_t off = align_up(sizeof(FileHeader) + nsec * sizeof(SectionEntry));
-  auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width, const void* bytes,
-                 uint64_t have) {
-    SectionEntry e{};
-    e.kind = static_cast<uint32_t>(kind);
-    e.level = level;
-    e.offset = off;
-    e.length = section_bytes(kind, count, width);
-    e.count = count;
-    e.width = width;
-    if (have != e.length)
-      throw FormatError(path + ": internal error: section " + section_kind_name(e.kind) + " of level " +
-                        std::to_string(level) + " has " + std::to_string(have) + " bytes, laid out " +
-                        std::to_string(e.length));
-    e.crc = crc32c(bytes, e.length);
-    off = align_up(off + e.length);
-    table.push_back(e);
-    data.push_back(static_cast<const uint8_t*>(bytes));
-  };
-  add(SectionKind::kMeta, 0, meta_json.size(), 8, meta_json.data(), meta_json.size());
+  // The sections written must be the layout's, in its order.
+  size_t at = 1;
   for (uint32_t k = 1; k <= order; ++k)
     for (const SectionShape& s : level_sections(shapes[k - 1])) {
-      const std::vector<uint64_t>& w = words[k - 1].at(s.kind);
-      add(s.kind, k, s.count, s.width, w.data(), w.size() * 8);
+      const SectionEntry& e = f.table[at++];
+      if (e.kind != static_cast<uint32_t>(s.kind) || e.level != k || e.count != s.count || e.width != s.width)
+        throw FormatError(path + ": internal error: section " + std::to_string(at - 1) + " is not the layout's");
     }
-  const uint64_t file_size = off;
-
   FileHeader h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
   h.version = kFormatVersion2;
   h.order = order;
   h.vocab_size = vocab;
   h.eos_id = src.eos_id();
-  h.section_count = static_cast<uint32_t>(table.size());
-  h.section_table_offset = sizeof(FileHeader);
-  h.file_length = file_size;
-  h.header_crc = crc32c_extend(crc32c(&h, sizeof(h)), table.data(), table.size() * sizeof(SectionEntry));
-
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) throw FormatError(tmp + ": cannot create: " + std::strerror(errno));
-  auto put = [&](const void* p, uint64_t n, uint64_t at) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    uint64_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pwrite(fd, b + done, n - done, static_cast<off_t>(at + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        const int e = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw FormatError(tmp + ": write failed: " + std::strerror(e));
-      }
-      done += static_cast<uint64_t>(r);
-    }
-  };
-  put(&h, sizeof(h), 0);
-  put(table.data(), table.size() * sizeof(SectionEntry), sizeof(h));
-  for (size_t i = 0; i < table.size(); ++i) put(data[i], table[i].length, table[i].offset);
-  if (::ftruncate(fd, static_cast<off_t>(file_size)) != 0 || ::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw FormatError(tmp + ": cannot finish: " + std::strerror(e));
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw FormatError(path + ": cannot rename into place: " + std::strerror(e));
-  }
-  return file_size;
+  return f.commit(h);
 }
 
 }  // namespace ngram

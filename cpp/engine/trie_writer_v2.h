@@ -14,7 +14,8 @@
 namespace ngram {
 
 // Writes `path` atomically (temporary file, fsync, rename) from `source`,
-// with `meta_json` as its meta section. Returns the file's size.
+// with `meta_json` as its meta section. Returns the file's size. Sections
+// are streamed into the file as they are made (docs/FORMAT.md, "Version 2").
 uint64_t write_trie_v2(const TrieIndex& source, const std::string& path, const std::string& meta_json);
 
 }  // namespace ngram
