@@ -43,6 +43,12 @@ def test_query_help_states_the_engine_s_defaults() -> None:
     assert f"(default {DEFAULTS['max_nodes']})" in text and f"(default {DEFAULTS['ngram_weight']})" in text
 
 
+def test_prune_docstrings_state_the_engine_s_defaults() -> None:
+    stated = (f"beam_width={DEFAULTS['beam_width']}, max_nodes={DEFAULTS['max_nodes']}, "
+              f"ngram_weight={DEFAULTS['ngram_weight']},")
+    assert stated in _engine.prune.__doc__ and stated in _engine.Trie.prune.__doc__
+
+
 def test_maximum_order_is_the_engine_s(tmp_path: Path) -> None:
     from dart_client.lattice_log import DEFAULT_TAIL
     from indexer.cli import main as ngram_build

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <sstream>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -406,19 +407,24 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       "eos_token_id None for the trie's).");
 
   // prune: a fast-call function (fastcall.h), as _engine.prune(trie, ...)
-  // and as the method Trie.prune(...) that NgramIndex.prune is.
+  // and as the method Trie.prune(...) that NgramIndex.prune is. One
+  // signature text for both, its defaults from PruneParams.
+  static const std::string prune_signature = [&defaults] {
+    std::ostringstream s;
+    s << "prefix, topk_tokens, topk_probs, *, beam_width=" << defaults.beam_width
+      << ", max_nodes=" << defaults.max_nodes << ", ngram_weight=" << defaults.ngram_weight
+      << ", level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False)\n"
+         "DART tree pruning of one lattice (see ngram_service.tree.prune).";
+    return s.str();
+  }();
+  static const std::string prune_function_doc = "prune(trie, " + prune_signature;
+  static const std::string prune_method_doc = "prune(" + prune_signature;
   static PyMethodDef prune_function = {
       "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<true>)),
-      METH_FASTCALL | METH_KEYWORDS,
-      "prune(trie, prefix, topk_tokens, topk_probs, *, beam_width=20, max_nodes=60, ngram_weight=0.5, "
-      "level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False)\n"
-      "DART tree pruning of one lattice (see ngram_service.tree.prune)."};
+      METH_FASTCALL | METH_KEYWORDS, prune_function_doc.c_str()};
   static PyMethodDef prune_method = {
       "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<false>)),
-      METH_FASTCALL | METH_KEYWORDS,
-      "prune(prefix, topk_tokens, topk_probs, *, beam_width=20, max_nodes=60, ngram_weight=0.5, "
-      "level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False)\n"
-      "DART tree pruning of one lattice (see ngram_service.tree.prune)."};
+      METH_FASTCALL | METH_KEYWORDS, prune_method_doc.c_str()};
   add_fastcall(m, &prune_function);
   add_fastcall(m, &prune_method, m.attr("Trie"));
 
