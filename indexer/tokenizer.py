@@ -395,9 +395,7 @@ class _HFBackend:
         tokenizers), as ``tokenizer(text)`` does."""
         if not texts:
             return []
-        return self._encode_here(list(texts), add_special_tokens)
-
-    def _encode_here(self, texts: list[str], add_special_tokens: bool) -> list[np.ndarray]:
+        texts = list(texts)
         # encode_batch_fast: the ids of encode(), without the character
         # offsets (a hash map per document) that nobody here reads.
         if self.threads == 1:
