@@ -238,6 +238,44 @@ def test_matches_reference(small: NgramIndex, seed: int) -> None:
         assert np.array_equal(again.tokens, tree.tokens) and np.array_equal(again.parents, tree.parents)
 
 
+def wide_lattice(rng: np.random.Generator, depth: int, k: int):
+    """Candidates mostly from the corpus (so that many have n-gram matches)
+    and probabilities from a few values (so that scores tie across entries)."""
+    followers = sorted({g[-1] for g in COUNTS if len(g) >= 2})
+    toks, probs = [], []
+    for _ in range(depth):
+        level = [int(t) for t in rng.permutation(followers)[:k - 1]] + [EOS]
+        level = list(dict.fromkeys(level + [int(t) for t in rng.integers(0, VOCAB, size=k)]))[:k]
+        rng.shuffle(level)
+        toks.append(np.array(level, dtype=np.int64))
+        probs.append(rng.choice(np.array([1.0, 0.5, 0.25, 0.125, 0.0], dtype=F), size=k, p=[.1, .3, .3, .2, .1]))
+    return toks, probs
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_wide_beams_match_reference(small: NgramIndex, block: int) -> None:
+    """Beams wide enough for many distinct contexts per level (more than the
+    engine's first round of lookups), on random lattices with ties, EOS,
+    lambda 0, 0.5 and 1, tiny beams and max_nodes below beam_width: every
+    tree equals the reference, scores and order included."""
+    rng = np.random.default_rng(1000 + block)
+    for case in range(40):
+        depth = int(rng.integers(2, 6))
+        k = int(rng.integers(2, 14))
+        toks, probs = wide_lattice(rng, depth, k)
+        doc = DOCS[int(rng.integers(0, len(DOCS)))]
+        prefix = doc[:int(rng.integers(1, len(doc)))]
+        beam_width = int(rng.choice([1, 2, 9, 16, 30]))
+        max_nodes = int(rng.choice([1, 5, beam_width, 3 * beam_width, 200]))
+        params = dict(beam_width=beam_width, max_nodes=max_nodes, ngram_weight=float(rng.choice([0.5, 0.0, 1.0])),
+                      ngram_on_first_level=bool(case % 3 == 0))
+        if case % 4 == 1:
+            params["level_weights"] = rng.choice(np.array([0.0, 0.5, 1.0], dtype=F), size=depth)
+        ref = reference(prefix, toks, probs, **params)
+        tree = small.prune(prefix, np.stack(toks), np.stack(probs), eos_token_id=EOS, **params)
+        assert_same(tree, ref, prefix)
+
+
 def test_short_prefix_uses_what_there_is(small: NgramIndex) -> None:
     """P = 1 < N - 1: level 0's context is the one prefix token, level 1's that
     token and the candidate."""
