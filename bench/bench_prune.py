@@ -19,7 +19,11 @@ Measures, on the 200 golden queries (D = 8, K = 25, beam 20, 60 nodes, N = 3):
     drafter: the engine's work is small, so the difference is the call's);
   - with --scale-trie T --scale-corpus C: the engine's time per tree on T
     (queries drawn from C) over that on --trie (queries drawn from the
-    shared corpus the same way), one thread, interleaved.
+    shared corpus the same way), one thread, interleaved;
+  - with --size-trie P --size-corpus Q as well (P built from Q, a part of C,
+    about --trie's size): that ratio split into the trie's size (Q's queries
+    on T over on P) and the workload (Q's queries on P over the shared
+    corpus's on --trie).
 Prints a table and writes bench/results/prune.json.
 
 --trie defaults to /tmp/corpus3.ngt, built with ngram-build from
@@ -141,23 +145,42 @@ def corpus_queries(corpus: Path, n: int, depth: int = 8, k: int = 25, seed: int 
     return out
 
 
+def interleaved_us(pairs: list[tuple[Any, list]], params: dict, rounds: int) -> np.ndarray:
+    """Engine microseconds per tree for each (index, queries) pair, one
+    thread, thread CPU time, the pairs interleaved in every round: [rounds,
+    pairs]."""
+    for idx, reqs in pairs:
+        idx.prune_batch(reqs, threads=1, **params)  # page in, grow the workspace
+    times = np.empty((rounds, len(pairs)))
+    for r in range(rounds):
+        for i, (idx, reqs) in enumerate(pairs):
+            t0 = time.thread_time_ns()
+            idx.prune_batch(reqs, threads=1, **params)
+            times[r, i] = (time.thread_time_ns() - t0) / 1e3 / len(reqs)
+    return times
+
+
 def scale_ratio(small: Any, small_reqs: list, big: Any, big_reqs: list, params: dict, rounds: int) -> dict:
     """Engine microseconds per tree on two tries, one thread, interleaved
     passes (thread CPU time); the median ratio big / small."""
-    times: list[tuple[float, float]] = []
-    for idx, reqs in ((small, small_reqs), (big, big_reqs)):
-        idx.prune_batch(reqs, threads=1, **params)  # page in, grow the workspace
-    for _ in range(rounds):
-        pair = []
-        for idx, reqs in ((small, small_reqs), (big, big_reqs)):
-            t0 = time.thread_time_ns()
-            idx.prune_batch(reqs, threads=1, **params)
-            pair.append((time.thread_time_ns() - t0) / 1e3 / len(reqs))
-        times.append((pair[0], pair[1]))
-    a = np.array(times)
+    a = interleaved_us([(small, small_reqs), (big, big_reqs)], params, rounds)
     return {"small_us_per_tree": round(float(np.median(a[:, 0])), 1),
             "big_us_per_tree": round(float(np.median(a[:, 1])), 1),
             "big_over_small": round(float(np.median(a[:, 1] / a[:, 0])), 3)}
+
+
+def scale_split(small: Any, small_reqs: list, big: Any, part: Any, part_reqs: list, params: dict,
+                rounds: int) -> dict:
+    """Splits the scale ratio into the trie's size and the workload: the same
+    queries (drawn from the part of the large corpus that `part` was built
+    from) on the large trie over on `part` (about --trie's size), and those
+    queries on `part` over --trie's own queries on --trie. Medians of the
+    per-round ratios, interleaved as in scale_ratio."""
+    a = interleaved_us([(small, small_reqs), (part, part_reqs), (big, part_reqs)], params, rounds)
+    return {"part_us_per_tree": round(float(np.median(a[:, 1])), 1),
+            "big_on_part_queries_us_per_tree": round(float(np.median(a[:, 2])), 1),
+            "size_ratio": round(float(np.median(a[:, 2] / a[:, 1])), 3),
+            "workload_ratio": round(float(np.median(a[:, 1] / a[:, 0])), 3)}
 
 
 def call_overhead_us(idx: Any, reqs: list, params: dict, rounds: int) -> float:
@@ -187,6 +210,11 @@ def main() -> None:
                     help="a much larger trie (e.g. the Linux-source one) to compare per tree with --trie")
     ap.add_argument("--scale-corpus", type=Path, default=None,
                     help="the corpus --scale-trie was built from: its tree queries are drawn from it")
+    ap.add_argument("--size-trie", type=Path, default=None,
+                    help="a trie of part of --scale-corpus, about --trie's size: splits the scale ratio into "
+                         "the trie's size and the workload (needs --size-corpus)")
+    ap.add_argument("--size-corpus", type=Path, default=None,
+                    help="the part of --scale-corpus --size-trie was built from: the split's queries are drawn from it")
     ap.add_argument("--engine-only", action="store_true",
                     help="print only the engine's microseconds per tree (how the narrower searches are measured)")
     args = ap.parse_args()
@@ -273,6 +301,16 @@ def main() -> None:
                  "ngrams": big.info()["ngrams_total"], "small_ngrams": idx.info()["ngrams_total"],
                  "queries": f"{n} per trie, drawn from its own corpus (corpus_queries)",
                  **scale_ratio(idx, small_q, big, big_q, params, max(5, args.rounds))}
+        if args.size_trie:
+            if not (args.size_corpus and args.size_corpus.is_dir()):
+                fail("--size-trie needs --size-corpus DIR (the part of --scale-corpus it was built from)")
+            part = NgramIndex.open(args.size_trie, mode=args.mode)
+            scale["split"] = {"trie": str(args.size_trie), "corpus": str(args.size_corpus),
+                              "ngrams": part.info()["ngrams_total"],
+                              **scale_split(idx, small_q, big, part, corpus_queries(args.size_corpus, n), params,
+                                            max(5, args.rounds))}
+    elif args.size_trie:
+        fail("--size-trie needs --scale-trie and --scale-corpus")
 
     result = {
         "trie": str(trie),
@@ -310,6 +348,12 @@ def main() -> None:
         *([(f"scale: {scale['ngrams']:,} n-grams / {scale['small_ngrams']:,}, engine per tree",
             f"{scale['big_us_per_tree']} / {scale['small_us_per_tree']} us = {scale['big_over_small']}x")]
           if scale else []),
+        *([(f"  of which size: {scale['ngrams']:,} / {scale['split']['ngrams']:,} n-grams, same queries",
+            f"{scale['split']['big_on_part_queries_us_per_tree']} / {scale['split']['part_us_per_tree']} us = "
+            f"{scale['split']['size_ratio']}x"),
+           ("  and workload: its queries on the part / --trie's on --trie",
+            f"{scale['split']['workload_ratio']}x")]
+          if scale and "split" in scale else []),
         ("load average (1 min)", f"{result['machine']['load_avg_1m']}"),
     ]
     width = max(len(r[0]) for r in rows)
