@@ -448,6 +448,7 @@ struct Search {
   const float* gw;       // logit weights
   int64_t eos;
   float zero_q_term;     // the n-gram term of q = 0
+  float max_term;        // and of q = 1, the largest: logf(1 + 1e-10f) * lambda
   bool pool_full = false;  // the pool holds max_nodes entries, the worst of rank `threshold`
   float threshold = 0.0f;
 };
@@ -471,8 +472,9 @@ void drafter_terms(Search& s) {
   }
 }
 
-// Every beam entry's context, deduplicated into rows (ws.entry_row,
-// ws.row_entry): a 64-bit key of the tokens first, then the tokens themselves.
+// Every beam entry's context but those ws.entry_skip marks, deduplicated
+// into rows (ws.entry_row, ws.row_entry): a 64-bit key of the tokens first,
+// then the tokens themselves.
 void level_contexts(Search& s, uint32_t b_count) {
   PruneWorkspace& ws = s.ws;
   const uint32_t cap = s.cap;
@@ -482,6 +484,7 @@ void level_contexts(Search& s, uint32_t b_count) {
   ws.entry_row.resize(b_count);
   ws.row_entry.clear();
   for (uint32_t b = 0; b < b_count; ++b) {
+    if (ws.entry_skip[b]) continue;
     int32_t* ctx = ws.contexts.data() + static_cast<size_t>(b) * cap;
     const uint32_t len = context_of(ws, ws.beam[b], s.in.prefix, s.in.prefix_len, cap, ctx);
     uint64_t key = len;
@@ -503,9 +506,37 @@ void level_contexts(Search& s, uint32_t b_count) {
   }
 }
 
+// At the last level the beam is not used again: an extension matters only
+// if it can be kept. Its n-gram term is at most max_term (q <= 1, so q +
+// 1e-10f <= 1 + 1e-10f, and logf, the multiplications and the additions all
+// round monotonically), so its score is at most the one it would get with
+// max_term, and so is the best of an entry's extensions with the level's
+// best drafter term. With the pool full, an entry for which even that bound
+// ranks (as min(score, its rank)) no higher than the pool's worst has no
+// extension that can be kept (keep_candidates drops them all): the entry
+// needs no lookup, and its extensions get max_term (scores at most that
+// bound, so they are dropped all the same).
+void mark_unkeepable(Search& s, uint32_t l, uint64_t off, uint32_t k) {
+  PruneWorkspace& ws = s.ws;
+  const uint32_t b_count = static_cast<uint32_t>(ws.beam.size());
+  ws.entry_skip.assign(b_count, 0);
+  if (l + 1 != s.in.depth || !s.pool_full) return;
+  const float* logit = ws.logit_terms.data() + off;
+  const float best_logit = *std::max_element(logit, logit + k);
+  const int32_t no_token = -1;
+  for (uint32_t b = 0; b < b_count; ++b) {
+    if (ws.beam[b] == kRoot) continue;  // a full pool comes after level 0: not reached
+    const BeamNode& node = ws.beam_nodes[ws.beam[b]];
+    Ext bound;
+    score_entry(node.score, s.lw[l], &best_logit, &s.max_term, 1, &no_token, -1, 0, &bound);
+    ws.entry_skip[b] = !(std::min(key_score(bound), node.rank) > s.threshold);
+  }
+}
+
 // The n-gram terms of level l's k candidates for every distinct context of
-// the beam (ws.ngram_terms, one row per context).
-void level_lookups(Search& s, uint64_t off, uint32_t k) {
+// the beam (ws.ngram_terms, one row per context; the entries mark_unkeepable
+// skips share one more row, of max_term).
+void level_lookups(Search& s, uint32_t l, uint64_t off, uint32_t k) {
   PruneWorkspace& ws = s.ws;
   const uint32_t* order = ws.order.data() + off;
   const int32_t* toks = ws.tokens.data() + off;
@@ -513,9 +544,15 @@ void level_lookups(Search& s, uint64_t off, uint32_t k) {
   for (uint32_t r = 0; r < k; ++r) ws.sorted_tokens[r] = toks[order[r]];
   ws.candidates.build(ws.sorted_tokens.data(), k);
   ws.found.resize(k);
-  level_contexts(s, static_cast<uint32_t>(ws.beam.size()));
-  ws.ngram_terms.resize(ws.row_entry.size() * k);
+  mark_unkeepable(s, l, off, k);
+  const uint32_t b_count = static_cast<uint32_t>(ws.beam.size());
+  level_contexts(s, b_count);
+  const size_t rows = ws.row_entry.size();
+  ws.ngram_terms.resize((rows + 1) * k);
   level_ngram_terms(s.t, ws, order, s.cap, k, s.params.ngram_weight, s.zero_q_term);
+  std::fill_n(ws.ngram_terms.data() + rows * k, k, s.max_term);
+  for (uint32_t b = 0; b < b_count; ++b)
+    if (ws.entry_skip[b]) ws.entry_row[b] = static_cast<uint32_t>(rows);
 }
 
 // Every extension of the beam at level l, as its beam key, into ws.ext;
@@ -685,7 +722,8 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
   Search s{t, in, params, ws, t.order() - 1,
            params.level_weights.empty() ? defaults.lw : params.level_weights.data(),
            params.logit_weights.empty() ? defaults.gw : params.logit_weights.data(),
-           params.eos_token_id.value_or(t.eos_id()), std::log(0.0f + kEps) * lambda};
+           params.eos_token_id.value_or(t.eos_id()), std::log(0.0f + kEps) * lambda,
+           std::log(1.0f + kEps) * lambda};
   drafter_terms(s);
   ws.beam_nodes.clear();
   ws.pool.clear();
@@ -696,7 +734,7 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
     // DART skips the lookup when lambda == 0: logf(q + eps) * 0 is -0.0, and
     // x + -0.0 == x, so leaving the term out is the same float.
     const bool use_ngram = (l > 0 || params.ngram_on_first_level) && lambda != 0.0f;
-    if (use_ngram) level_lookups(s, off, k);
+    if (use_ngram) level_lookups(s, l, off, k);
     const uint32_t n_ext = score_level(s, l, off, k, use_ngram);
     const uint32_t n_beam = select_beam(s, n_ext);
     keep_candidates(s, l, off, k, n_ext, n_beam);

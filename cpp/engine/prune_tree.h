@@ -113,6 +113,7 @@ struct PruneWorkspace {
   std::vector<int32_t> contexts;      // per beam entry: its context (order-1 tokens)
   std::vector<uint32_t> ctx_lens;
   std::vector<uint64_t> ctx_keys;     // a hash of the context, to find equal ones fast
+  std::vector<uint8_t> entry_skip;    // per beam entry: none of its extensions can be kept (no lookup)
   std::vector<uint32_t> entry_row;    // per beam entry: the row of its context
   std::vector<uint32_t> row_entry;    // per row (distinct context): the first beam entry with it
   // Per lattice entry, within each level: the level's candidate indices in
