@@ -506,21 +506,27 @@ void level_contexts(Search& s, uint32_t b_count) {
   }
 }
 
-// At the last level the beam is not used again: an extension matters only
-// if it can be kept. Its n-gram term is at most max_term (q <= 1, so q +
-// 1e-10f <= 1 + 1e-10f, and logf, the multiplications and the additions all
-// round monotonically), so its score is at most the one it would get with
-// max_term, and so is the best of an entry's extensions with the level's
-// best drafter term. With the pool full, an entry for which even that bound
-// ranks (as min(score, its rank)) no higher than the pool's worst has no
-// extension that can be kept (keep_candidates drops them all): the entry
-// needs no lookup, and its extensions get max_term (scores at most that
-// bound, so they are dropped all the same).
+// Once the pool is full, a beam entry none of whose extensions can be kept
+// needs no lookup. An extension's n-gram term is at most max_term, that of q
+// = 1 (q <= 1, so q + 1e-10f <= 1 + 1e-10f, and logf, the multiplications
+// and the additions all round monotonically), so the entry's score with its
+// level's best drafter term and max_term bounds every extension's score.
+// Scores never rise along a path (every term is <= 0), so a rank is its
+// score: when the bound is not above the pool's worst rank (threshold, which
+// only rises), neither these extensions nor any of their descendants can be
+// kept. They still take beam places, but only by their number: each scores
+// at most the threshold, below every extension that can still be kept, and
+// keeps its EOS flag, so any score up to the threshold leaves each of its
+// comparisons with an extension that can be kept as it was. The entry's
+// extensions get max_term (their scores are then their bounds, at most the
+// threshold), and its descendants are skipped in turn. (A trie whose counts
+// give q > 1, a corrupted file, breaks the bound: the tree is still closed
+// under parents, but may differ from the one computed without skipping.)
 void mark_unkeepable(Search& s, uint32_t l, uint64_t off, uint32_t k) {
   PruneWorkspace& ws = s.ws;
   const uint32_t b_count = static_cast<uint32_t>(ws.beam.size());
   ws.entry_skip.assign(b_count, 0);
-  if (l + 1 != s.in.depth || !s.pool_full) return;
+  if (!s.pool_full) return;
   const float* logit = ws.logit_terms.data() + off;
   const float best_logit = *std::max_element(logit, logit + k);
   const int32_t no_token = -1;
@@ -535,7 +541,7 @@ void mark_unkeepable(Search& s, uint32_t l, uint64_t off, uint32_t k) {
 
 // The n-gram terms of level l's k candidates for every distinct context of
 // the beam (ws.ngram_terms, one row per context; the entries mark_unkeepable
-// skips share one more row, of max_term).
+// marks share one more row, of max_term).
 void level_lookups(Search& s, uint32_t l, uint64_t off, uint32_t k) {
   PruneWorkspace& ws = s.ws;
   const uint32_t* order = ws.order.data() + off;
