@@ -247,13 +247,16 @@ def decode_v2(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]
         rank[esc1] = second
         sizes.append(n)
         counts.append(values[rank])
-    assert sizes[0] == vocab
 
+    # Level 1 has an entry per token; its count sections hold the tokens that occur, in token order.
     used = packed("used_tokens", 1, n=vocab, width=1).astype(bool)
     np.testing.assert_array_equal(packed("used_token_ranks", 1, n=math.ceil(vocab / 64), width=max(bits_for(vocab + 1), 1)),
                                   escapes_before(used)[::64])
-    np.testing.assert_array_equal(used, counts[0] > 0)
     used_ids = np.flatnonzero(used)
+    assert sizes[0] == len(used_ids) and np.all(counts[0] > 0)
+    unigrams = np.zeros(vocab, dtype=np.uint64)
+    unigrams[used_ids] = counts[0]
+    sizes[0], counts[0] = vocab, unigrams
 
     offsets = []
     for k in range(1, order):

@@ -107,9 +107,10 @@ uint64_t token_at(const TrieIndex& t, uint32_t k, uint64_t e, const RunRef* run)
 bool find_v2(const TrieIndex& t, const int32_t* toks, uint32_t len, uint64_t* index) {
   if (len == 0 || len > t.order()) return false;
   const uint64_t w0 = static_cast<uint32_t>(toks[0]);
-  if (len == 1) {
+  if (len == 1) {  // a token is stored when it occurs
+    uint64_t rank;
     *index = w0;
-    return w0 < t.level(1).size && t.level(1).count(w0) != 0;
+    return t.used_rank(w0, &rank);
   }
   // The prefix's entry, then the last token down the chain of the rest.
   uint64_t lo[kMaxOrder + 1], hi[kMaxOrder + 1], prefix;

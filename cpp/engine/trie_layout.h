@@ -96,15 +96,16 @@ inline std::vector<SectionShape> level_sections(const LevelShape& s) {
   return out;
 }
 // Version 2 (docs/FORMAT.md, "Version 2"): two-tier count ranks; level 1
-// marks the tokens that occur; levels >= 2 store each entry's token as a
+// marks the tokens that occur and counts only those; levels >= 2 store each entry's token as a
 // rank, coded in chunked Elias-Fano; every level's child offsets are
 // Elias-Fano coded.
 inline std::vector<SectionShape> level_sections_v2(const LevelShape& s) {
   std::vector<SectionShape> out;
   const uint64_t n = s.size;
+  const uint64_t counted = s.level == 1 ? s.used_tokens : n;  // level 1: the tokens that occur
   out.push_back({SectionKind::kCountValues, s.count_values, 64});
-  out.push_back({SectionKind::kCountRanks, n, s.rank_width});
-  out.push_back({SectionKind::kCountEscapeIndex, (n + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes)});
+  out.push_back({SectionKind::kCountRanks, counted, s.rank_width});
+  out.push_back({SectionKind::kCountEscapeIndex, (counted + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes)});
   out.push_back({SectionKind::kCountRanks2, s.escapes, s.rank2_width});
   out.push_back({SectionKind::kCountRanks2Index, (s.escapes + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes2)});
   out.push_back({SectionKind::kCountEscapes, s.escapes2, bits_for(s.count_values ? s.count_values - 1 : 0)});
