@@ -96,9 +96,9 @@ inline std::vector<SectionShape> level_sections(const LevelShape& s) {
   return out;
 }
 // Version 2 (docs/FORMAT.md, "Version 2"): two-tier count ranks; level 1
-// marks the tokens that occur and counts only those; levels >= 2 store each entry's token as a
-// rank, coded in chunked Elias-Fano; every level's child offsets are
-// Elias-Fano coded.
+// marks the tokens that occur and counts only those; levels >= 2 store each
+// entry's token as a rank, coded in chunked Elias-Fano; every level's child
+// offsets are Elias-Fano coded.
 inline std::vector<SectionShape> level_sections_v2(const LevelShape& s) {
   std::vector<SectionShape> out;
   const uint64_t n = s.size;
