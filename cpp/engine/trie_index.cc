@@ -208,8 +208,8 @@ void TrieIndex::parse() {
     Level& L = levels_[k - 1];
     auto packed = [&](const SectionEntry* s) { return PackedView(base_ + s->offset, s->count, s->width); };
     // Level 1 has an entry per token; version 2 counts only those that occur.
-    const bool counts_by_used_rank = k == 1 && version == kFormatVersion2;
-    L.size = counts_by_used_rank ? header_.vocab_size : r->count;
+    const bool by_used_rank = k == 1 && version == kFormatVersion2;
+    L.size = by_used_rank ? header_.vocab_size : r->count;
     if (k == 1 && L.size != header_.vocab_size) throw FormatError(what + ": size differs from vocab_size");
     LevelShape shape;
     std::vector<uint64_t> dense_first, dense_before;  // version 2, level 2 (read_dense_runs)
@@ -254,7 +254,7 @@ void TrieIndex::parse() {
     for (uint64_t i = 1; i < v->count; ++i)
       if (L.count_values[i] <= L.count_values[i - 1]) throw FormatError(what + ": count table not ascending");
     L.version = version;
-    L.counts_by_used_rank = counts_by_used_rank;
+    L.by_used_rank = by_used_rank;
     if (version == kFormatVersion) {
       L.count_ranks = RankView(packed(r), packed(re), packed(ri));
     } else {
@@ -273,7 +273,7 @@ void TrieIndex::parse() {
       L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);
       L.sample_count = sm->count;
     }
-    switch (child_offset_rep(version, k, n)) {
+    switch (child_offset_rep(k, n)) {
       case ChildOffsetRep::kNone:
         break;
       case ChildOffsetRep::kPlain:
@@ -289,7 +289,8 @@ void TrieIndex::parse() {
   }
   for (uint32_t k = 1; k < n; ++k) {
     const Level& L = levels_[k - 1];
-    if (L.child_offsets[0] != 0 || L.child_offsets[L.size] != levels_[k].size)
+    const uint64_t parents = L.by_used_rank ? L.used.count() : L.size;
+    if (L.child_offsets[0] != 0 || L.child_offsets[parents] != levels_[k].size)
       throw FormatError(p + ": level " + std::to_string(k) + ": child offsets do not span level " +
                         std::to_string(k + 1));
   }
@@ -540,6 +541,10 @@ void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, 
 void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
   const Level& L = levels_[k - 1];
   uint64_t a, b;
+  if (L.by_used_rank && !L.used.rank(index, &index)) {  // a token that never occurs has no children
+    *lo = *hi = 0;
+    return;
+  }
   L.child_offsets.pair(index, &a, &b);
   // A corrupted (unverified) file must not send reads past the next level.
   const uint64_t n = levels_[k].size;

@@ -68,9 +68,9 @@ struct Level {
   const uint32_t* token_samples = nullptr;  // levels >= 2: tokens[i * kSampleEvery]
   uint64_t sample_count = 0;
 
-  // Version 2, level 1: its counts are those of the tokens that occur, in
-  // token order (the entry of token t is its rank among them).
-  bool counts_by_used_rank = false;
+  // Version 2, level 1: its counts and child offsets are those of the
+  // tokens that occur, in token order (token t's are at its rank among them).
+  bool by_used_rank = false;
   UsedTokens used;
 
   uint64_t count(uint64_t i) const {
@@ -78,7 +78,7 @@ struct Level {
       const uint64_t r = count_ranks[i];
       return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
     }
-    if (counts_by_used_rank && !(used.rank(i, &i) && i < count_ranks_v2.size())) return 0;
+    if (by_used_rank && !(used.rank(i, &i) && i < count_ranks_v2.size())) return 0;
     const uint64_t r = count_ranks_v2[i];
     return r < count_value_count ? count_values[r] : 0;
   }

@@ -20,14 +20,14 @@ namespace ngram {
 // How a level stores the child offsets of its entries (levels < order).
 enum class ChildOffsetRep {
   kNone,        // the last level: no children
-  kPlain,       // level 1: plainly packed (small, dense, read by every lookup,
-                // and too skewed for a fast Elias-Fano select)
+  kPlain,       // level 1: plainly packed (small, read by every lookup, and
+                // too skewed for a fast Elias-Fano select)
   kEliasFano,   // levels 2 .. N-1
 };
 
-inline ChildOffsetRep child_offset_rep(uint32_t version, uint32_t level, uint32_t order) {
+inline ChildOffsetRep child_offset_rep(uint32_t level, uint32_t order) {
   if (level >= order) return ChildOffsetRep::kNone;
-  return level == 1 && version == kFormatVersion ? ChildOffsetRep::kPlain : ChildOffsetRep::kEliasFano;
+  return level == 1 ? ChildOffsetRep::kPlain : ChildOffsetRep::kEliasFano;
 }
 
 // What a level's section sizes depend on.
@@ -60,8 +60,9 @@ struct SectionShape {
 inline std::vector<SectionShape> level_sections_v2(const LevelShape& s);
 // The child offsets' sections of a level (none for the last).
 inline void append_child_offset_sections(const LevelShape& s, std::vector<SectionShape>& out) {
-  const uint64_t n = s.size;
-  switch (child_offset_rep(s.version, s.level, s.order)) {
+  // Version 2's level 1 has children for the tokens that occur only.
+  const uint64_t n = s.version == kFormatVersion2 && s.level == 1 ? s.used_tokens : s.size;
+  switch (child_offset_rep(s.level, s.order)) {
     case ChildOffsetRep::kNone:
       break;
     case ChildOffsetRep::kPlain:
@@ -96,9 +97,9 @@ inline std::vector<SectionShape> level_sections(const LevelShape& s) {
   return out;
 }
 // Version 2 (docs/FORMAT.md, "Version 2"): two-tier count ranks; level 1
-// marks the tokens that occur and counts only those; levels >= 2 store each
-// entry's token as a rank, coded in chunked Elias-Fano; every level's child
-// offsets are Elias-Fano coded.
+// marks the tokens that occur, and its counts and child offsets are those
+// of these tokens only; levels >= 2 store each entry's token as a rank,
+// coded in chunked Elias-Fano, and their child offsets in Elias-Fano.
 inline std::vector<SectionShape> level_sections_v2(const LevelShape& s) {
   std::vector<SectionShape> out;
   const uint64_t n = s.size;

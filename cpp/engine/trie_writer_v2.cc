@@ -216,6 +216,18 @@ void write_count_sections(const uint64_t* values, uint64_t nvalues, uint64_t ent
   });
 }
 
+// Level 1's child offsets, plainly packed, for the tokens that occur (a
+// token that does not has no children): each one's first child, then the
+// size of level 2.
+void write_used_child_offsets(const TrieIndex& src, const LevelShape& sh, SectionFile& f) {
+  const Level& L = src.level(1);
+  std::vector<uint64_t> offsets;
+  for (uint64_t t = 0; t < L.size; ++t)
+    if (L.count(t) != 0) offsets.push_back(L.child_offsets[t]);
+  offsets.push_back(src.level(2).size);
+  write_packed(f, sh, SectionKind::kChildOffsets, offsets);
+}
+
 // Level k's child offsets, Elias-Fano coded: one pass per section.
 void write_child_offsets(const TrieIndex& src, const LevelShape& sh, SectionFile& f) {
   const Level& L = src.level(sh.level);
@@ -317,7 +329,7 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
       f.word(0);
       f.end(layout_of(sh, SectionKind::kUsedTokens));
       write_packed(f, sh, SectionKind::kUsedTokenRanks, ranks);
-      if (k < order) write_child_offsets(src, sh, f);
+      if (k < order) write_used_child_offsets(src, sh, f);
       continue;
     }
     const Level& parent = src.level(k - 1);
