@@ -20,7 +20,7 @@ namespace {
 
 // The byte budget of level 2's bitmaps (dense_runs.h): their extra bytes
 // over the sequence's, per stored n-gram of all levels. 0.06 bytes keeps the
-// shared corpus trie at 1.67 bytes per n-gram in the file and 1.69 in RAM
+// shared corpus trie at 1.68 bytes per n-gram in the file and 1.69 in RAM
 // (the limit: 1.7) while its bitmaps hold the runs of the most
 // frequent context tokens (73 runs, the last token of 39 % of DART's golden
 // queries; 0.03 bought 41, and lookups 4 to 6 % slower).
