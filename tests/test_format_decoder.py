@@ -22,7 +22,7 @@ from ngram_service import NgramIndex
 
 KINDS = {1: "meta", 2: "count_values", 3: "count_ranks", 4: "tokens", 5: "child_low", 6: "token_samples",
          7: "child_high", 8: "child_select", 9: "count_escapes", 10: "count_escape_index", 11: "child_offsets"}
-KINDS_V2 = {**{k: v for k, v in KINDS.items() if v not in ("tokens", "token_samples", "child_offsets")},
+KINDS_V2 = {**{k: v for k, v in KINDS.items() if v not in ("tokens", "token_samples")},
             12: "used_tokens", 13: "used_token_ranks", 14: "count_ranks2", 15: "count_ranks2_index",
             16: "token_bits", 17: "token_starts", 18: "token_ends", 19: "dense_runs", 20: "dense_bits",
             21: "dense_ranks"}
@@ -206,7 +206,7 @@ def decode_v2(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]
         if k == 2:
             want += [("dense_runs", 2), ("dense_bits", 2), ("dense_ranks", 2)]
         if k < order:
-            want += [("child_low", k), ("child_high", k), ("child_select", k)]
+            want += [("child_offsets", 1)] if k == 1 else [("child_low", k), ("child_high", k), ("child_select", k)]
     assert in_order == want
     meta = json.loads(sections[("meta", 0)]["body"].decode("utf-8"))
     assert meta["format_version"] == 2
@@ -247,16 +247,27 @@ def decode_v2(path: Path) -> tuple[dict, dict, list[dict[tuple[int, ...], int]]]
         rank[esc1] = second
         sizes.append(n)
         counts.append(values[rank])
-    assert sizes[0] == vocab
 
+    # Level 1 has an entry per token; its count sections hold the tokens that occur, in token order.
     used = packed("used_tokens", 1, n=vocab, width=1).astype(bool)
     np.testing.assert_array_equal(packed("used_token_ranks", 1, n=math.ceil(vocab / 64), width=max(bits_for(vocab + 1), 1)),
                                   escapes_before(used)[::64])
-    np.testing.assert_array_equal(used, counts[0] > 0)
     used_ids = np.flatnonzero(used)
+    assert sizes[0] == len(used_ids) and np.all(counts[0] > 0)
+    unigrams = np.zeros(vocab, dtype=np.uint64)
+    unigrams[used_ids] = counts[0]
+    sizes[0], counts[0] = vocab, unigrams
 
     offsets = []
     for k in range(1, order):
+        if k == 1:  # plain, for the tokens that occur; a token that does not has no children
+            used_off = packed("child_offsets", 1, n=len(used_ids) + 1, width=bits_for(sizes[1] + 1)).astype(np.int64)
+            off = np.full(vocab + 1, used_off[-1], dtype=np.int64)
+            off[used_ids] = used_off[:-1]
+            off = np.minimum.accumulate(off[::-1])[::-1]  # an unused token's run starts where the next one's does
+            assert off[0] == 0 and np.all(np.diff(used_off) >= 0) and used_off[-1] == sizes[1]
+            offsets.append(off)
+            continue
         n, u = sizes[k - 1] + 1, sizes[k]
         low_bits = int(math.floor(math.log2(u / n))) if u >= 2 * n else 0
         high_len = n + (u >> low_bits) + 1

@@ -65,6 +65,16 @@ def test_size_target_and_same_counts(corpus_trie: Path, corpus_trie_v2: Path) ->
         assert (ta.matched, ta.tokens.tolist(), ta.counts.tolist()) == (tb.matched, tb.tokens.tolist(), tb.counts.tolist())
 
 
+def test_unigram_counts_of_every_token(corpus_trie: Path, corpus_trie_v2: Path) -> None:
+    """Level 1 of version 2 counts only the tokens that occur (docs/FORMAT.md, "Counts"): every token id,
+    those that never occur included (count 0), has version 1's count."""
+    a, b = NgramIndex.open(corpus_trie), NgramIndex.open(corpus_trie_v2)
+    ca = [a.count([t]) for t in range(a.vocab_size)]
+    cb = [b.count([t]) for t in range(b.vocab_size)]
+    assert 0 < sum(c == 0 for c in ca) < len(ca)  # the vocabulary has tokens the corpus never uses
+    assert ca == cb
+
+
 def dense_run_parents(path: Path) -> list[int]:
     """The tokens whose level-2 runs the file stores as bitmaps (docs/FORMAT.md, "Dense runs"), from its bytes."""
     sec = next(s for s in NgramIndex.open(path).sections() if s["kind"] == "dense_runs")

@@ -137,6 +137,6 @@ def test_ngram_info_cli(sample_trie: Path, sample_trie_v2: Path, version: int) -
     info = json.loads(r.stdout)
     # version 1: per level 4 count sections, tokens and samples (levels 2, 3), child offsets (1 + 3 + 3);
     # version 2: per level 6 count sections, used tokens (level 1) or token ranks (3 each), level 2's dense
-    # runs (3), EF child offsets
-    sections = 1 + 3 * 4 + 2 * 2 + 1 + 3 if version == 1 else 1 + 3 * 6 + 2 + 2 * 3 + 3 + 2 * 3
+    # runs (3), child offsets (1 + 3)
+    sections = 1 + 3 * 4 + 2 * 2 + 1 + 3 if version == 1 else 1 + 3 * 6 + 2 + 2 * 3 + 3 + 1 + 3
     assert info["checksums"] == "ok" and info["order"] == 3 and len(info["sections"]) == sections

@@ -10,13 +10,13 @@ namespace {
 // without branches on the data: the lanes' targets are unpredictable.
 uint64_t lower_bound_branchless(const uint64_t* r, uint64_t k, uint64_t v) {
   if (k == 0) return 0;
-  const uint64_t* f = r;
+  uint64_t f = 0;
   for (uint64_t n = k; n > 1;) {
     const uint64_t half = n / 2;
-    f += f[half - 1] < v ? half : 0;
+    f += half & -static_cast<uint64_t>(r[f + half - 1] < v);  // a mask: the compiler made a ternary a branch
     n -= half;
   }
-  return static_cast<uint64_t>(f - r) + (*f < v);
+  return f + (r[f] < v);
 }
 
 // A run of level k (its entries [lo, hi)) as a search in it needs it:
@@ -107,9 +107,10 @@ uint64_t token_at(const TrieIndex& t, uint32_t k, uint64_t e, const RunRef* run)
 bool find_v2(const TrieIndex& t, const int32_t* toks, uint32_t len, uint64_t* index) {
   if (len == 0 || len > t.order()) return false;
   const uint64_t w0 = static_cast<uint32_t>(toks[0]);
-  if (len == 1) {
+  if (len == 1) {  // a token is stored when it occurs
+    uint64_t rank;
     *index = w0;
-    return w0 < t.level(1).size && t.level(1).count(w0) != 0;
+    return t.used_rank(w0, &rank);
   }
   // The prefix's entry, then the last token down the chain of the rest.
   uint64_t lo[kMaxOrder + 1], hi[kMaxOrder + 1], prefix;
@@ -209,20 +210,26 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
             for (uint32_t a = 0; a < live; ++a) pos[a] = r.lo + (pos[a] - r.s);
           }
         }
+        // The lanes that hit go on (selects, not branches: a hit is a coin
+        // toss for the predictor).
         uint32_t still = 0;
         for (uint32_t a = 0; a < live; ++a) {
-          if (!hit[a]) continue;
           const uint32_t l = alive[a];
-          deepest[l] = j;
-          at[l] = pos[a];
+          deepest[l] = hit[a] ? j : deepest[l];
+          at[l] = hit[a] ? pos[a] : at[l];
           x[l] = pos[a] - r.lo;
-          alive[still++] = l;
+          alive[still] = l;
+          still += hit[a];
         }
         live = still;
       }
+      uint32_t found = 0;
       for (uint32_t l = 0; l < lanes; ++l) {
-        if (deepest[l] == 0) continue;
-        const uint32_t c = cand[l];
+        alive[found] = l;
+        found += deepest[l] != 0;
+      }
+      for (uint32_t f = 0; f < found; ++f) {
+        const uint32_t l = alive[f], c = cand[l];
         p[i][c] = static_cast<float>(t.level(deepest[l] + 1).count(at[l])) * inv[deepest[l]];
         m[i][c] = static_cast<int32_t>(deepest[l]);
       }

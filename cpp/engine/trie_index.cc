@@ -206,7 +206,10 @@ void TrieIndex::parse() {
     if (!rank_width_ok(r->width) || (r2 && !rank_width_ok(r2->width)))
       throw FormatError(what + ": count rank sections differ in size");
     Level& L = levels_[k - 1];
-    L.size = r->count;
+    auto packed = [&](const SectionEntry* s) { return PackedView(base_ + s->offset, s->count, s->width); };
+    // Level 1 has an entry per token; version 2 counts only those that occur.
+    const bool by_used_rank = k == 1 && version == kFormatVersion2;
+    L.size = by_used_rank ? header_.vocab_size : r->count;
     if (k == 1 && L.size != header_.vocab_size) throw FormatError(what + ": size differs from vocab_size");
     LevelShape shape;
     std::vector<uint64_t> dense_first, dense_before;  // version 2, level 2 (read_dense_runs)
@@ -227,6 +230,11 @@ void TrieIndex::parse() {
       const SectionEntry *tb = section(k, SectionKind::kTokenBits), *te = section(k, SectionKind::kTokenEnds);
       shape.token_bits = tb ? tb->count : 0;
       shape.token_end_width = te ? te->width : 1;
+      const SectionEntry *ub = section(k, SectionKind::kUsedTokens), *ur = section(k, SectionKind::kUsedTokenRanks);
+      if (k == 1 && ub && ur) {  // their sizes are checked with the rest below
+        L.used = UsedTokens{packed(ub), packed(ur)};
+        shape.used_tokens = L.used.count();
+      }
       if (k == 2) read_dense_runs(section(k, SectionKind::kDenseRuns), shape, dense_first, dense_before);
     }
     // Exactly the layout's sections, each with the layout's count and width.
@@ -240,13 +248,13 @@ void TrieIndex::parse() {
       const SectionEntry* s = section(k, w.kind);
       if (s->count != w.count || s->width != w.width) throw FormatError(what + ": " + layout_size_message(w.kind));
     }
-    if (v->count == 0 && L.size > 0) throw FormatError(what + ": empty count table");
+    if (v->count == 0 && r->count > 0) throw FormatError(what + ": empty count table");
     L.count_values = reinterpret_cast<const uint64_t*>(base_ + v->offset);
     L.count_value_count = v->count;
     for (uint64_t i = 1; i < v->count; ++i)
       if (L.count_values[i] <= L.count_values[i - 1]) throw FormatError(what + ": count table not ascending");
-    auto packed = [&](const SectionEntry* s) { return PackedView(base_ + s->offset, s->count, s->width); };
     L.version = version;
+    L.by_used_rank = by_used_rank;
     if (version == kFormatVersion) {
       L.count_ranks = RankView(packed(r), packed(re), packed(ri));
     } else {
@@ -260,16 +268,12 @@ void TrieIndex::parse() {
       L.token_ranks = ChunkedEliasFanoView(L.size - std::min(L.size, shape.dense_entries), base_ + tb->offset, tb->count,
                                            packed(section(k, SectionKind::kTokenStarts)),
                                            packed(section(k, SectionKind::kTokenEnds)));
-    if (const SectionEntry* u = section(k, SectionKind::kUsedTokens)) {
-      used_tokens_ = packed(u);
-      used_token_ranks_ = packed(section(k, SectionKind::kUsedTokenRanks));
-    }
     if (const SectionEntry* t = section(k, SectionKind::kTokens)) L.tokens = packed(t);
     if (const SectionEntry* sm = section(k, SectionKind::kTokenSamples)) {
       L.token_samples = reinterpret_cast<const uint32_t*>(base_ + sm->offset);
       L.sample_count = sm->count;
     }
-    switch (child_offset_rep(version, k, n)) {
+    switch (child_offset_rep(k, n)) {
       case ChildOffsetRep::kNone:
         break;
       case ChildOffsetRep::kPlain:
@@ -285,7 +289,8 @@ void TrieIndex::parse() {
   }
   for (uint32_t k = 1; k < n; ++k) {
     const Level& L = levels_[k - 1];
-    if (L.child_offsets[0] != 0 || L.child_offsets[L.size] != levels_[k].size)
+    const uint64_t parents = L.by_used_rank ? L.used.count() : L.size;
+    if (L.child_offsets[0] != 0 || L.child_offsets[parents] != levels_[k].size)
       throw FormatError(p + ": level " + std::to_string(k) + ": child offsets do not span level " +
                         std::to_string(k + 1));
   }
@@ -293,12 +298,7 @@ void TrieIndex::parse() {
 
 void TrieIndex::read_dense_runs(const SectionEntry* s, LevelShape& shape, std::vector<uint64_t>& first,
                                 std::vector<uint64_t>& before) const {
-  const uint64_t words = used_token_ranks_.size();
-  if (words > 0) {
-    uint64_t last;
-    std::memcpy(&last, used_tokens_.data() + (words - 1) * 8, 8);
-    shape.used_tokens = used_token_ranks_[words - 1] + static_cast<uint64_t>(__builtin_popcountll(last));
-  }
+  shape.used_tokens = levels_[0].used.count();
   if (!s) return;  // the layout check names the missing section
   const std::string what = path_ + ": level 2: dense run ";
   const PackedView parents(base_ + s->offset, s->count, s->width);
@@ -470,17 +470,18 @@ void TrieIndex::verify_checksums() const {
 
 uint64_t TrieIndex::used_token(uint64_t r) const {
   // The last word whose rank sample is <= r, then the bit within it.
-  const uint64_t words = used_token_ranks_.size();
+  const UsedTokens& used = levels_[0].used;
+  const uint64_t words = used.ranks.size();
   uint64_t lo = 0, hi = words;
   while (hi - lo > 1) {
     const uint64_t mid = (lo + hi) / 2;
-    if (used_token_ranks_[mid] <= r) lo = mid;
+    if (used.ranks[mid] <= r) lo = mid;
     else hi = mid;
   }
   if (words == 0) return UINT64_MAX;
   uint64_t word;
-  std::memcpy(&word, used_tokens_.data() + lo * 8, 8);
-  const uint64_t left = r - used_token_ranks_[lo];
+  std::memcpy(&word, used.bits.data() + lo * 8, 8);
+  const uint64_t left = r - used.ranks[lo];
   if (left >= static_cast<uint64_t>(__builtin_popcountll(word))) return UINT64_MAX;
   return lo * 64 + select_in_word(word, left);
 }
@@ -540,6 +541,10 @@ void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, 
 void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
   const Level& L = levels_[k - 1];
   uint64_t a, b;
+  if (L.by_used_rank && !L.used.rank(index, &index)) {  // a token that never occurs has no children
+    *lo = *hi = 0;
+    return;
+  }
   L.child_offsets.pair(index, &a, &b);
   // A corrupted (unverified) file must not send reads past the next level.
   const uint64_t n = levels_[k].size;

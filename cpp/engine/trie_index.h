@@ -20,6 +20,31 @@
 
 namespace ngram {
 
+// Version 2, level 1: which tokens occur (bit t of `bits`) and, per 64
+// tokens, how many below them do (`ranks`): a token's rank among the tokens
+// that occur, the index of its counts (docs/FORMAT.md, "Version 2").
+struct UsedTokens {
+  PackedView bits, ranks;
+
+  // Whether token t occurs, and then how many tokens below t do.
+  bool rank(uint64_t t, uint64_t* r) const {
+    if (t >= bits.size()) return false;
+    uint64_t word;
+    std::memcpy(&word, bits.data() + (t / 64) * 8, 8);
+    const uint64_t below = word & ((uint64_t{1} << (t % 64)) - 1);
+    *r = ranks[t / 64] + static_cast<uint64_t>(__builtin_popcountll(below));
+    return (word >> (t % 64)) & 1;
+  }
+  // The number of tokens that occur (0 for sections too short to say).
+  uint64_t count() const {
+    const uint64_t words = std::min(ranks.size(), (bits.size() + 63) / 64);
+    if (words == 0) return 0;
+    uint64_t last;
+    std::memcpy(&last, bits.data() + (words - 1) * 8, 8);
+    return ranks[words - 1] + static_cast<uint64_t>(__builtin_popcountll(last));
+  }
+};
+
 // One order's arrays. Level 1 is dense over the vocabulary (entry = token id,
 // no token array); level k >= 2 holds the k-grams sorted lexicographically, so
 // the children of one (k-1)-gram are a contiguous run sorted by token.
@@ -43,9 +68,19 @@ struct Level {
   const uint32_t* token_samples = nullptr;  // levels >= 2: tokens[i * kSampleEvery]
   uint64_t sample_count = 0;
 
+  // Version 2, level 1: its counts and child offsets are those of the
+  // tokens that occur, in token order (token t's are at its rank among them).
+  bool by_used_rank = false;
+  UsedTokens used;
+
   uint64_t count(uint64_t i) const {
-    const uint64_t r = version == kFormatVersion ? count_ranks[i] : count_ranks_v2[i];
-    return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
+    if (version == kFormatVersion) {
+      const uint64_t r = count_ranks[i];
+      return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
+    }
+    if (by_used_rank && !(used.rank(i, &i) && i < count_ranks_v2.size())) return 0;
+    const uint64_t r = count_ranks_v2[i];
+    return r < count_value_count ? count_values[r] : 0;
   }
 
   // Asks the caches for the start of the run [lo, hi): its first tokens, its
@@ -134,14 +169,7 @@ class TrieIndex {
 
   // Version 2, level 1: whether token t occurs, and then how many tokens
   // below t do (its rank among the tokens that occur).
-  bool used_rank(uint64_t t, uint64_t* rank) const {
-    if (t >= used_tokens_.size()) return false;
-    uint64_t word;
-    std::memcpy(&word, used_tokens_.data() + (t / 64) * 8, 8);
-    const uint64_t below = word & ((uint64_t{1} << (t % 64)) - 1);
-    *rank = used_token_ranks_[t / 64] + static_cast<uint64_t>(__builtin_popcountll(below));
-    return (word >> (t % 64)) & 1;
-  }
+  bool used_rank(uint64_t t, uint64_t* rank) const { return levels_[0].used.rank(t, rank); }
   // Version 2: the token whose rank among the tokens that occur is r
   // (UINT64_MAX if none).
   uint64_t used_token(uint64_t r) const;
@@ -170,7 +198,6 @@ class TrieIndex {
   FileHeader header_{};
   std::vector<SectionEntry> sections_;
   std::vector<Level> levels_;
-  PackedView used_tokens_, used_token_ranks_;  // version 2, level 1
   std::string meta_;
   mutable std::once_flag totals_once_;
   mutable uint64_t total_tokens_ = 0;

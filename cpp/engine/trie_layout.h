@@ -20,14 +20,14 @@ namespace ngram {
 // How a level stores the child offsets of its entries (levels < order).
 enum class ChildOffsetRep {
   kNone,        // the last level: no children
-  kPlain,       // level 1: plainly packed (small, dense, read by every lookup,
-                // and too skewed for a fast Elias-Fano select)
+  kPlain,       // level 1: plainly packed (small, read by every lookup, and
+                // too skewed for a fast Elias-Fano select)
   kEliasFano,   // levels 2 .. N-1
 };
 
-inline ChildOffsetRep child_offset_rep(uint32_t version, uint32_t level, uint32_t order) {
+inline ChildOffsetRep child_offset_rep(uint32_t level, uint32_t order) {
   if (level >= order) return ChildOffsetRep::kNone;
-  return level == 1 && version == kFormatVersion ? ChildOffsetRep::kPlain : ChildOffsetRep::kEliasFano;
+  return level == 1 ? ChildOffsetRep::kPlain : ChildOffsetRep::kEliasFano;
 }
 
 // What a level's section sizes depend on.
@@ -60,8 +60,9 @@ struct SectionShape {
 inline std::vector<SectionShape> level_sections_v2(const LevelShape& s);
 // The child offsets' sections of a level (none for the last).
 inline void append_child_offset_sections(const LevelShape& s, std::vector<SectionShape>& out) {
-  const uint64_t n = s.size;
-  switch (child_offset_rep(s.version, s.level, s.order)) {
+  // Version 2's level 1 has children for the tokens that occur only.
+  const uint64_t n = s.version == kFormatVersion2 && s.level == 1 ? s.used_tokens : s.size;
+  switch (child_offset_rep(s.level, s.order)) {
     case ChildOffsetRep::kNone:
       break;
     case ChildOffsetRep::kPlain:
@@ -96,15 +97,16 @@ inline std::vector<SectionShape> level_sections(const LevelShape& s) {
   return out;
 }
 // Version 2 (docs/FORMAT.md, "Version 2"): two-tier count ranks; level 1
-// marks the tokens that occur; levels >= 2 store each entry's token as a
-// rank, coded in chunked Elias-Fano; every level's child offsets are
-// Elias-Fano coded.
+// marks the tokens that occur, and its counts and child offsets are those
+// of these tokens only; levels >= 2 store each entry's token as a rank,
+// coded in chunked Elias-Fano, and their child offsets in Elias-Fano.
 inline std::vector<SectionShape> level_sections_v2(const LevelShape& s) {
   std::vector<SectionShape> out;
   const uint64_t n = s.size;
+  const uint64_t counted = s.level == 1 ? s.used_tokens : n;  // level 1: the tokens that occur
   out.push_back({SectionKind::kCountValues, s.count_values, 64});
-  out.push_back({SectionKind::kCountRanks, n, s.rank_width});
-  out.push_back({SectionKind::kCountEscapeIndex, (n + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes)});
+  out.push_back({SectionKind::kCountRanks, counted, s.rank_width});
+  out.push_back({SectionKind::kCountEscapeIndex, (counted + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes)});
   out.push_back({SectionKind::kCountRanks2, s.escapes, s.rank2_width});
   out.push_back({SectionKind::kCountRanks2Index, (s.escapes + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes2)});
   out.push_back({SectionKind::kCountEscapes, s.escapes2, bits_for(s.count_values ? s.count_values - 1 : 0)});

@@ -138,7 +138,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     }
     st->escape_code = (uint64_t{1} << rank_layouts[k - 1].primary_width) - 1;
     st->escapes = rank_layouts[k - 1].escapes;
-    const ChildOffsetRep rep = child_offset_rep(kFormatVersion, k, order_);
+    const ChildOffsetRep rep = child_offset_rep(k, order_);
     if (rep != ChildOffsetRep::kNone) {
       st->child_w = std::make_unique<ChildOffsetWriter<WordSink>>(rep, spec.size + 1, specs_[k].size,
                                                                   child_sinks.data());

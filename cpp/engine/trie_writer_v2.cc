@@ -19,11 +19,12 @@ namespace ngram {
 namespace {
 
 // The byte budget of level 2's bitmaps (dense_runs.h): their extra bytes
-// over the sequence's, per stored n-gram of all levels. 0.03 bytes keeps the
-// shared corpus trie at 1.67 bytes per n-gram in the file and 1.68 in RAM
+// over the sequence's, per stored n-gram of all levels. 0.06 bytes keeps the
+// shared corpus trie at 1.68 bytes per n-gram in the file and 1.69 in RAM
 // (the limit: 1.7) while its bitmaps hold the runs of the most
-// frequent context tokens.
-constexpr double kDenseBudgetPerNgram = 0.03;
+// frequent context tokens (73 runs, the last token of 39 % of DART's golden
+// queries; 0.03 bought 41, and lookups 4 to 6 % slower).
+constexpr double kDenseBudgetPerNgram = 0.06;
 
 // The file being written, streamed: sections one after another at 64-byte
 // aligned offsets behind the header and section table (written last), each
@@ -158,37 +159,40 @@ void write_packed(SectionFile& f, const LevelShape& s, SectionKind kind, const s
   f.end(shape);
 }
 
-// The tiered count ranks of level k (count_ranks.h, TieredRankView), each
-// section from its own pass over the source's ranks, so that none is held.
-void write_count_sections(const Level& L, bool allow_escapes, LevelShape& sh, SectionFile& f) {
-  std::vector<uint64_t> freq(L.count_value_count, 0);
-  for (uint64_t i = 0; i < L.size; ++i) {
-    const uint64_t r = L.count_ranks[i];
+// The tiered count ranks of a level (count_ranks.h, TieredRankView): its
+// table of `nvalues` distinct counts and `entries` ranks into it, which
+// for_each_rank(fn) passes to fn in entry order. Each section comes from its
+// own pass over the ranks, so that none is held.
+template <class ForEachRank>
+void write_count_sections(const uint64_t* values, uint64_t nvalues, uint64_t entries, ForEachRank for_each_rank,
+                          LevelShape& sh, SectionFile& f) {
+  std::vector<uint64_t> freq(nvalues, 0);
+  for_each_rank([&](uint64_t r) {
     if (r >= freq.size()) throw FormatError("level " + std::to_string(sh.level) + ": a count rank out of range");
     ++freq[r];
-  }
-  const TieredRankLayout tl = choose_tiered_rank_layout(L.size, freq, allow_escapes);
+  });
+  const TieredRankLayout tl = choose_tiered_rank_layout(entries, freq, sh.level > 1);
   const uint64_t c1 = (uint64_t{1} << tl.first_width) - 1, c2 = (uint64_t{1} << tl.second_width) - 1;
   uint64_t n1 = 0, n2 = 0;
   for (uint64_t r = 0; r < freq.size(); ++r) {
     if (r >= c1) n1 += freq[r];
     if (r >= c1 + c2) n2 += freq[r];
   }
-  sh.count_values = L.count_value_count;
+  sh.count_values = nvalues;
   sh.rank_width = tl.first_width;
   sh.escapes = n1;
   sh.rank2_width = tl.second_width;
   sh.escapes2 = n2;
   const uint32_t k = sh.level;
   f.begin(SectionKind::kCountValues, k);
-  f.bytes(L.count_values, L.count_value_count * 8);
+  f.bytes(values, nvalues * 8);
   f.end(layout_of(sh, SectionKind::kCountValues));
   // One pass per section: `each(rank, sink)` for every entry in order.
   auto pass = [&](SectionKind kind, auto each) {
     const SectionShape shape = layout_of(sh, kind);
     f.begin(kind, k);
     PackedWriter<FileSink> w(shape.width, FileSink{&f});
-    for (uint64_t i = 0; i < L.size; ++i) each(L.count_ranks[i], w);
+    for_each_rank([&](uint64_t r) { each(r, w); });
     w.finish();
     f.end(shape);
   };
@@ -210,6 +214,18 @@ void write_count_sections(const Level& L, bool allow_escapes, LevelShape& sh, Se
   pass(SectionKind::kCountEscapes, [&](uint64_t r, auto& w) {
     if (r >= c1 + c2) w.push(r - c1 - c2);
   });
+}
+
+// Level 1's child offsets, plainly packed, for the tokens that occur (a
+// token that does not has no children): each one's first child, then the
+// size of level 2.
+void write_used_child_offsets(const TrieIndex& src, const LevelShape& sh, SectionFile& f) {
+  const Level& L = src.level(1);
+  std::vector<uint64_t> offsets;
+  for (uint64_t t = 0; t < L.size; ++t)
+    if (L.count(t) != 0) offsets.push_back(L.child_offsets[t]);
+  offsets.push_back(src.level(2).size);
+  write_packed(f, sh, SectionKind::kChildOffsets, offsets);
 }
 
 // Level k's child offsets, Elias-Fano coded: one pass per section.
@@ -282,7 +298,23 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
     sh.next_size = k < order ? src.level(k + 1).size : 0;
     sh.vocab_size = vocab;
     sh.used_tokens = used;
-    write_count_sections(L, k > 1, sh, f);
+    if (k == 1) {
+      // The tokens that occur, in token order; version 1's table holds a
+      // leading 0 (rank 0) when some token does not, which this one drops.
+      const uint64_t zero = L.count_value_count > 0 && L.count_values[0] == 0 ? 1 : 0;
+      write_count_sections(L.count_values + zero, L.count_value_count - zero, used,
+                           [&](auto fn) {
+                             for (uint64_t t = 0; t < vocab; ++t)
+                               if (uni.count(t) != 0) fn(L.count_ranks[t] - zero);
+                           },
+                           sh, f);
+    } else {
+      write_count_sections(L.count_values, L.count_value_count, L.size,
+                           [&](auto fn) {
+                             for (uint64_t i = 0; i < L.size; ++i) fn(L.count_ranks[i]);
+                           },
+                           sh, f);
+    }
     if (k == 1) {
       std::vector<uint64_t> bits, ranks;
       for (uint64_t t = 0; t < vocab; ++t) {
@@ -297,7 +329,7 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
       f.word(0);
       f.end(layout_of(sh, SectionKind::kUsedTokens));
       write_packed(f, sh, SectionKind::kUsedTokenRanks, ranks);
-      if (k < order) write_child_offsets(src, sh, f);
+      if (k < order) write_used_child_offsets(src, sh, f);
       continue;
     }
     const Level& parent = src.level(k - 1);
