@@ -115,6 +115,14 @@ def test_topk_equals_brute_force(built_with_counts) -> None:
 @pytest.mark.parametrize("call, message", [
     (lambda i: i.conditional_probs([[1, 6]], [[1]]), r"contexts\[1\] = 6 is not a token id"),
     (lambda i: i.conditional_probs([[1, 2]], [[-1]]), r"candidates\[0\] = -1"),
+    # int32 arrays (checked where they lie): a negative id, the first of
+    # several bad ones, one id past the vocabulary among many good ones.
+    (lambda i: i.conditional_probs(np.array([[1, 2]], np.int32), np.array([[3, -5]], np.int32)),
+     r"candidates\[1\] = -5"),
+    (lambda i: i.conditional_probs(np.array([[1, 2], [9, 2**31 - 1]], np.int32), np.ones((2, 1), np.int32)),
+     r"contexts\[2\] = 9 is not a token id"),
+    (lambda i: i.conditional_probs(np.ones((3, 2), np.int32), np.array([[1] * 20, [2] * 20, [1] * 19 + [6]], np.int32)),
+     r"candidates\[59\] = 6 is not a token id"),
     (lambda i: i.conditional_probs([[1, 2]], [[1], [2]]), "batch sizes must match"),
     (lambda i: i.conditional_probs([1, 2], [[1]]), "2-D"),
     (lambda i: i.conditional_probs(np.zeros((1, 0), int), [[1]]), "at least one context token"),

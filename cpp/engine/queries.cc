@@ -5,6 +5,10 @@
 #include <queue>
 #include <type_traits>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "errors.h"
 #include "lookup_v2.h"
 #include "search_simd.h"
@@ -16,6 +20,15 @@ namespace {
 template <class Id>
 void check_ids(const TrieIndex& t, const Id* toks, uint64_t n, const char* field) {
   const int64_t v = static_cast<int64_t>(t.vocab_size());
+  // The largest id read as unsigned (a negative id wraps above any
+  // vocabulary), with no early exit, so that the compiler vectorizes it;
+  // only a batch with a bad id looks for the first one. (The limit is at
+  // most 2^(bits-1), where the negative ids start.)
+  using U = std::make_unsigned_t<Id>;
+  const U limit = static_cast<U>(std::min<uint64_t>(static_cast<uint64_t>(v), uint64_t{1} << (8 * sizeof(Id) - 1)));
+  U largest = 0;
+  for (uint64_t i = 0; i < n; ++i) largest = std::max(largest, static_cast<U>(toks[i]));
+  if (n == 0 || largest < limit) return;
   for (uint64_t i = 0; i < n; ++i) {
     if (toks[i] < 0 || toks[i] >= v)
       throw InvalidArgument(std::string(field) + "[" + std::to_string(i) + "] = " +
@@ -69,10 +82,27 @@ inline __attribute__((always_inline)) uint32_t record_hits(const Level& next, ui
   for (; hits != 0; hits &= hits - 1, ++found) {
     const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(hits));
     const uint32_t j = idx ? idx[i] : i;
-    p[j] = static_cast<float>(next.count(pos[i])) * inv;
+    p[j] = static_cast<float>(next.count_v1(pos[i])) * inv;
     m[j] = static_cast<int32_t>(len);
   }
   return found;
+}
+
+// Bit j set for each of the k <= 64 candidates not matched yet (m[j] == 0):
+// four compares at once, where a loop of shifts costs a few instructions
+// per candidate on every run a lookup reads.
+inline uint64_t unmatched_mask(const int32_t* m, uint32_t k) {
+  uint64_t mask = 0;
+  uint32_t j = 0;
+#ifdef __SSE2__
+  const __m128i zero = _mm_setzero_si128();
+  for (; j + 4 <= k; j += 4) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m + j));
+    mask |= static_cast<uint64_t>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, zero)))) << j;
+  }
+#endif
+  for (; j < k; ++j) mask |= static_cast<uint64_t>(m[j] == 0) << j;
+  return mask;
 }
 
 // Searches every unmatched candidate in the run [lo, hi) of `next`.
@@ -81,9 +111,7 @@ uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, f
   uint32_t found = 0;
   // The first lookup of a query (nothing matched yet, the common case in
   // tree pruning) searches the candidates where they lie.
-  bool fresh = k <= Level::kMaxBatch;
-  for (uint32_t j = 0; j < k && fresh; ++j) fresh = m[j] == 0;
-  if (fresh) {
+  if (k != 0 && k <= Level::kMaxBatch && unmatched_mask(m, k) == (~uint64_t{0} >> (64 - k))) {
     uint64_t pos[Level::kMaxBatch];
     const uint64_t hits = next.find_many(lo, hi, reinterpret_cast<const uint32_t*>(w), k, pos);
     return record_hits(next, hits, pos, nullptr, inv, len, p, m);
@@ -154,8 +182,7 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
     return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);
   if (table.count <= Level::kMaxBatch && simd_search() != SimdSearch::kNone) {
     uint64_t pos[Level::kMaxBatch];
-    uint64_t unmatched = 0;
-    for (uint32_t j = 0; j < table.count; ++j) unmatched |= static_cast<uint64_t>(m[j] == 0) << j;
+    const uint64_t unmatched = unmatched_mask(m, table.count);
     const uint64_t hits = scan_run_simd(next, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), table.count, pos);
     return record_hits(next, hits & unmatched, pos, nullptr, inv, len, p, m);
   }
@@ -170,7 +197,7 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
       if (table.key[s] != tok) continue;
       const uint32_t j = table.index[s];
       if (m[j] == 0) {
-        p[j] = static_cast<float>(next.count(i)) * inv;
+        p[j] = static_cast<float>(next.count_v1(i)) * inv;
         m[j] = static_cast<int32_t>(len);
         ++found;
       }
@@ -210,8 +237,7 @@ void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t 
       for (uint32_t r = 0; r < 2; ++r) hits[r] = next.find_many(lo[r], hi[r], v + r * stride, k, pos + r * k);
     for (uint32_t r = 0; r < 2; ++r) {
       const uint32_t i = pair[r];
-      uint64_t unmatched = 0;
-      for (uint32_t j = 0; j < k; ++j) unmatched |= static_cast<uint64_t>(m[i][j] == 0) << j;
+      const uint64_t unmatched = unmatched_mask(m[i], k);
       matched[i] = record_hits(next, hits[r] & unmatched, pos + r * k, nullptr, runs[i].inv, len, p[i], m[i]);
     }
   };
