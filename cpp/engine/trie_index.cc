@@ -518,7 +518,7 @@ void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, 
     const Level& first = levels_[0];
     for (uint32_t i = 0; i < m; ++i) {
       node[i] = static_cast<uint32_t>(tk[i][0]);
-      ok[i] = node[i] < first.size && first.count(node[i]) != 0;
+      ok[i] = node[i] < first.size && first.count_v1(node[i]) != 0;  // version 1 only, from here on
     }
     uint64_t lo[Level::kMaxBatch], hi[Level::kMaxBatch], pos[Level::kMaxBatch];
     uint32_t v[Level::kMaxBatch];
