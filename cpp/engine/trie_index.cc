@@ -538,20 +538,5 @@ void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, 
   }
 }
 
-void TrieIndex::children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
-  const Level& L = levels_[k - 1];
-  uint64_t a, b;
-  if (L.by_used_rank && !L.used.rank(index, &index)) {  // a token that never occurs has no children
-    *lo = *hi = 0;
-    return;
-  }
-  L.child_offsets.pair(index, &a, &b);
-  // A corrupted (unverified) file must not send reads past the next level.
-  const uint64_t n = levels_[k].size;
-  if (b > n) b = n;
-  if (a > b) a = b;
-  *lo = a;
-  *hi = b;
-}
 
 }  // namespace ngram

@@ -166,7 +166,22 @@ class TrieIndex {
   // before the next, so that their memory reads overlap. find is this for one.
   void find_many(const int32_t* const* toks, uint32_t n, uint32_t len, uint64_t* index, bool* found) const;
   // Children of entry `index` of level k (k < order): [*lo, *hi) in level k+1.
-  void children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const;
+  // Inline: every lookup step calls it once per n-gram found.
+  void children(uint32_t k, uint64_t index, uint64_t* lo, uint64_t* hi) const {
+    const Level& L = levels_[k - 1];
+    uint64_t a, b;
+    if (L.by_used_rank && !L.used.rank(index, &index)) {  // a token that never occurs has no children
+      *lo = *hi = 0;
+      return;
+    }
+    L.child_offsets.pair(index, &a, &b);
+    // A corrupted (unverified) file must not send reads past the next level.
+    const uint64_t n = levels_[k].size;
+    if (b > n) b = n;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+  }
   // The tokens of entries [lo, hi) of level len + 1, the continuations of
   // the stored n-gram suffix[0..len) (len >= 1), into out.
   void run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, int32_t* out) const;
