@@ -148,10 +148,8 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
       r.suffix = suffixes[done + i];
       found[done + i] = ok[i] && r.lo < r.hi;
     }
-    const bool v1 = t.version() == kFormatVersion;  // its counts inlined
     for (uint32_t i = 0; i < m; ++i)
-      if (found[done + i])
-        runs[done + i].inv = 1.0f / static_cast<float>(v1 ? last.count_v1(node[i]) : last.count(node[i]));
+      if (found[done + i]) runs[done + i].inv = 1.0f / static_cast<float>(last.count(node[i]));
   }
 }
 
