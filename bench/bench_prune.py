@@ -160,27 +160,27 @@ def interleaved_us(pairs: list[tuple[Any, list]], params: dict, rounds: int) -> 
     return times
 
 
-def scale_ratio(small: Any, small_reqs: list, big: Any, big_reqs: list, params: dict, rounds: int) -> dict:
+def scale_ratios(small: Any, small_reqs: list, big: Any, big_reqs: list, params: dict, rounds: int,
+                 part: Any = None, part_reqs: list | None = None) -> tuple[dict, dict | None]:
     """Engine microseconds per tree on two tries, one thread, interleaved
-    passes (thread CPU time); the median ratio big / small."""
-    a = interleaved_us([(small, small_reqs), (big, big_reqs)], params, rounds)
-    return {"small_us_per_tree": round(float(np.median(a[:, 0])), 1),
-            "big_us_per_tree": round(float(np.median(a[:, 1])), 1),
-            "big_over_small": round(float(np.median(a[:, 1] / a[:, 0])), 3)}
-
-
-def scale_split(small: Any, small_reqs: list, big: Any, part: Any, part_reqs: list, params: dict,
-                rounds: int) -> dict:
-    """Splits the scale ratio into the trie's size and the workload: the same
-    queries (drawn from the part of the large corpus that `part` was built
-    from) on the large trie over on `part` (about --trie's size), and those
-    queries on `part` over --trie's own queries on --trie. Medians of the
-    per-round ratios, interleaved as in scale_ratio."""
-    a = interleaved_us([(small, small_reqs), (part, part_reqs), (big, part_reqs)], params, rounds)
-    return {"part_us_per_tree": round(float(np.median(a[:, 1])), 1),
-            "big_on_part_queries_us_per_tree": round(float(np.median(a[:, 2])), 1),
-            "size_ratio": round(float(np.median(a[:, 2] / a[:, 1])), 3),
-            "workload_ratio": round(float(np.median(a[:, 1] / a[:, 0])), 3)}
+    passes (thread CPU time); the median ratio big / small. With `part` (a
+    trie of part of the large corpus, about --trie's size) the same passes
+    also split it into the trie's size (part's queries on the large trie over
+    on `part`) and the workload (part's queries on `part` over --trie's own on
+    --trie): medians of the per-round ratios."""
+    pairs = [(small, small_reqs), (big, big_reqs)]
+    if part is not None:
+        pairs += [(part, part_reqs), (big, part_reqs)]
+    a = interleaved_us(pairs, params, rounds)
+    ratio = {"small_us_per_tree": round(float(np.median(a[:, 0])), 1),
+             "big_us_per_tree": round(float(np.median(a[:, 1])), 1),
+             "big_over_small": round(float(np.median(a[:, 1] / a[:, 0])), 3)}
+    if part is None:
+        return ratio, None
+    return ratio, {"part_us_per_tree": round(float(np.median(a[:, 2])), 1),
+                   "big_on_part_queries_us_per_tree": round(float(np.median(a[:, 3])), 1),
+                   "size_ratio": round(float(np.median(a[:, 3] / a[:, 2])), 3),
+                   "workload_ratio": round(float(np.median(a[:, 2] / a[:, 0])), 3)}
 
 
 def call_overhead_us(idx: Any, reqs: list, params: dict, rounds: int) -> float:
@@ -297,18 +297,18 @@ def main() -> None:
             fail("--scale-trie needs --scale-corpus DIR (the corpus it was built from)")
         big = NgramIndex.open(args.scale_trie, mode=args.mode)
         small_q, big_q = corpus_queries(CORPUS, n), corpus_queries(args.scale_corpus, n)
-        scale = {"trie": str(args.scale_trie), "corpus": str(args.scale_corpus),
-                 "ngrams": big.info()["ngrams_total"], "small_ngrams": idx.info()["ngrams_total"],
-                 "queries": f"{n} per trie, drawn from its own corpus (corpus_queries)",
-                 **scale_ratio(idx, small_q, big, big_q, params, max(5, args.rounds))}
+        part = part_q = None
         if args.size_trie:
             if not (args.size_corpus and args.size_corpus.is_dir()):
                 fail("--size-trie needs --size-corpus DIR (the part of --scale-corpus it was built from)")
-            part = NgramIndex.open(args.size_trie, mode=args.mode)
+            part, part_q = NgramIndex.open(args.size_trie, mode=args.mode), corpus_queries(args.size_corpus, n)
+        ratio, split = scale_ratios(idx, small_q, big, big_q, params, max(5, args.rounds), part, part_q)
+        scale = {"trie": str(args.scale_trie), "corpus": str(args.scale_corpus),
+                 "ngrams": big.info()["ngrams_total"], "small_ngrams": idx.info()["ngrams_total"],
+                 "queries": f"{n} per trie, drawn from its own corpus (corpus_queries)", **ratio}
+        if split is not None:
             scale["split"] = {"trie": str(args.size_trie), "corpus": str(args.size_corpus),
-                              "ngrams": part.info()["ngrams_total"],
-                              **scale_split(idx, small_q, big, part, corpus_queries(args.size_corpus, n), params,
-                                            max(5, args.rounds))}
+                              "ngrams": part.info()["ngrams_total"], **split}
     elif args.size_trie:
         fail("--size-trie needs --scale-trie and --scale-corpus")
 

@@ -538,5 +538,4 @@ void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, 
   }
 }
 
-
 }  // namespace ngram
