@@ -427,6 +427,10 @@ def _lattice(d=2, k=3):
     (dict(topk_probs=np.array([[0.5, 0.1, 0.1], [0.5, 0.1, -0.1]], F)), r"topk_probs\[1\]\[2\] = -0.1"),
     (dict(topk_probs=np.array([[0.5, 1.5, 0.1]] * 2, F)), r"topk_probs\[0\]\[1\] = 1.5"),
     (dict(topk_probs=np.array([[0.5, np.inf, 0.1]] * 2, F)), r"topk_probs\[0\]\[1\] = inf"),
+    # float64 beyond float32's range: named as given, not as the inf a cast would make.
+    (dict(topk_probs=np.array([[0.5, 1e300, 0.1]] * 2)), r"topk_probs\[0\]\[1\] = 1e\+300: beyond float32's range"),
+    (dict(topk_tokens=[[1, 2], [3]], topk_probs=[[0.5, 0.5], [-1e40]]), r"topk_probs\[1\]\[0\] = -1e\+40: beyond"),
+    (dict(level_weights=[1.0, 1e39]), r"level_weights\[1\] = 1e\+39: beyond float32's range"),
     (dict(beam_width=0), r"beam_width = 0: must be 1..1024"),
     (dict(beam_width=1025), r"beam_width = 1025"),
     (dict(beam_width=2.5), r"beam_width must be an integer"),

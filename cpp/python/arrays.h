@@ -5,7 +5,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -151,11 +153,34 @@ class Ids {
   }
 };
 
-// float32 numbers from any array or sequence of numbers.
+// float32 numbers from any array or sequence of numbers. A float64 beyond
+// float32's range is refused here, naming the value given: the cast would
+// make it inf (with numpy's overflow warning), and the engine would then
+// refuse inf, a value the caller never wrote.
 inline F32Array floats(const py::handle& h, const std::string& field, const char* what) {
   if (native_floats(h)) return py::reinterpret_borrow<F32Array>(h);  // used where it lies
+  py::array a = py::array::ensure(h);
+  if (a && a.dtype().kind() == 'f' && a.itemsize() == 8) {
+    using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
+    const F64Array d = F64Array::ensure(a);
+    if (!d) throw py::error_already_set();
+    for (py::ssize_t i = 0; i < d.size(); ++i) {
+      const double x = d.data()[i];
+      if (std::isfinite(x) && std::fabs(x) > std::numeric_limits<float>::max()) {
+        std::string at;
+        for (py::ssize_t dim = d.ndim() - 1, rest = i; dim >= 0; --dim) {
+          at = "[" + std::to_string(rest % d.shape(dim)) + "]" + at;
+          rest /= d.shape(dim);
+        }
+        throw ngram::InvalidArgument(field + at + " = " + std::string(py::repr(py::float_(x))) +
+                                     ": beyond float32's range (largest " +
+                                     std::string(py::repr(py::float_(std::numeric_limits<float>::max()))) + ")");
+      }
+    }
+  }
+  PyErr_Clear();  // ensure() failing leaves an error: the cast below says what the field needs
   try {
-    return py::cast<F32Array>(h);
+    return py::cast<F32Array>(a ? py::handle(a) : h);
   } catch (const py::cast_error&) {
   } catch (const py::error_already_set&) {
   }
