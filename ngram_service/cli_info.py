@@ -17,7 +17,8 @@ from ngram_service.index import NgramIndex, TrieFormatError
 def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
     """Print a trie file's header and metadata: order, vocabulary, EOS,
     tokenizer fingerprint, corpus manifest, build parameters, n-grams per
-    order and bytes per n-gram. Exit status 1 if the file is refused."""
+    order, bytes per n-gram, and the memory the trie takes read into RAM.
+    Exit status 1 if the file is refused."""
     try:
         idx = NgramIndex.open(path, verify=verify)
     except (TrieFormatError, OSError) as e:
@@ -25,6 +26,7 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         sys.exit(1)
     info = idx.info()
     info["bytes_per_ngram"] = round(info["file_bytes"] / max(info["ngrams_total"], 1), 3)
+    info["ram_bytes_per_ngram"] = round(info["ram_bytes"] / max(info["ngrams_total"], 1), 3)
     if verify:
         info["checksums"] = "ok"
     if sections:
@@ -36,7 +38,7 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
     tok = info.get("tokenizer") or {}
     size = f"{info['file_bytes']:,} bytes"
     if info.get("compressed"):
-        size += f", zstd-compressed; {info['image_bytes']:,} bytes in RAM once opened"
+        size += f", zstd-compressed; {info['ram_bytes']:,} bytes in RAM once opened"
     lines = [
         f"file        {info['path']} ({size})",
         f"name        {info.get('name')}",
@@ -47,6 +49,8 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         f"{len(corpus.get('shards', []))} shard(s)",
         f"n-grams     {', '.join(f'{k + 1}: {n:,}' for k, n in enumerate(info['ngrams']))} "
         f"(total {info['ngrams_total']:,}; {info['bytes_per_ngram']} bytes each)",
+        f"in RAM      {info['ram_bytes']:,} bytes with mode=\"ram\" / ngram-serve --ram "
+        f"({info['ram_bytes_per_ngram']} per n-gram; mapped, the file's pages)",
         f"build       {json.dumps(info.get('build'), sort_keys=True)}",
     ]
     if verify:

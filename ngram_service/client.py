@@ -188,6 +188,7 @@ def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
         "vocab_size": resp.vocab_size,
         "eos_id": None if resp.eos_id < 0 else resp.eos_id,
         "file_bytes": resp.file_bytes,
+        "ram_bytes": resp.ram_bytes,
         "mapped": resp.mapped,
         "ngrams": counts,
         "ngrams_total": sum(counts),

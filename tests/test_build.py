@@ -45,7 +45,16 @@ def brute_counts(flat: np.ndarray, lengths: np.ndarray, order: int) -> list[Coun
 
 
 def check_exact(trie: Path, counts: list[Counter], order: int, min_count: int = 1) -> None:
-    idx = NgramIndex.open(trie, verify=True)
+    # Mapped (the file as it is) and in RAM (version 1 decodes its count
+    # ranks and child offsets at open): both must answer as the counts.
+    check_exact_in(NgramIndex.open(trie, verify=True), counts, order, min_count)
+    ram = NgramIndex.open(trie, mode="ram")
+    if order >= 3:  # level 2's child offsets are Elias-Fano in the file: decoded
+        assert ram._t.decoded_bytes > 0
+    check_exact_in(ram, counts, order, min_count)
+
+
+def check_exact_in(idx: NgramIndex, counts: list[Counter], order: int, min_count: int) -> None:
     assert idx.order == order
     for k in range(1, order + 1):
         expected = {g: c for g, c in counts[k - 1].items() if c >= min_count}
@@ -117,9 +126,10 @@ def test_real_text_exact_with_two_workers(tmp_path: Path) -> None:
     check_exact(out, brute_counts(flat, lengths, 4), 4)
 
 
-def test_golden_conditional_probs_bit_exact(corpus_trie: Path) -> None:
+@pytest.mark.parametrize("mode", ["mmap", "ram"])
+def test_golden_conditional_probs_bit_exact(corpus_trie: Path, mode: str) -> None:
     g = np.load(GOLDEN / "prob_sample.npz")
-    idx = NgramIndex.open(corpus_trie)
+    idx = NgramIndex.open(corpus_trie, mode=mode)
     probs, matched = idx.conditional_probs(g["contexts"], g["candidates"])
     assert np.array_equal(matched, g["matched"])
     assert np.array_equal(probs.view(np.uint32), g["probs"].view(np.uint32))

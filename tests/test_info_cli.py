@@ -28,7 +28,21 @@ def test_info_of_a_compressed_trie_gives_the_file_size(sample_trie: Path, compre
     plain = NgramIndex.open(sample_trie).info()
     assert plain["file_bytes"] == sample_trie.stat().st_size and "compressed" not in plain
     out = CliRunner().invoke(info_main, [str(compressed)]).output
-    assert f"({compressed.stat().st_size:,} bytes, zstd-compressed; {sample_trie.stat().st_size:,} bytes in RAM" in out
+    assert info["ram_bytes"] == plain["ram_bytes"] > sample_trie.stat().st_size  # the image and what it decodes
+    assert f"({compressed.stat().st_size:,} bytes, zstd-compressed; {info['ram_bytes']:,} bytes in RAM" in out
+
+
+def test_ram_bytes_are_the_image_and_the_decoded_arrays(sample_trie: Path, sample_trie_v2: Path) -> None:
+    # Version 1 decodes its escaped count ranks and Elias-Fano child offsets
+    # at open in RAM; version 2 holds its image only.
+    for path, decodes in ((sample_trie, True), (sample_trie_v2, False)):
+        info = NgramIndex.open(path).info()
+        ram = NgramIndex.open(path, mode="ram")
+        assert ram._t.decoded_bytes == info["ram_bytes"] - info["file_bytes"]
+        assert (ram._t.decoded_bytes > 0) == decodes
+        assert NgramIndex.open(path)._t.decoded_bytes == 0  # mapped: the file as it is
+        out = CliRunner().invoke(info_main, [str(path)]).output
+        assert f"in RAM      {info['ram_bytes']:,} bytes" in out
 
 
 def test_sections_table_is_aligned(sample_trie: Path) -> None:

@@ -165,11 +165,12 @@ def golden_requests():
     return g, reqs, params
 
 
-def test_golden_trees(corpus_trie: Path) -> None:
+@pytest.mark.parametrize("mode", ["mmap", "ram"])
+def test_golden_trees(corpus_trie: Path, mode: str) -> None:
     if not (GOLDEN / "tree_sample.npz").is_file():
         pytest.skip("../shared/golden is not present")
     g, reqs, params = golden_requests()
-    idx = NgramIndex.open(corpus_trie)
+    idx = NgramIndex.open(corpus_trie, mode=mode)
     trees = idx.prune_batch(reqs, threads=2, **params)
     same = 0
     for i, (tree, (prefix, _, _)) in enumerate(zip(trees, reqs)):

@@ -36,6 +36,17 @@ class ChildOffsets {
   explicit ChildOffsets(EliasFanoView v) : rep_(ChildOffsetRep::kEliasFano), ef_(v) {}
 
   bool empty() const { return rep_ == ChildOffsetRep::kNone; }
+  bool elias_fano() const { return rep_ == ChildOffsetRep::kEliasFano; }
+  // f(i, off[i]) for every i < n (n = the level's entries + 1), in order;
+  // Elias-Fano decoded in one pass (`missing` past a corrupted high part).
+  template <class F>
+  void for_each(uint64_t n, F f, uint64_t missing) const {
+    if (rep_ == ChildOffsetRep::kEliasFano) {
+      ef_.for_each(f, missing);
+    } else {
+      for (uint64_t i = 0; i < n; ++i) f(i, (*this)[i]);
+    }
+  }
   // off[i] and off[i+1].
   void pair(uint64_t i, uint64_t* a, uint64_t* b) const {
     if (rep_ == ChildOffsetRep::kPlain) plain_.pair(i, a, b);

@@ -54,8 +54,34 @@ class RankView {
     for (uint32_t s = 0; s < 64 && primary.width() > 0; s += primary.width()) low_ |= uint64_t{1} << s;
   }
 
+  // Ranks stored plainly, no escapes (a decoded copy: TrieIndex's RAM
+  // mode): no field is an escape code.
+  static RankView plain(PackedView ranks) {
+    RankView v;
+    v.primary_ = ranks;
+    v.code_ = UINT64_MAX;
+    return v;
+  }
+
   uint64_t size() const { return primary_.size(); }
+  bool has_escapes() const { return escapes_.size() > 0; }
   void prefetch(uint64_t i) const { __builtin_prefetch(primary_.data() + ((i * primary_.width()) >> 3)); }
+
+  // f(i, rank) for every entry in order: operator[]'s answers, the escapes
+  // read in sequence instead of through the directory.
+  template <class F>
+  void for_each(F f) const {
+    uint64_t e = 0;
+    for (uint64_t i = 0; i < primary_.size(); ++i) {
+      const uint64_t r = primary_[i];
+      if (r != code_) {
+        f(i, r);
+      } else {
+        f(i, e < escapes_.size() ? escapes_[e] : UINT64_MAX);  // UINT64_MAX only in a corrupted file
+        ++e;
+      }
+    }
+  }
 
   uint64_t operator[](uint64_t i) const {
     const uint64_t r = primary_[i];

@@ -32,7 +32,7 @@ std::string section_name(const SectionEntry& s) {
 // image's whole 2 MB pages: the mapping ends at the image's last 4 KB page,
 // so that a last, partly filled huge page does not count 2 MB in RAM (on the
 // shared corpus that was 0.3 bytes per n-gram of a version-2 trie).
-uint8_t* TrieIndex::allocate_image(uint64_t bytes) {
+std::unique_ptr<uint8_t, TrieIndex::ImageDeleter> TrieIndex::allocate_anonymous(uint64_t bytes) {
   constexpr uint64_t kHuge = 2ull << 20, kPage = 4096;
   const uint64_t len = std::max<uint64_t>((bytes + kPage - 1) / kPage * kPage, kPage);
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -40,7 +40,11 @@ uint8_t* TrieIndex::allocate_image(uint64_t bytes) {
 #ifdef MADV_HUGEPAGE
   if (bytes >= kHuge) madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice only: without huge pages it still works
 #endif
-  owned_ = std::unique_ptr<uint8_t, ImageDeleter>(static_cast<uint8_t*>(p), ImageDeleter{len});
+  return std::unique_ptr<uint8_t, ImageDeleter>(static_cast<uint8_t*>(p), ImageDeleter{len});
+}
+
+uint8_t* TrieIndex::allocate_image(uint64_t bytes) {
+  owned_ = allocate_anonymous(bytes);
   return owned_.get();
 }
 
@@ -101,6 +105,7 @@ std::shared_ptr<TrieIndex> TrieIndex::open(const std::string& path, Load load, b
   }
   t->parse();
   if (verify) t->verify_checksums();
+  if (load == Load::kRam) t->decode_for_ram();
   return t;
 }
 
@@ -117,6 +122,7 @@ std::shared_ptr<TrieIndex> TrieIndex::from_buffer(std::string bytes, const std::
   t->base_ = image;
   t->parse();
   if (verify) t->verify_checksums();
+  t->decode_for_ram();
   return t;
 }
 
@@ -293,6 +299,71 @@ void TrieIndex::parse() {
     if (L.child_offsets[0] != 0 || L.child_offsets[parents] != levels_[k].size)
       throw FormatError(p + ": level " + std::to_string(k) + ": child offsets do not span level " +
                         std::to_string(k + 1));
+  }
+  ram_decode_bytes_ = decode_plan_bytes();
+}
+
+namespace {
+
+// The widths decode_for_ram gives level k's count ranks and child offsets; 0
+// for what it leaves as the file has it.
+uint32_t decoded_rank_width(const Level& L) {
+  // Wide enough for count_value_count itself, which stands for a corrupted
+  // rank (count_v1 answers 0 for it, as for the corrupted rank in the file).
+  return L.version == kFormatVersion && L.count_ranks.has_escapes() ? bits_for(L.count_value_count) : 0;
+}
+uint32_t decoded_offset_width(const Level& L, const Level* next) {
+  return L.version == kFormatVersion && next && L.child_offsets.elias_fano() ? bits_for(next->size) : 0;
+}
+
+}  // namespace
+
+uint64_t TrieIndex::decode_plan_bytes() const {
+  uint64_t bytes = 0;
+  for (uint32_t k = 1; k <= header_.order; ++k) {
+    const Level& L = levels_[k - 1];
+    const Level* next = k < header_.order ? &levels_[k] : nullptr;
+    if (const uint32_t w = decoded_rank_width(L)) bytes += packed_bytes(L.size, w);
+    if (const uint32_t w = decoded_offset_width(L, next)) bytes += packed_bytes(L.size + 1, w);
+  }
+  return bytes;
+}
+
+void TrieIndex::decode_for_ram() {
+  const uint64_t bytes = ram_decode_bytes_;
+  if (bytes == 0) return;
+  decoded_ = allocate_anonymous(bytes);
+  decoded_bytes_ = bytes;
+  uint8_t* out = decoded_.get();
+  // Writes count values of `width` bits, value(i) for each i, at out.
+  auto write = [&out](uint64_t count, uint32_t width, const auto& each) {
+    uint8_t* start = out;
+    PackedWriter w(width, [&out](uint64_t x) {
+      std::memcpy(out, &x, 8);
+      out += 8;
+    });
+    each([&w](uint64_t, uint64_t v) { w.push(v); });
+    w.finish();
+    return PackedView(start, count, width);
+  };
+  for (uint32_t k = 1; k <= header_.order; ++k) {
+    Level& L = levels_[k - 1];
+    const Level* next = k < header_.order ? &levels_[k] : nullptr;
+    if (const uint32_t w = decoded_rank_width(L)) {
+      const uint64_t corrupted = L.count_value_count;  // fits w bits; counts 0
+      const RankView& file = L.count_ranks;
+      L.count_ranks = RankView::plain(write(L.size, w, [&](const auto& push) {
+        file.for_each([&](uint64_t i, uint64_t r) { push(i, r < corrupted ? r : corrupted); });
+      }));
+    }
+    if (const uint32_t w = decoded_offset_width(L, next)) {
+      // Clamped to the next level as children() clamps what it reads.
+      const uint64_t end = next->size;
+      const ChildOffsets& file = L.child_offsets;
+      L.child_offsets = ChildOffsets(PlainOffsetsView(write(L.size + 1, w, [&](const auto& push) {
+        file.for_each(L.size + 1, [&](uint64_t i, uint64_t v) { push(i, std::min(v, end)); }, end);
+      })));
+    }
   }
 }
 

@@ -152,6 +152,11 @@ class TrieIndex {
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return size_; }
   bool mapped() const { return mapped_; }
+  // Bytes held beside the file's image: the arrays a trie read into RAM
+  // decodes at open (decode_for_ram); 0 when mapped.
+  uint64_t decoded_bytes() const { return decoded_bytes_; }
+  // What decode_for_ram holds for this trie in RAM, mapped or not.
+  uint64_t ram_decode_bytes() const { return ram_decode_bytes_; }
   const Level& level(uint32_t k) const { return levels_[k - 1]; }
   uint64_t ngram_count(uint32_t k) const;  // distinct stored k-grams
   const std::vector<SectionEntry>& sections() const { return sections_; }
@@ -218,7 +223,16 @@ class TrieIndex {
     void operator()(uint8_t* p) const;
   };
   std::unique_ptr<uint8_t, ImageDeleter> owned_{nullptr, ImageDeleter{0}};
+  static std::unique_ptr<uint8_t, ImageDeleter> allocate_anonymous(uint64_t bytes);
   uint8_t* allocate_image(uint64_t bytes);
+  // A version-1 trie in RAM: the escaped count ranks of levels >= 2 and the
+  // Elias-Fano child offsets decoded into plain packed arrays (decoded_), so
+  // that a count or a run's bounds is one read, not a chain of them
+  // (docs/FORMAT.md, "In RAM"). The image keeps the file's bytes as read.
+  void decode_for_ram();
+  uint64_t decode_plan_bytes() const;
+  std::unique_ptr<uint8_t, ImageDeleter> decoded_{nullptr, ImageDeleter{0}};
+  uint64_t decoded_bytes_ = 0, ram_decode_bytes_ = 0;
   FileHeader header_{};
   std::vector<SectionEntry> sections_;
   std::vector<Level> levels_;

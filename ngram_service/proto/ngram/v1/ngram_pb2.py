@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14ngram/v1/ngram.proto\x12\x08ngram.v1\"\x1f\n\x0eGetInfoRequest\x12\r\n\x05index\x18\x01 \x01(\t\"\xca\x02\n\x0fGetInfoResponse\x12\r\n\x05index\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\x04\x12\x0e\n\x06\x65os_id\x18\x04 \x01(\x03\x12\x14\n\x0cngram_counts\x18\x08 \x03(\x04\x12\x11\n\tmeta_json\x18\n \x01(\t\x12\x14\n\x0ctotal_tokens\x18\x0b \x01(\x04\x12\x12\n\nfile_bytes\x18\x0c \x01(\x04\x12\x0e\n\x06mapped\x18\r \x01(\x08\x12\x0c\n\x04path\x18\x0e \x01(\t\x12\x1b\n\x13loaded_unix_seconds\x18\x0f \x01(\x01\x12\x0f\n\x07indexes\x18\x10 \x03(\tJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\t\x10\nR\x0etokenizer_nameR\x15tokenizer_fingerprintR\x0b\x63orpus_jsonR\nbuild_json\"\x9a\x01\n\x17\x43onditionalProbsRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12\x13\n\x0b\x63ontext_len\x18\x03 \x01(\r\x12\x16\n\x0enum_candidates\x18\x04 \x01(\r\x12\x10\n\x08\x63ontexts\x18\x05 \x03(\x03\x12\x12\n\ncandidates\x18\x06 \x03(\x03\"a\n\x18\x43onditionalProbsResponse\x12\r\n\x05\x62\x61tch\x18\x01 \x01(\r\x12\x16\n\x0enum_candidates\x18\x02 \x01(\r\x12\r\n\x05probs\x18\x03 \x03(\x02\x12\x0f\n\x07matched\x18\x04 \x03(\x05\"W\n\x0bTopKRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x03 \x03(\x03\x12\t\n\x01k\x18\x04 \x01(\r\"N\n\x0cTopKResponse\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x02\x12\x0e\n\x06\x63ounts\x18\x03 \x03(\x04\x12\x0f\n\x07matched\x18\x04 \x01(\x05\"\xff\x01\n\x0bPruneParams\x12\x17\n\nbeam_width\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x16\n\tmax_nodes\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x19\n\x0cngram_weight\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x15\n\rlevel_weights\x18\x04 \x03(\x02\x12\x15\n\rlogit_weights\x18\x05 \x03(\x02\x12\x19\n\x0c\x65os_token_id\x18\x06 \x01(\x03H\x03\x88\x01\x01\x12\x1c\n\x14ngram_on_first_level\x18\x07 \x01(\x08\x42\r\n\x0b_beam_widthB\x0c\n\n_max_nodesB\x0f\n\r_ngram_weightB\x0f\n\r_eos_token_id\"P\n\nPruneInput\x12\x0e\n\x06prefix\x18\x01 \x03(\x10\x12\x13\n\x0blevel_sizes\x18\x02 \x03(\x07\x12\x0e\n\x06tokens\x18\x03 \x03(\x10\x12\r\n\x05probs\x18\x04 \x03(\x02\"\xa2\x01\n\x10PruneTreeRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12%\n\x06params\x18\x03 \x01(\x0b\x32\x15.ngram.v1.PruneParams\x12$\n\x06inputs\x18\x04 \x03(\x0b\x32\x14.ngram.v1.PruneInput\x12\x13\n\x0bwith_scores\x18\x05 \x01(\x08\"B\n\x0fPrunedTreeNodes\x12\x0e\n\x06tokens\x18\x01 \x03(\x0f\x12\x0f\n\x07parents\x18\x02 \x03(\x0f\x12\x0e\n\x06scores\x18\x03 \x03(\x02\"=\n\x11PruneTreeResponse\x12(\n\x05trees\x18\x01 \x03(\x0b\x32\x19.ngram.v1.PrunedTreeNodes\",\n\rReloadRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"^\n\x0eReloadResponse\x12\r\n\x05index\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x12\n\nfile_bytes\x18\x03 \x01(\x04\x12\x1b\n\x13loaded_unix_seconds\x18\x04 \x01(\x01\x32\xa6\x02\n\x0cNgramService\x12>\n\x07GetInfo\x12\x18.ngram.v1.GetInfoRequest\x1a\x19.ngram.v1.GetInfoResponse\x12Y\n\x10\x43onditionalProbs\x12!.ngram.v1.ConditionalProbsRequest\x1a\".ngram.v1.ConditionalProbsResponse\x12\x35\n\x04TopK\x12\x15.ngram.v1.TopKRequest\x1a\x16.ngram.v1.TopKResponse\x12\x44\n\tPruneTree\x12\x1a.ngram.v1.PruneTreeRequest\x1a\x1b.ngram.v1.PruneTreeResponse2I\n\nNgramAdmin\x12;\n\x06Reload\x12\x17.ngram.v1.ReloadRequest\x1a\x18.ngram.v1.ReloadResponseB\x03\xf8\x01\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14ngram/v1/ngram.proto\x12\x08ngram.v1\"\x1f\n\x0eGetInfoRequest\x12\r\n\x05index\x18\x01 \x01(\t\"\xdd\x02\n\x0fGetInfoResponse\x12\r\n\x05index\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\x04\x12\x0e\n\x06\x65os_id\x18\x04 \x01(\x03\x12\x14\n\x0cngram_counts\x18\x08 \x03(\x04\x12\x11\n\tmeta_json\x18\n \x01(\t\x12\x14\n\x0ctotal_tokens\x18\x0b \x01(\x04\x12\x12\n\nfile_bytes\x18\x0c \x01(\x04\x12\x0e\n\x06mapped\x18\r \x01(\x08\x12\x0c\n\x04path\x18\x0e \x01(\t\x12\x1b\n\x13loaded_unix_seconds\x18\x0f \x01(\x01\x12\x0f\n\x07indexes\x18\x10 \x03(\t\x12\x11\n\tram_bytes\x18\x11 \x01(\x04J\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\t\x10\nR\x0etokenizer_nameR\x15tokenizer_fingerprintR\x0b\x63orpus_jsonR\nbuild_json\"\x9a\x01\n\x17\x43onditionalProbsRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12\x13\n\x0b\x63ontext_len\x18\x03 \x01(\r\x12\x16\n\x0enum_candidates\x18\x04 \x01(\r\x12\x10\n\x08\x63ontexts\x18\x05 \x03(\x03\x12\x12\n\ncandidates\x18\x06 \x03(\x03\"a\n\x18\x43onditionalProbsResponse\x12\r\n\x05\x62\x61tch\x18\x01 \x01(\r\x12\x16\n\x0enum_candidates\x18\x02 \x01(\r\x12\r\n\x05probs\x18\x03 \x03(\x02\x12\x0f\n\x07matched\x18\x04 \x03(\x05\"W\n\x0bTopKRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x03 \x03(\x03\x12\t\n\x01k\x18\x04 \x01(\r\"N\n\x0cTopKResponse\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x02\x12\x0e\n\x06\x63ounts\x18\x03 \x03(\x04\x12\x0f\n\x07matched\x18\x04 \x01(\x05\"\xff\x01\n\x0bPruneParams\x12\x17\n\nbeam_width\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x16\n\tmax_nodes\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x19\n\x0cngram_weight\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x15\n\rlevel_weights\x18\x04 \x03(\x02\x12\x15\n\rlogit_weights\x18\x05 \x03(\x02\x12\x19\n\x0c\x65os_token_id\x18\x06 \x01(\x03H\x03\x88\x01\x01\x12\x1c\n\x14ngram_on_first_level\x18\x07 \x01(\x08\x42\r\n\x0b_beam_widthB\x0c\n\n_max_nodesB\x0f\n\r_ngram_weightB\x0f\n\r_eos_token_id\"P\n\nPruneInput\x12\x0e\n\x06prefix\x18\x01 \x03(\x10\x12\x13\n\x0blevel_sizes\x18\x02 \x03(\x07\x12\x0e\n\x06tokens\x18\x03 \x03(\x10\x12\r\n\x05probs\x18\x04 \x03(\x02\"\xa2\x01\n\x10PruneTreeRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12%\n\x06params\x18\x03 \x01(\x0b\x32\x15.ngram.v1.PruneParams\x12$\n\x06inputs\x18\x04 \x03(\x0b\x32\x14.ngram.v1.PruneInput\x12\x13\n\x0bwith_scores\x18\x05 \x01(\x08\"B\n\x0fPrunedTreeNodes\x12\x0e\n\x06tokens\x18\x01 \x03(\x0f\x12\x0f\n\x07parents\x18\x02 \x03(\x0f\x12\x0e\n\x06scores\x18\x03 \x03(\x02\"=\n\x11PruneTreeResponse\x12(\n\x05trees\x18\x01 \x03(\x0b\x32\x19.ngram.v1.PrunedTreeNodes\",\n\rReloadRequest\x12\r\n\x05index\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"^\n\x0eReloadResponse\x12\r\n\x05index\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x12\n\nfile_bytes\x18\x03 \x01(\x04\x12\x1b\n\x13loaded_unix_seconds\x18\x04 \x01(\x01\x32\xa6\x02\n\x0cNgramService\x12>\n\x07GetInfo\x12\x18.ngram.v1.GetInfoRequest\x1a\x19.ngram.v1.GetInfoResponse\x12Y\n\x10\x43onditionalProbs\x12!.ngram.v1.ConditionalProbsRequest\x1a\".ngram.v1.ConditionalProbsResponse\x12\x35\n\x04TopK\x12\x15.ngram.v1.TopKRequest\x1a\x16.ngram.v1.TopKResponse\x12\x44\n\tPruneTree\x12\x1a.ngram.v1.PruneTreeRequest\x1a\x1b.ngram.v1.PruneTreeResponse2I\n\nNgramAdmin\x12;\n\x06Reload\x12\x17.ngram.v1.ReloadRequest\x1a\x18.ngram.v1.ReloadResponseB\x03\xf8\x01\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,31 +35,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETINFOREQUEST']._serialized_start=34
   _globals['_GETINFOREQUEST']._serialized_end=65
   _globals['_GETINFORESPONSE']._serialized_start=68
-  _globals['_GETINFORESPONSE']._serialized_end=398
-  _globals['_CONDITIONALPROBSREQUEST']._serialized_start=401
-  _globals['_CONDITIONALPROBSREQUEST']._serialized_end=555
-  _globals['_CONDITIONALPROBSRESPONSE']._serialized_start=557
-  _globals['_CONDITIONALPROBSRESPONSE']._serialized_end=654
-  _globals['_TOPKREQUEST']._serialized_start=656
-  _globals['_TOPKREQUEST']._serialized_end=743
-  _globals['_TOPKRESPONSE']._serialized_start=745
-  _globals['_TOPKRESPONSE']._serialized_end=823
-  _globals['_PRUNEPARAMS']._serialized_start=826
-  _globals['_PRUNEPARAMS']._serialized_end=1081
-  _globals['_PRUNEINPUT']._serialized_start=1083
-  _globals['_PRUNEINPUT']._serialized_end=1163
-  _globals['_PRUNETREEREQUEST']._serialized_start=1166
-  _globals['_PRUNETREEREQUEST']._serialized_end=1328
-  _globals['_PRUNEDTREENODES']._serialized_start=1330
-  _globals['_PRUNEDTREENODES']._serialized_end=1396
-  _globals['_PRUNETREERESPONSE']._serialized_start=1398
-  _globals['_PRUNETREERESPONSE']._serialized_end=1459
-  _globals['_RELOADREQUEST']._serialized_start=1461
-  _globals['_RELOADREQUEST']._serialized_end=1505
-  _globals['_RELOADRESPONSE']._serialized_start=1507
-  _globals['_RELOADRESPONSE']._serialized_end=1601
-  _globals['_NGRAMSERVICE']._serialized_start=1604
-  _globals['_NGRAMSERVICE']._serialized_end=1898
-  _globals['_NGRAMADMIN']._serialized_start=1900
-  _globals['_NGRAMADMIN']._serialized_end=1973
+  _globals['_GETINFORESPONSE']._serialized_end=417
+  _globals['_CONDITIONALPROBSREQUEST']._serialized_start=420
+  _globals['_CONDITIONALPROBSREQUEST']._serialized_end=574
+  _globals['_CONDITIONALPROBSRESPONSE']._serialized_start=576
+  _globals['_CONDITIONALPROBSRESPONSE']._serialized_end=673
+  _globals['_TOPKREQUEST']._serialized_start=675
+  _globals['_TOPKREQUEST']._serialized_end=762
+  _globals['_TOPKRESPONSE']._serialized_start=764
+  _globals['_TOPKRESPONSE']._serialized_end=842
+  _globals['_PRUNEPARAMS']._serialized_start=845
+  _globals['_PRUNEPARAMS']._serialized_end=1100
+  _globals['_PRUNEINPUT']._serialized_start=1102
+  _globals['_PRUNEINPUT']._serialized_end=1182
+  _globals['_PRUNETREEREQUEST']._serialized_start=1185
+  _globals['_PRUNETREEREQUEST']._serialized_end=1347
+  _globals['_PRUNEDTREENODES']._serialized_start=1349
+  _globals['_PRUNEDTREENODES']._serialized_end=1415
+  _globals['_PRUNETREERESPONSE']._serialized_start=1417
+  _globals['_PRUNETREERESPONSE']._serialized_end=1478
+  _globals['_RELOADREQUEST']._serialized_start=1480
+  _globals['_RELOADREQUEST']._serialized_end=1524
+  _globals['_RELOADRESPONSE']._serialized_start=1526
+  _globals['_RELOADRESPONSE']._serialized_end=1620
+  _globals['_NGRAMSERVICE']._serialized_start=1623
+  _globals['_NGRAMSERVICE']._serialized_end=1917
+  _globals['_NGRAMADMIN']._serialized_start=1919
+  _globals['_NGRAMADMIN']._serialized_end=1992
 # @@protoc_insertion_point(module_scope)

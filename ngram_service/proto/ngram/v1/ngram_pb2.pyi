@@ -13,7 +13,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, index: _Optional[str] = ...) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ("index", "order", "vocab_size", "eos_id", "ngram_counts", "meta_json", "total_tokens", "file_bytes", "mapped", "path", "loaded_unix_seconds", "indexes")
+    __slots__ = ("index", "order", "vocab_size", "eos_id", "ngram_counts", "meta_json", "total_tokens", "file_bytes", "mapped", "path", "loaded_unix_seconds", "indexes", "ram_bytes")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class GetInfoResponse(_message.Message):
     PATH_FIELD_NUMBER: _ClassVar[int]
     LOADED_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     INDEXES_FIELD_NUMBER: _ClassVar[int]
+    RAM_BYTES_FIELD_NUMBER: _ClassVar[int]
     index: str
     order: int
     vocab_size: int
@@ -38,7 +39,8 @@ class GetInfoResponse(_message.Message):
     path: str
     loaded_unix_seconds: float
     indexes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, index: _Optional[str] = ..., order: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_id: _Optional[int] = ..., ngram_counts: _Optional[_Iterable[int]] = ..., meta_json: _Optional[str] = ..., total_tokens: _Optional[int] = ..., file_bytes: _Optional[int] = ..., mapped: _Optional[bool] = ..., path: _Optional[str] = ..., loaded_unix_seconds: _Optional[float] = ..., indexes: _Optional[_Iterable[str]] = ...) -> None: ...
+    ram_bytes: int
+    def __init__(self, index: _Optional[str] = ..., order: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_id: _Optional[int] = ..., ngram_counts: _Optional[_Iterable[int]] = ..., meta_json: _Optional[str] = ..., total_tokens: _Optional[int] = ..., file_bytes: _Optional[int] = ..., mapped: _Optional[bool] = ..., path: _Optional[str] = ..., loaded_unix_seconds: _Optional[float] = ..., indexes: _Optional[_Iterable[str]] = ..., ram_bytes: _Optional[int] = ...) -> None: ...
 
 class ConditionalProbsRequest(_message.Message):
     __slots__ = ("index", "tokenizer_fingerprint", "context_len", "num_candidates", "contexts", "candidates")
