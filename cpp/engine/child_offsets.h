@@ -37,14 +37,14 @@ class ChildOffsets {
 
   bool empty() const { return rep_ == ChildOffsetRep::kNone; }
   bool elias_fano() const { return rep_ == ChildOffsetRep::kEliasFano; }
-  // f(i, off[i]) for every i < n (n = the level's entries + 1), in order;
-  // Elias-Fano decoded in one pass (`missing` past a corrupted high part).
+  // f(off[i]) for every offset in order, Elias-Fano decoded in one pass
+  // (`missing` past a corrupted high part).
   template <class F>
-  void for_each(uint64_t n, F f, uint64_t missing) const {
+  void for_each(F f, uint64_t missing) const {
     if (rep_ == ChildOffsetRep::kEliasFano) {
       ef_.for_each(f, missing);
-    } else {
-      for (uint64_t i = 0; i < n; ++i) f(i, (*this)[i]);
+    } else if (rep_ == ChildOffsetRep::kPlain) {
+      for (uint64_t i = 0; i < plain_.size(); ++i) f(plain_[i]);
     }
   }
   // off[i] and off[i+1].

@@ -67,7 +67,7 @@ class RankView {
   bool has_escapes() const { return escapes_.size() > 0; }
   void prefetch(uint64_t i) const { __builtin_prefetch(primary_.data() + ((i * primary_.width()) >> 3)); }
 
-  // f(i, rank) for every entry in order: operator[]'s answers, the escapes
+  // f(rank) for every entry in order: operator[]'s answers, the escapes
   // read in sequence instead of through the directory.
   template <class F>
   void for_each(F f) const {
@@ -75,9 +75,9 @@ class RankView {
     for (uint64_t i = 0; i < primary_.size(); ++i) {
       const uint64_t r = primary_[i];
       if (r != code_) {
-        f(i, r);
+        f(r);
       } else {
-        f(i, e < escapes_.size() ? escapes_[e] : UINT64_MAX);  // UINT64_MAX only in a corrupted file
+        f(e < escapes_.size() ? escapes_[e] : UINT64_MAX);  // UINT64_MAX only in a corrupted file
         ++e;
       }
     }

@@ -71,7 +71,7 @@ class EliasFanoView {
 
   uint64_t operator[](uint64_t i) const { return ((select(i) - i) << l_) | low_[i]; }
 
-  // f(i, v[i]) for every i in order, walking the high bits once. A corrupted
+  // f(v[i]) for every i in order, walking the high bits once. A corrupted
   // high part with too few set bits ends early: the rest get `missing`.
   template <class F>
   void for_each(F f, uint64_t missing) const {
@@ -79,9 +79,9 @@ class EliasFanoView {
     const uint64_t n = size();
     for (uint64_t w = 0; w < high_words_ && i < n; ++w) {
       for (uint64_t x = word(w); x != 0 && i < n; x &= x - 1, ++i)
-        f(i, ((w * 64 + static_cast<uint64_t>(__builtin_ctzll(x)) - i) << l_) | low_[i]);
+        f(((w * 64 + static_cast<uint64_t>(__builtin_ctzll(x)) - i) << l_) | low_[i]);
     }
-    for (; i < n; ++i) f(i, missing);
+    for (; i < n; ++i) f(missing);
   }
 
  private:

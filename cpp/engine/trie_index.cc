@@ -335,14 +335,14 @@ void TrieIndex::decode_for_ram() {
   decoded_ = allocate_anonymous(bytes);
   decoded_bytes_ = bytes;
   uint8_t* out = decoded_.get();
-  // Writes count values of `width` bits, value(i) for each i, at out.
+  // Packs the `count` values that each(push) pushes, `width` bits each, at out.
   auto write = [&out](uint64_t count, uint32_t width, const auto& each) {
     uint8_t* start = out;
     PackedWriter w(width, [&out](uint64_t x) {
       std::memcpy(out, &x, 8);
       out += 8;
     });
-    each([&w](uint64_t, uint64_t v) { w.push(v); });
+    each([&w](uint64_t v) { w.push(v); });
     w.finish();
     return PackedView(start, count, width);
   };
@@ -353,7 +353,7 @@ void TrieIndex::decode_for_ram() {
       const uint64_t corrupted = L.count_value_count;  // fits w bits; counts 0
       const RankView& file = L.count_ranks;
       L.count_ranks = RankView::plain(write(L.size, w, [&](const auto& push) {
-        file.for_each([&](uint64_t i, uint64_t r) { push(i, r < corrupted ? r : corrupted); });
+        file.for_each([&](uint64_t r) { push(r < corrupted ? r : corrupted); });
       }));
     }
     if (const uint32_t w = decoded_offset_width(L, next)) {
@@ -361,7 +361,7 @@ void TrieIndex::decode_for_ram() {
       const uint64_t end = next->size;
       const ChildOffsets& file = L.child_offsets;
       L.child_offsets = ChildOffsets(PlainOffsetsView(write(L.size + 1, w, [&](const auto& push) {
-        file.for_each(L.size + 1, [&](uint64_t i, uint64_t v) { push(i, std::min(v, end)); }, end);
+        file.for_each([&](uint64_t v) { push(std::min(v, end)); }, end);
       })));
     }
   }
