@@ -123,7 +123,7 @@ class NgramIndex:
         sizes = {"file_bytes": self._t.file_size}
         if self._compressed_bytes is not None:  # file_bytes is the file's; image_bytes what it holds
             sizes = {"file_bytes": self._compressed_bytes, "image_bytes": self._t.file_size, "compressed": True}
-        sizes["ram_bytes"] = self._t.file_size + self._t.ram_decode_bytes
+        sizes["ram_bytes"] = self._t.ram_bytes
         return {
             "path": self._t.path,
             "order": self.order,

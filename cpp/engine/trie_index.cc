@@ -333,7 +333,6 @@ void TrieIndex::decode_for_ram() {
   const uint64_t bytes = ram_decode_bytes_;
   if (bytes == 0) return;
   decoded_ = allocate_anonymous(bytes);
-  decoded_bytes_ = bytes;
   uint8_t* out = decoded_.get();
   // Packs the `count` values that each(push) pushes, `width` bits each, at out.
   auto write = [&out](uint64_t count, uint32_t width, const auto& each) {

@@ -154,9 +154,10 @@ class TrieIndex {
   bool mapped() const { return mapped_; }
   // Bytes held beside the file's image: the arrays a trie read into RAM
   // decodes at open (decode_for_ram); 0 when mapped.
-  uint64_t decoded_bytes() const { return decoded_bytes_; }
-  // What decode_for_ram holds for this trie in RAM, mapped or not.
-  uint64_t ram_decode_bytes() const { return ram_decode_bytes_; }
+  uint64_t decoded_bytes() const { return decoded_ ? ram_decode_bytes_ : 0; }
+  // What this trie takes read into RAM, mapped or not: the file's image and
+  // what decode_for_ram holds beside it.
+  uint64_t ram_bytes() const { return size_ + ram_decode_bytes_; }
   const Level& level(uint32_t k) const { return levels_[k - 1]; }
   uint64_t ngram_count(uint32_t k) const;  // distinct stored k-grams
   const std::vector<SectionEntry>& sections() const { return sections_; }
@@ -232,7 +233,7 @@ class TrieIndex {
   void decode_for_ram();
   uint64_t decode_plan_bytes() const;
   std::unique_ptr<uint8_t, ImageDeleter> decoded_{nullptr, ImageDeleter{0}};
-  uint64_t decoded_bytes_ = 0, ram_decode_bytes_ = 0;
+  uint64_t ram_decode_bytes_ = 0;  // decode_plan_bytes(), computed at open
   FileHeader header_{};
   std::vector<SectionEntry> sections_;
   std::vector<Level> levels_;

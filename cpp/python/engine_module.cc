@@ -135,7 +135,7 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("file_size", &TrieIndex::file_size)
       .def_property_readonly("mapped", &TrieIndex::mapped)
       .def_property_readonly("decoded_bytes", &TrieIndex::decoded_bytes)
-      .def_property_readonly("ram_decode_bytes", &TrieIndex::ram_decode_bytes)
+      .def_property_readonly("ram_bytes", &TrieIndex::ram_bytes)
       .def_property_readonly("total_tokens", &TrieIndex::total_tokens)
       .def("ngram_count", &TrieIndex::ngram_count, py::arg("k"))
       .def("sections", [](const TrieIndex& t) {

@@ -224,7 +224,7 @@ grpc::ServerUnaryReactor* NgramServiceImpl::GetInfo(grpc::CallbackServerContext*
     resp->set_meta_json(t.meta_json());
     resp->set_total_tokens(t.total_tokens());
     resp->set_file_bytes(t.file_size());
-    resp->set_ram_bytes(t.file_size() + t.ram_decode_bytes());
+    resp->set_ram_bytes(t.ram_bytes());
     resp->set_mapped(t.mapped());
     resp->set_path(idx->path);
     resp->set_loaded_unix_seconds(idx->loaded_unix_seconds);
