@@ -40,6 +40,37 @@ def test_opens_in_both_modes_with_same_answers(sample_trie_each_format: Path) ->
     assert a.info()["mapped"] and not b.info()["mapped"]
 
 
+def test_ram_mode_escapes_a_corrupted_count_rank_as_the_file_does(tmp_path: Path) -> None:
+    # In RAM a level's token words carry each count rank that fits beside the
+    # token; one that does not, or a corrupted one, is escaped to the file's
+    # count ranks. An escaped count rank past the level's count values, read
+    # without verify, must answer 0 in RAM exactly as mapped.
+    from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
+
+    bigrams = np.array([(a, b) for a in range(10) for b in range(10)], dtype=np.int64)
+    counts = np.array([1 + i % 20 for i in range(len(bigrams))], dtype=np.uint64)  # 20 values: some escaped
+    unigrams = np.arange(10, dtype=np.int64).reshape(-1, 1)
+    uni_counts = np.array([counts[bigrams[:, 0] == t].sum() + 1 for t in range(10)], dtype=np.uint64)
+    levels = [(unigrams, uni_counts), (bigrams, counts)]
+    path = tmp_path / "escaped.ngt"
+    write_trie(path, order=2, vocab_size=12, eos_id=11, meta={"name": "escaped"}, plans=plans_from_ngrams(levels),
+               chunks=levels_from_ngrams(levels))
+    sec = {(s["kind"], s["level"]): s for s in NgramIndex.open(path).sections()}
+    escapes, values = sec[("count_escapes", 2)], sec[("count_values", 2)]
+    assert escapes["count"] > 0 and (1 << escapes["width"]) - 1 >= values["count"]
+    data = bytearray(path.read_bytes())
+    data[escapes["offset"]] |= (1 << escapes["width"]) - 1  # the first escaped rank: all ones, past the values
+    path.write_bytes(bytes(data))
+
+    mapped, ram = NgramIndex.open(path), NgramIndex.open(path, mode="ram")
+    got_mapped = [mapped.count(g) for g in bigrams.tolist()]
+    assert [ram.count(g) for g in bigrams.tolist()] == got_mapped
+    assert got_mapped.count(0) == 1 and sum(c == w for c, w in zip(got_mapped, counts.tolist())) == len(bigrams) - 1
+    ctx, cand = unigrams, np.tile(np.arange(12), (10, 1))
+    for a, b in zip(mapped.conditional_probs(ctx, cand), ram.conditional_probs(ctx, cand)):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("cut", [0, 10, 63, 64, 200, -1, -100])
 def test_truncated_file_is_refused(sample_trie_each_format: Path, tmp_path: Path, cut: int) -> None:
     sample_trie = sample_trie_each_format

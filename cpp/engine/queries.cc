@@ -192,7 +192,7 @@ uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const C
   const uint32_t mask = static_cast<uint32_t>(table.key.size()) - 1;
   uint32_t found = 0;
   for (uint64_t i = lo; i < hi; ++i) {
-    const uint32_t tok = static_cast<uint32_t>(next.tokens[i]);
+    const uint32_t tok = static_cast<uint32_t>(next.token(i));
     for (uint32_t s = table.slot(tok); table.key[s] != CandidateTable::kEmpty; s = (s + 1) & mask) {
       if (table.key[s] != tok) continue;
       const uint32_t j = table.index[s];

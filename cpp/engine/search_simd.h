@@ -21,8 +21,8 @@ const char* simd_search_name(SimdSearch s);  // "none", "avx2", "avx512"
 
 // Level::find_many for the run [lo, hi) of `level` (hi > lo, m <=
 // kMaxBatch): positions into out, the hit mask into *hits. Returns false,
-// writing nothing, for what it does not handle (token width above 25 bits,
-// or a run too long for 32-bit bit offsets); the caller then searches
+// writing nothing, for what it does not handle (packed tokens wider than 25
+// bits, or a run too long for 32-bit bit offsets); the caller then searches
 // portably. Requires simd_search() != kNone.
 bool find_many_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out,
                     uint64_t* hits);

@@ -305,12 +305,26 @@ void TrieIndex::parse() {
 
 namespace {
 
-// The widths decode_for_ram gives level k's count ranks and child offsets; 0
-// for what it leaves as the file has it.
+// The widths decode_for_ram gives level k's tokens, count ranks and child
+// offsets; 0 for what it leaves as the file has it.
+//
+// Tokens of levels >= 2 become 32-bit words: the token above, its count rank
+// below in the bits the token leaves (Level::key_shift). The vector search
+// reads a token with one gather and a shift instead of a gather, a multiply,
+// a shift and a mask, and a hit's count rank from the line it has just read
+// instead of a miss in another array (search_kernel.inc). Only tokens
+// narrower than 32 bits are (any vocabulary of at most 2^31 tokens).
+uint32_t decoded_token_width(const Level& L) {
+  return L.version == kFormatVersion && L.tokens.size() > 0 && L.tokens.width() < kPlainTokenBits ? kPlainTokenBits
+                                                                                                  : 0;
+}
+// Escaped count ranks of a level whose tokens are not decoded (level 1).
+// Wide enough for count_value_count itself, which stands for a corrupted
+// rank (count_v1 answers 0 for it, as for the corrupted rank in the file).
 uint32_t decoded_rank_width(const Level& L) {
-  // Wide enough for count_value_count itself, which stands for a corrupted
-  // rank (count_v1 answers 0 for it, as for the corrupted rank in the file).
-  return L.version == kFormatVersion && L.count_ranks.has_escapes() ? bits_for(L.count_value_count) : 0;
+  return L.version == kFormatVersion && L.count_ranks.has_escapes() && decoded_token_width(L) == 0
+             ? bits_for(L.count_value_count)
+             : 0;
 }
 uint32_t decoded_offset_width(const Level& L, const Level* next) {
   return L.version == kFormatVersion && next && L.child_offsets.elias_fano() ? bits_for(next->size) : 0;
@@ -325,6 +339,7 @@ uint64_t TrieIndex::decode_plan_bytes() const {
     const Level* next = k < header_.order ? &levels_[k] : nullptr;
     if (const uint32_t w = decoded_rank_width(L)) bytes += packed_bytes(L.size, w);
     if (const uint32_t w = decoded_offset_width(L, next)) bytes += packed_bytes(L.size + 1, w);
+    if (const uint32_t w = decoded_token_width(L)) bytes += packed_bytes(L.tokens.size(), w);
   }
   return bytes;
 }
@@ -362,6 +377,20 @@ void TrieIndex::decode_for_ram() {
       L.child_offsets = ChildOffsets(PlainOffsetsView(write(L.size + 1, w, [&](const auto& push) {
         file.for_each([&](uint64_t v) { push(std::min(v, end)); }, end);
       })));
+    }
+    if (const uint32_t w = decoded_token_width(L)) {
+      // A rank that does not fit below the token, or a corrupted one (count_v1
+      // then reads the file's, and answers 0 for a corrupted one), is escaped.
+      const PackedView file = L.tokens;
+      const uint32_t shift = w - file.width();
+      const uint64_t escape = (uint64_t{1} << shift) - 1;
+      const uint64_t values = L.count_value_count;
+      L.tokens = write(file.size(), w, [&](const auto& push) {
+        uint64_t i = 0;
+        L.count_ranks.for_each([&](uint64_t r) { push((file[i++] << shift) | (r < escape && r < values ? r : escape)); });
+      });
+      L.key_shift = shift;
+      L.rank_escape = escape;
     }
   }
 }
@@ -439,7 +468,7 @@ uint64_t Level::find_many(uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t 
     return hits;
   lower_bound_many_portable(lo, hi, v, m, out);
   // tokens[hi] is in bounds (the packed section's trailing word).
-  for (uint32_t j = 0; j < m; ++j) hits |= static_cast<uint64_t>((out[j] < hi) & (tokens[out[j]] == v[j])) << j;
+  for (uint32_t j = 0; j < m; ++j) hits |= static_cast<uint64_t>((out[j] < hi) & (token(out[j]) == v[j])) << j;
   return hits;
 }
 
@@ -460,10 +489,10 @@ void Level::lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* 
     for (uint32_t j = 0; j < m; ++j) out[j] = lo;
     for (uint64_t n = hi - lo; n > 1;) {
       const uint64_t half = n / 2;
-      for (uint32_t j = 0; j < m; ++j) out[j] += half & -static_cast<uint64_t>(tokens[out[j] + half] < v[j]);
+      for (uint32_t j = 0; j < m; ++j) out[j] += half & -static_cast<uint64_t>(token(out[j] + half) < v[j]);
       n -= half;
     }
-    for (uint32_t j = 0; j < m; ++j) out[j] += tokens[out[j]] < v[j];
+    for (uint32_t j = 0; j < m; ++j) out[j] += token(out[j]) < v[j];
     return;
   }
   // Samples inside the run: indices [s_lo, s_hi); at least two, as the run
@@ -472,7 +501,7 @@ void Level::lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* 
   uint64_t s_hi = (hi - 1) / kSampleEvery + 1;
   if (s_hi > sample_count) s_hi = sample_count;  // only in a corrupted file
   if (s_hi <= s_lo) {
-    for (uint32_t j = 0; j < m; ++j) out[j] = tokens.lower_bound(lo, hi, v[j]);
+    for (uint32_t j = 0; j < m; ++j) out[j] = lower_bound_token(lo, hi, v[j]);
     return;
   }
   uint64_t a[kMaxBatch];  // per token: the first sample index >= v[j] (s_hi if none)
@@ -486,7 +515,7 @@ void Level::lower_bound_many_portable(uint64_t lo, uint64_t hi, const uint32_t* 
     a[j] += token_samples[a[j]] < v[j];
     uint64_t b_lo, b_hi;
     sample_block(lo, hi, a[j], &b_lo, &b_hi);
-    out[j] = tokens.lower_bound(b_lo, b_hi, v[j]);
+    out[j] = lower_bound_token(b_lo, b_hi, v[j]);
   }
 }
 
@@ -519,10 +548,10 @@ void Level::lower_bound_runs(const uint64_t* lo, const uint64_t* hi, const uint3
     n[j] = b_hi - b_lo;
   }
   // Then a bisection of the tokens of each lane's block (or short run).
-  bisect_lanes([this](uint64_t i) { return tokens[i]; }, v, m, base, n);
+  bisect_lanes([this](uint64_t i) { return token(i); }, v, m, base, n);
   // tokens[base] is in bounds also when a run is empty (base <= size, and
   // the packed section ends with a spare word).
-  for (uint32_t j = 0; j < m; ++j) out[j] = base[j] + ((n[j] > 0) & (tokens[base[j]] < v[j]));
+  for (uint32_t j = 0; j < m; ++j) out[j] = base[j] + ((n[j] > 0) & (token(base[j]) < v[j]));
 }
 
 uint64_t TrieIndex::ngram_count(uint32_t k) const {
@@ -562,7 +591,7 @@ void TrieIndex::run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uin
     return;
   }
   const Level& next = levels_[len];
-  for (uint64_t i = lo; i < hi; ++i) out[i - lo] = static_cast<int32_t>(next.tokens[i]);
+  for (uint64_t i = lo; i < hi; ++i) out[i - lo] = static_cast<int32_t>(next.token(i));
 }
 
 bool TrieIndex::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
@@ -601,7 +630,7 @@ void TrieIndex::find_many(const int32_t* const* toks, uint32_t n, uint32_t len, 
       const Level& next = levels_[k];
       next.lower_bound_runs(lo, hi, v, m, pos);
       for (uint32_t i = 0; i < m; ++i) {
-        ok[i] = ok[i] && pos[i] < hi[i] && next.tokens[pos[i]] == v[i];
+        ok[i] = ok[i] && pos[i] < hi[i] && next.token(pos[i]) == v[i];
         node[i] = pos[i];
       }
     }

@@ -45,13 +45,27 @@ struct UsedTokens {
   }
 };
 
+// The width of the token words of a trie in RAM (Level::tokens).
+constexpr uint32_t kPlainTokenBits = 32;
+
 // One order's arrays. Level 1 is dense over the vocabulary (entry = token id,
 // no token array); level k >= 2 holds the k-grams sorted lexicographically, so
 // the children of one (k-1)-gram are a contiguous run sorted by token.
 struct Level {
   uint64_t size = 0;
   uint32_t version = kFormatVersion;
-  PackedView tokens;        // levels >= 2 (version 1)
+  // Levels >= 2 (version 1): as the file packs them, or in RAM
+  // kPlainTokenBits-bit words, the token in the high bits and its count rank
+  // in the low key_shift bits (all ones, rank_escape: the rank is only in
+  // count_ranks; decode_for_ram). token(i) reads either.
+  PackedView tokens;
+  uint32_t key_shift = 0;
+  uint64_t rank_escape = 0;
+  uint64_t token(uint64_t i) const { return tokens[i] >> key_shift; }
+  // The first index in [lo, hi) (sorted tokens) whose token is >= v.
+  uint64_t lower_bound_token(uint64_t lo, uint64_t hi, uint64_t v) const {
+    return tokens.lower_bound(lo, hi, v << key_shift);
+  }
   RankView count_ranks;     // version 1
   TieredRankView count_ranks_v2;  // version 2
   // Version 2, levels >= 2: per entry, the start of its run's rank range
@@ -81,7 +95,12 @@ struct Level {
 
   // count(i) of a version-1 level, always inlined: the version-1 lookups
   // (queries.cc) call it for every hit, where a call costs as much as the read.
+  // In RAM the rank is read beside the token, which the lookup has just read.
   __attribute__((always_inline)) uint64_t count_v1(uint64_t i) const {
+    if (key_shift) {
+      const uint64_t inline_rank = tokens[i] & rank_escape;
+      if (inline_rank != rank_escape) return count_values[inline_rank];
+    }
     const uint64_t r = count_ranks[i];
     return r < count_value_count ? count_values[r] : 0;  // bounds checked at open
   }
@@ -97,9 +116,16 @@ struct Level {
   // prefetches every run it will search first, so that on a trie much larger
   // than the caches their misses overlap instead of coming one run at a time.
   void prefetch_run(uint64_t lo, uint64_t hi) const {
-    __builtin_prefetch(tokens.data() + ((lo * tokens.width()) >> 3));
-    if (hi - lo > 2 * kSampleEvery && token_samples) __builtin_prefetch(token_samples + lo / kSampleEvery);
-    count_ranks.prefetch(lo);
+    const uint8_t* first = tokens.data() + ((lo * tokens.width()) >> 3);
+    __builtin_prefetch(first);
+    if (hi - lo > 2 * kSampleEvery) {
+      if (token_samples) __builtin_prefetch(token_samples + lo / kSampleEvery);
+    } else {
+      const uint8_t* last = tokens.data() + (((hi - 1) * tokens.width()) >> 3);
+      for (const uint8_t* p = first + 64; p <= last; p += 64) __builtin_prefetch(p);
+      __builtin_prefetch(last);
+    }
+    if (key_shift == 0) count_ranks.prefetch(lo);
   }
 
   // The first index in [lo, hi) whose token is >= v[j] (the range one run
@@ -226,10 +252,12 @@ class TrieIndex {
   std::unique_ptr<uint8_t, ImageDeleter> owned_{nullptr, ImageDeleter{0}};
   static std::unique_ptr<uint8_t, ImageDeleter> allocate_anonymous(uint64_t bytes);
   uint8_t* allocate_image(uint64_t bytes);
-  // A version-1 trie in RAM: the escaped count ranks of levels >= 2 and the
-  // Elias-Fano child offsets decoded into plain packed arrays (decoded_), so
-  // that a count or a run's bounds is one read, not a chain of them
-  // (docs/FORMAT.md, "In RAM"). The image keeps the file's bytes as read.
+  // A version-1 trie in RAM: the tokens of levels >= 2 decoded into 32-bit
+  // words that carry their count ranks, and the Elias-Fano child offsets
+  // (and any other escaped count ranks) into plain packed arrays
+  // (decoded_), so that a token and its count, or a run's bounds, is one
+  // read, not a chain of them (docs/FORMAT.md, "In RAM"). The image keeps
+  // the file's bytes as read.
   void decode_for_ram();
   uint64_t decode_plan_bytes() const;
   std::unique_ptr<uint8_t, ImageDeleter> decoded_{nullptr, ImageDeleter{0}};

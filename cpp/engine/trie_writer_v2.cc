@@ -370,7 +370,7 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
       if (is_dense) ++next_dense;
       uint64_t last = 0;
       for (uint64_t i = lo; i < hi; ++i) {
-        const uint64_t w = L.tokens[i];
+        const uint64_t w = L.token(i);
         uint64_t x, at;
         if (k == 2) {
           if (w >= vocab || uni.count(w) == 0)
@@ -379,8 +379,8 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
           x = used_rank[w];
           at = w;
         } else {
-          at = parent.tokens.lower_bound(slo, shi, w);
-          if (at >= shi || parent.tokens[at] != w)
+          at = parent.lower_bound_token(slo, shi, w);
+          if (at >= shi || parent.token(at) != w)
             throw InvalidArgument(path + ": level " + std::to_string(k) + " entry " + std::to_string(i) +
                                   ": its suffix (the " + std::to_string(k - 1) +
                                   "-gram without its first token) is not stored; format version 2 needs "
