@@ -117,8 +117,9 @@ class NgramIndex:
         sizes: file_bytes is the file's size; a zstd-compressed trie also has
         image_bytes (the plain trie held in RAM) and compressed = True.
         ram_bytes is what the trie takes read into RAM (mode="ram", or
-        compressed): its image plus, for format version 1, the count ranks and
-        child offsets decoded at open for speed (docs/FORMAT.md, "In RAM")."""
+        compressed): its image plus, for format version 1, the token words
+        (with their count ranks) and child offsets decoded at open for speed
+        (docs/FORMAT.md, "In RAM")."""
         counts = [self._t.ngram_count(k) for k in range(1, self.order + 1)]
         sizes = {"file_bytes": self._t.file_size}
         if self._compressed_bytes is not None:  # file_bytes is the file's; image_bytes what it holds

@@ -33,8 +33,8 @@ def test_info_of_a_compressed_trie_gives_the_file_size(sample_trie: Path, compre
 
 
 def test_ram_bytes_are_the_image_and_the_decoded_arrays(sample_trie: Path, sample_trie_v2: Path) -> None:
-    # Version 1 decodes its escaped count ranks and Elias-Fano child offsets
-    # at open in RAM; version 2 holds its image only.
+    # Version 1 decodes its tokens (with their count ranks) and Elias-Fano
+    # child offsets at open in RAM; version 2 holds its image only.
     for path, decodes in ((sample_trie, True), (sample_trie_v2, False)):
         info = NgramIndex.open(path).info()
         ram = NgramIndex.open(path, mode="ram")
