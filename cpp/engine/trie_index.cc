@@ -315,8 +315,8 @@ namespace {
 // instead of a miss in another array (search_kernel.inc). Only tokens
 // narrower than 32 bits are (any vocabulary of at most 2^31 tokens).
 uint32_t decoded_token_width(const Level& L) {
-  return L.version == kFormatVersion && L.tokens.size() > 0 && L.tokens.width() < kPlainTokenBits ? kPlainTokenBits
-                                                                                                  : 0;
+  const bool decoded = L.version == kFormatVersion && L.tokens.size() > 0 && L.tokens.width() < kTokenWordBits;
+  return decoded ? kTokenWordBits : 0;
 }
 // Escaped count ranks of a level whose tokens are not decoded (level 1).
 // Wide enough for count_value_count itself, which stands for a corrupted

@@ -46,7 +46,7 @@ struct UsedTokens {
 };
 
 // The width of the token words of a trie in RAM (Level::tokens).
-constexpr uint32_t kPlainTokenBits = 32;
+constexpr uint32_t kTokenWordBits = 32;
 
 // One order's arrays. Level 1 is dense over the vocabulary (entry = token id,
 // no token array); level k >= 2 holds the k-grams sorted lexicographically, so
@@ -55,12 +55,12 @@ struct Level {
   uint64_t size = 0;
   uint32_t version = kFormatVersion;
   // Levels >= 2 (version 1): as the file packs them, or in RAM
-  // kPlainTokenBits-bit words, the token in the high bits and its count rank
+  // kTokenWordBits-bit words, the token in the high bits and its count rank
   // in the low key_shift bits (all ones, rank_escape: the rank is only in
   // count_ranks; decode_for_ram). token(i) reads either.
   PackedView tokens;
   uint32_t key_shift = 0;
-  uint64_t rank_escape = 0;
+  uint64_t rank_escape = 0;  // (1 << key_shift) - 1, the mask count_v1 applies
   uint64_t token(uint64_t i) const { return tokens[i] >> key_shift; }
   // The first index in [lo, hi) (sorted tokens) whose token is >= v.
   uint64_t lower_bound_token(uint64_t lo, uint64_t hi, uint64_t v) const {

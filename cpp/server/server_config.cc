@@ -39,7 +39,7 @@ standard health service and server reflection.
   --metrics-host H         metrics listen address (default: --host)
   --drain-seconds S        on SIGTERM, time for in-flight calls (default 30)
   --ram                    read tries into RAM instead of mapping them (format 1:
-                           decoded for speed, about 1.7x the file's memory)
+                           decoded for speed, about 2.5x the file's memory)
   --verify                 check every section's checksum when loading
   --admin                  serve ngram.v1.NgramAdmin (Reload)
   --log-requests           one log line per call (default: events only)
