@@ -382,6 +382,38 @@ def edge_keys(edges: list[list[int]], vocab_size: int) -> np.ndarray:
     return pairs[:, 0] * (vocab_size + 1) + pairs[:, 1] + 1
 
 
+class RangeLookup:
+    """The reduce range of each k-gram, from ``edges`` (``MapTask.edges``).
+
+    A first token that no edge splits by its second token lies in one range
+    whatever follows it: a table over first tokens answers those with one
+    read each. Only the k-grams of split first tokens (a few frequent ones)
+    are placed by searching their range keys among the edges; searching
+    every k-gram's key took about a sixth of a map's counting time."""
+
+    def __init__(self, edges: list[list[int]], vocab_size: int) -> None:
+        self._vocab_size = vocab_size
+        self._inner = edge_keys(edges[1:-1], vocab_size)
+        firsts = range_keys(np.arange(vocab_size, dtype=np.int64), None, vocab_size)
+        self._by_first = np.searchsorted(self._inner, firsts, side="right").astype(np.int32)
+        self._split = np.zeros(vocab_size, dtype=bool)
+        self._split[[e[0] for e in edges[1:-1] if e[1] >= 0]] = True
+
+    def ranges(self, first: np.ndarray, second: np.ndarray | None) -> np.ndarray:
+        """int32 range index of each k-gram (``second`` None: unigrams);
+        token ids must lie in ``[0, vocab_size)``."""
+        if first.size and not 0 <= int(first.min()) <= int(first.max()) < self._vocab_size:
+            bad = first[(first < 0) | (first >= self._vocab_size)][0]
+            raise ValueError(f"token id {int(bad)} is outside [0, {self._vocab_size})")
+        part = self._by_first[first]
+        if second is not None:
+            rows = np.flatnonzero(self._split[first])
+            if rows.size:
+                keys = range_keys(first[rows], second[rows], self._vocab_size)
+                part[rows] = np.searchsorted(self._inner, keys, side="right")
+        return part
+
+
 # --------------------------------------------------------------------------
 # map
 
@@ -493,7 +525,7 @@ def _run_map(task: MapTask, docs: Any) -> MapResult:
     attempt = f"m{task.index:05d}-{uuid.uuid4().hex[:8]}"
     scratch = local_scratch(store, attempt)
     parts = len(task.edges) - 1
-    inner_edges = edge_keys(task.edges[1:-1], task.spec.vocab_size)
+    lookup = RangeLookup(task.edges, task.spec.vocab_size)
     result = MapResult(index=task.index, name=task.name, bytes=0, documents=0, tokens=0, attempt=attempt,
                        range_bytes=[0] * parts)
     result.pretokenized = docs.pretokenized
@@ -514,9 +546,8 @@ def _run_map(task: MapTask, docs: Any) -> MapResult:
             for k in range(1, task.order + 1):
                 grams = kgram_table(flat, left, k)
                 second = grams.column("w1").to_numpy() if k >= 2 else None
-                keys = range_keys(grams.column("w0").to_numpy(), second, task.spec.vocab_size)
-                part = np.searchsorted(inner_edges, keys, side="right")
-                con.register("grams", grams.append_column("p", pa.array(part.astype(np.int32))))
+                part = lookup.ranges(grams.column("w0").to_numpy(), second)
+                con.register("grams", grams.append_column("p", pa.array(part)))
                 cols = column_list(k)
                 run_dir = scratch / f"o{k}-{result.runs:05d}"
                 con.execute(

@@ -13,7 +13,7 @@ import pytest
 
 import indexer.pipeline as pipeline
 from tests.random_corpus import write_shards
-from indexer.build_tasks import SampleResult
+from indexer.build_tasks import RangeLookup, SampleResult, edge_keys, range_keys
 from indexer.cli import SAMPLE_DIR
 from indexer.pipeline import BuildConfig, build, plan_ranges
 from ngram_service import NgramIndex
@@ -64,6 +64,27 @@ def test_each_reduce_reads_only_its_ranges_runs(tmp_path: Path) -> None:
 
 def sample(tokens: int, distinct: list[int], first_tokens: int = 1000) -> SampleResult:
     return SampleResult("s", tokens, 1.0, [[t, 1 + t % 7] for t in range(first_tokens)], distinct)
+
+
+def test_range_lookup_places_k_grams_as_the_range_keys_do() -> None:
+    """The map's table over first tokens answers as searching every k-gram's
+    range key among the edges, split first tokens and edge tokens included."""
+    rng = np.random.default_rng(7)
+    vocab = 500
+    for _ in range(100):
+        cuts = np.unique(rng.integers(1, vocab * (vocab + 1), size=int(rng.integers(1, 25))))
+        edges = [[0, -1]] + [[int(c // (vocab + 1)), int(c % (vocab + 1)) - 1] for c in cuts] + [[vocab, -1]]
+        split = [e[0] for e in edges[1:-1] if e[1] >= 0]
+        lookup, inner = RangeLookup(edges, vocab), edge_keys(edges[1:-1], vocab)
+        first = rng.integers(0, vocab, 4000).astype(np.int32)
+        first[:1500] = rng.choice(split or [0], 1500)
+        first[1500:1600] = rng.choice([e[0] for e in edges[1:-1]], 100)
+        second = rng.integers(0, vocab, 4000).astype(np.int32)
+        for s in (None, second):
+            want = np.searchsorted(inner, range_keys(first, s, vocab), side="right")
+            assert np.array_equal(lookup.ranges(first, s), want)
+    with pytest.raises(ValueError, match=r"token id -1 is outside \[0, 500\)"):
+        lookup.ranges(np.array([3, -1], np.int32), None)
 
 
 def test_range_count_follows_data_and_memory() -> None:
