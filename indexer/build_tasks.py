@@ -253,7 +253,7 @@ class _TextDocuments:
             yield self._known
         if self._ahead <= 0:
             for texts in self._texts():
-                batch = self._tokenizer.encode_to_arrays_async(texts, self._add_special_tokens).result()
+                batch = self._tokenizer.encode_to_batch(texts, self._add_special_tokens)
                 self.tokenize_seconds += batch.seconds
                 yield batch.ids, batch.lengths
             return
@@ -430,6 +430,11 @@ class MapTask:
     chunk_tokens: int = 4_000_000
     memory_limit_bytes: int = 512 << 20
     fault: tuple[str, str] | None = None
+    # Whether a core is free beside the task (Executor.spare_core) to read
+    # and encode its shard ahead of the counting on; without one, doing so
+    # only interleaves the two on one core (a -j 2 map on 2 cores: 8 % more
+    # time with tiktoken, 4 % with HF).
+    read_ahead: bool = True
     # (index, location) of the map task this process runs next, when it runs
     # them one after another (-j 1): its shard is read and encoded while this
     # one counts its last chunk.
@@ -510,7 +515,8 @@ def run_map(task: MapTask) -> MapResult:
             return finished
         inject_fault(store, task.fault)
         if docs is None:
-            docs = open_documents(task.location, task.spec, known=_read_known_ids(store, sample_ids_key(task.index)))
+            docs = open_documents(task.location, task.spec, ahead=READ_AHEAD_BATCHES if task.read_ahead else 0,
+                                  known=_read_known_ids(store, sample_ids_key(task.index)))
         return _run_map(task, docs)
     finally:
         if isinstance(docs, _TextDocuments):

@@ -1,13 +1,13 @@
 """`ngram-build`: the command line over indexer.pipeline and indexer.dart_convert."""
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
 
 import click
 
+from indexer.executor import available_cores
 from indexer.trie_assembly import FORMAT_VERSION, FORMAT_VERSIONS
 from ngram_service import _engine
 
@@ -55,9 +55,10 @@ def _eos(value: str | None) -> int | str | None:
               help="N: count k-grams for k = 1..N.")
 @click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
               help="Drop every n-gram seen fewer than C times (and so all its extensions).")
-@click.option("--workers", "-j", default=os.cpu_count() or 1, show_default="all cores", type=click.IntRange(1),
+@click.option("--workers", "-j", default=available_cores(), show_default="all cores", type=click.IntRange(1),
               help="Parallel map/reduce tasks of the local executor (processes; 1: in this process). "
-                   "Ray runs one task per cluster CPU.")
+                   "With fewer than the cores, each map reads and encodes its shard ahead of its counting "
+                   "on a free core. Ray runs one task per cluster CPU.")
 @click.option("--memory-limit", default="2GB", show_default=True, callback=_memory_limit,
               help="Memory for all concurrent tasks together (with Ray: the cluster's CPUs), at least "
                    "256MB; DuckDB spills beyond it, and it sets the number of reduce ranges.")

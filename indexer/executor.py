@@ -43,6 +43,7 @@ def task_label(task: object, index: int) -> str:
 
 class Executor(Protocol):
     workers: int
+    spare_core: bool  # a core free beside each task, for reading and encoding ahead on
 
     def map_unordered(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]: ...
 
@@ -72,6 +73,15 @@ def _run_marked(fn: Callable[[T], R], started: str, task: T) -> R:
     return fn(task)
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its affinity, as a container's
+    cpuset sets it), not all the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class LocalExecutor:
     """A pool of ``workers`` spawned processes (``workers=1``: in process).
 
@@ -90,6 +100,7 @@ class LocalExecutor:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
+        self.spare_core = workers < available_cores()
         self.max_retries = max_retries
         self._pool: ProcessPoolExecutor | None = None
 
@@ -233,6 +244,7 @@ class RayExecutor:
                      include_dashboard=False, configure_logging=False)
             self._owns_connection = True
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
+        self.spare_core = False  # a task per CPU: the cluster's cores are all taken
         self.max_retries = max_retries
 
     def map_unordered(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:

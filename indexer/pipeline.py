@@ -408,7 +408,8 @@ def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[
 
     map_tasks = [
         MapTask(index=i, location=s.location, name=s.name, store=store, edges=plan.edges, order=cfg.order,
-                spec=spec, chunk_tokens=chunk_tokens, memory_limit_bytes=per_task // 2, fault=fault("map", i))
+                spec=spec, chunk_tokens=chunk_tokens, memory_limit_bytes=per_task // 2, fault=fault("map", i),
+                read_ahead=executor.spare_core)
         for i, s in enumerate(shards)
     ]
     t_map = time.perf_counter()
@@ -545,7 +546,7 @@ def _run_maps(executor: Executor, tasks: list[MapTask], shards: list[Shard], pro
                           workers=executor.workers)
     # Largest shards first, so that no big shard runs alone at the end.
     run_order = sorted(tasks, key=lambda t: -shards[t.index].size)
-    if isinstance(executor, LocalExecutor) and executor.workers == 1:
+    if isinstance(executor, LocalExecutor) and executor.workers == 1 and executor.spare_core:
         # One after another in this process: each task reads and encodes the
         # next one's shard while it counts its own last chunk.
         for task, after in zip(run_order, run_order[1:]):

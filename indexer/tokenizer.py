@@ -130,11 +130,11 @@ TRICKY_TEXTS: tuple[str, ...] = (
 
 
 class EncodedBatch(NamedTuple):
-    """Documents encoded by ``Tokenizer.encode_to_arrays_async``."""
+    """Documents encoded by ``Tokenizer.encode_to_batch`` / ``encode_to_arrays_async``."""
 
     ids: np.ndarray  # int32, the documents back to back, each followed by the EOS id
     lengths: np.ndarray  # int64, the ids per document, EOS included
-    seconds: float  # the encoding thread's time on this batch
+    seconds: float  # the time spent encoding this batch
 
 
 class TokenizerError(ValueError):
@@ -379,6 +379,9 @@ class _EncodeThread:
 
 class _HFBackend:
     name = "hf"
+    # A synchronous encode runs on the backend's thread too: its own malloc
+    # arena (_EncodeThread).
+    encodes_apart = True
 
     def __init__(self, json_text: str, threads: int) -> None:
         import tokenizers
@@ -434,6 +437,9 @@ def _alternation(tokens: Iterable[str]) -> re.Pattern[str] | None:
 
 
 class _TiktokenBackend:
+    # A synchronous encode runs on the caller's thread: tiktoken gains
+    # nothing from an arena of its own, and the hand-off costs.
+    encodes_apart = False
     name = "tiktoken"
 
     def __init__(self, plan: _TiktokenPlan, threads: int, label: str) -> None:
@@ -686,8 +692,17 @@ class Tokenizer:
         each followed by ``eos_id``; ``lengths`` int64, the ids per document,
         EOS included (so ``lengths.sum() == len(ids)``, every length >= 1).
         """
-        batch = self.encode_to_arrays_async(texts, add_special_tokens).result()
+        batch = self.encode_to_batch(texts, add_special_tokens)
         return batch.ids, batch.lengths
+
+    def encode_to_batch(self, texts: Sequence[str], add_special_tokens: bool = False) -> EncodedBatch:
+        """``encode_to_arrays``, with the seconds spent, now: on the backend's
+        own thread where that is cheaper (HF), else on the caller's."""
+        backend = self._backend()
+        if not backend.encodes_apart:
+            self._check_special(backend, add_special_tokens)
+            return self._encode_arrays_here(backend, list(texts), add_special_tokens)
+        return self.encode_to_arrays_async(texts, add_special_tokens).result()
 
     def encode_to_arrays_async(self, texts: Sequence[str], add_special_tokens: bool = False) -> Future[EncodedBatch]:
         """``encode_to_arrays`` on the backend's own encoding thread (one per
@@ -695,9 +710,12 @@ class Tokenizer:
         counting other documents meanwhile. The future's ``EncodedBatch``
         also gives the seconds the thread spent on the batch."""
         backend = self._backend()
+        self._check_special(backend, add_special_tokens)
+        return backend.thread.submit(self._encode_arrays_here, backend, list(texts), add_special_tokens)
+
+    def _check_special(self, backend: _HFBackend | _TiktokenBackend, add_special_tokens: bool) -> None:
         if add_special_tokens and not isinstance(backend, _HFBackend):
             raise TokenizerError(f"{self.name}: add_special_tokens needs the hf backend, not {self.backend}")
-        return backend.thread.submit(self._encode_arrays_here, backend, list(texts), add_special_tokens)
 
     def _encode_arrays_here(self, backend: _HFBackend | _TiktokenBackend, texts: list[str],
                             add_special_tokens: bool) -> EncodedBatch:

@@ -1,5 +1,6 @@
-"""The map reuses the ids its shard's sample encoded, and at -j 1 reads and
-encodes the next shard while it counts: same counts, no thread left behind."""
+"""The map reuses the ids its shard's sample encoded, and with a core to spare
+reads and encodes ahead (at -j 1 the next shard too) while it counts: same
+counts, no thread left behind; with none to spare it reads nothing ahead."""
 from __future__ import annotations
 
 import random
@@ -9,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import indexer.build_tasks
+import indexer.executor
 import indexer.pipeline
 import indexer.shards
 from indexer.build_tasks import PermanentFault, sample_ids_key
@@ -27,12 +30,17 @@ def small_batches(monkeypatch: pytest.MonkeyPatch, sample_tokens: int) -> None:
     monkeypatch.setattr(indexer.shards, "DEFAULT_BATCH_CHARS", 400)
 
 
+def cores(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    monkeypatch.setattr(indexer.executor, "available_cores", lambda: n)
+
+
 def reader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "shard-reader"]
 
 
 def test_map_starts_after_the_sampled_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     small_batches(monkeypatch, sample_tokens=700)
+    cores(monkeypatch, 2)
     rng = random.Random(21)
     corpus, shards = tmp_path / "corpus", []
     corpus.mkdir()
@@ -64,6 +72,7 @@ def test_a_failed_map_stops_the_read_ahead(tmp_path: Path, monkeypatch: pytest.M
     # Map 0 (the largest shard) runs first and reads map 1's shard ahead;
     # map 1 then fails before reading: its reader must stop, not wait forever.
     small_batches(monkeypatch, sample_tokens=200)
+    cores(monkeypatch, 2)
     rng = random.Random(5)
     write_jsonl_zst(tmp_path / "a.jsonl.zst", random_texts(rng, 200))
     write_jsonl_zst(tmp_path / "b.jsonl.zst", random_texts(rng, 150))
@@ -71,4 +80,30 @@ def test_a_failed_map_stops_the_read_ahead(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(PermanentFault):
         build(BuildConfig(inputs=[str(tmp_path)], out=str(tmp_path / "t.ngt"), tokenizer=str(SAMPLE_TOKENIZER),
                           order=3, workers=1), progress=lambda _m: None)
+    assert not reader_threads()
+
+
+@pytest.mark.parametrize("spare", [False, True])
+def test_reads_ahead_only_with_a_core_to_spare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spare: bool) -> None:
+    small_batches(monkeypatch, sample_tokens=300)
+    cores(monkeypatch, 2 if spare else 1)
+    started: list[str] = []
+    real_start = indexer.build_tasks._TextDocuments.start
+
+    def start(self: indexer.build_tasks._TextDocuments) -> None:
+        real_start(self)
+        if self._thread is not None:
+            started.append(self._reader.path)
+
+    monkeypatch.setattr(indexer.build_tasks._TextDocuments, "start", start)
+    rng = random.Random(8)
+    shards = [random_texts(rng, 120) for _ in range(3)]
+    for i, texts in enumerate(shards):
+        write_jsonl_zst(tmp_path / f"s{i}.jsonl.zst", texts)
+    out = tmp_path / "t.ngt"
+    build(BuildConfig(inputs=[str(tmp_path)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3, workers=1),
+          progress=lambda _m: None)
+    flat, lengths = load_tokenizer(str(SAMPLE_TOKENIZER)).encode_to_arrays([t for s in shards for t in s])
+    check_exact(out, brute_counts(flat, lengths, 3), 3)
+    assert len(set(started)) == (3 if spare else 0)
     assert not reader_threads()
