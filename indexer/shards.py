@@ -568,7 +568,6 @@ class ShardReader:
     def _parquet_texts(self) -> Iterator[str]:
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         field_name = self.text_field
         pf = open_parquet(self.path)
