@@ -57,7 +57,7 @@ def _eos(value: str | None) -> int | str | None:
               help="Drop every n-gram seen fewer than C times (and so all its extensions).")
 @click.option("--workers", "-j", default=available_cores(), show_default="all cores", type=click.IntRange(1),
               help="Parallel map/reduce tasks of the local executor (processes; 1: in this process). "
-                   "With fewer than the cores, each map reads and encodes its shard ahead of its counting "
+                   "With fewer workers than cores, each map reads and encodes its shard ahead of its counting "
                    "on a free core. Ray runs one task per cluster CPU.")
 @click.option("--memory-limit", default="2GB", show_default=True, callback=_memory_limit,
               help="Memory for all concurrent tasks together (with Ray: the cluster's CPUs), at least "
