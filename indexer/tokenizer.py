@@ -32,11 +32,11 @@ import os
 import re
 import time
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 Backend = Literal["auto", "hf", "tiktoken"]
 NormalForm = Literal["NFC", "NFD", "NFKC", "NFKD"]
+T = TypeVar("T")
 
 # Looked up, in this order, when neither `eos` nor a tokenizer_config.json
 # names the end-of-document token.
@@ -681,7 +682,7 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of each text, no EOS added."""
         backend = self._backend()
-        return [a.tolist() for a in backend.thread.submit(backend.encode, list(texts)).result()]
+        return [a.tolist() for a in self._now(backend, backend.encode, list(texts))]
 
     def encode_to_arrays(self, texts: Sequence[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Encode documents and append one EOS after each.
@@ -701,10 +702,8 @@ class Tokenizer:
         """``encode_to_arrays``, with the seconds spent, now: on the backend's
         own thread where that is cheaper (HF), else on the caller's."""
         backend = self._backend()
-        if not backend.encodes_apart:
-            self._check_special(backend, add_special_tokens)
-            return self._encode_arrays_here(backend, list(texts), add_special_tokens)
-        return self.encode_to_arrays_async(texts, add_special_tokens).result()
+        self._check_special(backend, add_special_tokens)
+        return self._now(backend, self._encode_arrays_here, backend, list(texts), add_special_tokens)
 
     def encode_to_arrays_async(self, texts: Sequence[str], add_special_tokens: bool = False) -> Future[EncodedBatch]:
         """``encode_to_arrays`` on the backend's own encoding thread (one per
@@ -714,6 +713,12 @@ class Tokenizer:
         backend = self._backend()
         self._check_special(backend, add_special_tokens)
         return backend.thread.submit(self._encode_arrays_here, backend, list(texts), add_special_tokens)
+
+    @staticmethod
+    def _now(backend: _HFBackend | _TiktokenBackend, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args), waited for, where the backend encodes best (encodes_apart):
+        on its own thread, or on the caller's."""
+        return backend.thread.submit(fn, *args).result() if backend.encodes_apart else fn(*args)
 
     def _check_special(self, backend: _HFBackend | _TiktokenBackend, add_special_tokens: bool) -> None:
         if add_special_tokens and not isinstance(backend, _HFBackend):
