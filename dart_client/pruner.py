@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import torch
@@ -49,6 +49,7 @@ from ngram_service.tree import DEFAULTS, PrunedTree
 
 __all__ = [
     "DraftTree",
+    "DraftTrees",
     "LocalPruner",
     "PruneTiming",
     "PrunerStats",
@@ -99,6 +100,89 @@ class DraftTree:
         return int(self.draft_tokens.shape[0])
 
 
+class DraftTrees(Sequence[DraftTree]):
+    """The B draft trees of a batch, padded into batch tensors on one device
+    (what a batched verification forward reads), and as a sequence of B
+    DraftTree views of them::
+
+        trees.tokens [B, N], trees.position_ids [B, N], trees.parents [B, N] (-1 padded),
+        trees.retrieve_indices [B, L, W] (-1 padded), trees.tree_mask bool [B, N, N],
+        trees.n_nodes int [B]; trees[i] -> DraftTree
+
+    N, L and W are the batch's most nodes, most leaves and deepest path + 1;
+    padding nodes have token 0, depth 0 and see only themselves.
+    """
+
+    def __init__(self, tokens: torch.Tensor, position_ids: torch.Tensor, parents: torch.Tensor,
+                 retrieve_indices: torch.Tensor, tree_mask: torch.Tensor, sizes: np.ndarray) -> None:
+        self.tokens = tokens
+        self.position_ids = position_ids
+        self.parents = parents
+        self.retrieve_indices = retrieve_indices
+        self.tree_mask = tree_mask
+        self._sizes = sizes  # int64 [3, B] on the host: nodes, leaves, deepest path + 1
+        self._views: list[DraftTree | None] = [None] * int(sizes.shape[1])
+
+    @property
+    def n_nodes(self) -> list[int]:
+        """Nodes of each tree, the root included."""
+        return self._sizes[0].tolist()
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    @overload
+    def __getitem__(self, i: int) -> DraftTree: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[DraftTree]: ...
+    def __getitem__(self, i: int | slice) -> DraftTree | list[DraftTree]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"tree {i} of a batch of {len(self)}")
+        t = self._views[i]
+        if t is None:
+            n, leaves, width = (int(x) for x in self._sizes[:, i])
+            t = self._views[i] = DraftTree(
+                draft_tokens=self.tokens[i, :n], retrieve_indices=self.retrieve_indices[i, :leaves, :width],
+                tree_mask=self.tree_mask[i, :n, :n], tree_position_ids=self.position_ids[i, :n],
+                parents=self.parents[i, :n])
+        return t
+
+    @classmethod
+    def unpack(cls, buf: torch.Tensor, b: int, n: int, leaves: int, width: int, sizes: np.ndarray) -> DraftTrees:
+        """The batch from ``_engine.TreeBatch.pack``'s bytes (uint8, on any device)."""
+        ints = 3 * b * n + b * leaves * width
+        words = buf[:8 * ints].view(torch.int64)
+        return cls(tokens=words[:b * n].view(b, n), position_ids=words[b * n:2 * b * n].view(b, n),
+                   parents=words[2 * b * n:3 * b * n].view(b, n),
+                   retrieve_indices=words[3 * b * n:].view(b, leaves, width),
+                   tree_mask=buf[8 * ints:8 * ints + b * n * n].view(torch.bool).view(b, n, n), sizes=sizes)
+
+    @classmethod
+    def stack(cls, trees: Sequence[DraftTree]) -> DraftTrees:
+        """A batch of trees made one at a time (a pruner without prune_batch)."""
+        if isinstance(trees, DraftTrees):
+            return trees
+        sizes = np.array([[t.n_nodes for t in trees], [t.retrieve_indices.shape[0] for t in trees],
+                          [t.retrieve_indices.shape[1] for t in trees]], dtype=np.int64)
+        b, (n, leaves, width) = len(trees), sizes.max(axis=1).tolist()
+        dev = trees[0].draft_tokens.device
+        tok = torch.zeros(b, n, dtype=torch.int64, device=dev)
+        pos = torch.zeros(b, n, dtype=torch.int64, device=dev)
+        par = torch.full((b, n), -1, dtype=torch.int64, device=dev)
+        ret = torch.full((b, leaves, width), -1, dtype=torch.int64, device=dev)
+        mask = torch.eye(n, dtype=torch.bool, device=dev).repeat(b, 1, 1)
+        for i, t in enumerate(trees):
+            k, (r, w) = t.n_nodes, t.retrieve_indices.shape
+            tok[i, :k], pos[i, :k] = t.draft_tokens, t.tree_position_ids
+            assert t.parents is not None
+            par[i, :k], ret[i, :r, :w], mask[i, :k, :k] = t.parents, t.retrieve_indices, t.tree_mask
+        return cls(tok, pos, par, ret, mask, sizes)
+
+
 class TokenizerMismatchError(ValueError):
     """The trie was built with another tokenizer than the model's."""
 
@@ -109,9 +193,12 @@ class PruneTiming:
 
     topk: float = 0.0  # top-k, softmax and d2t on the device, the copy to the host
     search: float = 0.0  # the local engine's search (LocalPruner, or RemotePruner's fallback)
-    transport: float = 0.0  # the RPC round trip, remote search included (RemotePruner)
-    tensors: float = 0.0  # the tree's tensors built on the device
-    remote: bool = False  # the tree came from the host
+    transport: float = 0.0  # the RPC round trip, remote search included (RemotePruner): encode + call + decode
+    encode: float = 0.0  # the request's bytes from the lattices (part of transport)
+    call: float = 0.0  # the RPC itself, bytes to bytes (part of transport)
+    decode: float = 0.0  # the response's bytes into trees (part of transport)
+    tensors: float = 0.0  # the trees' tensors on the device
+    remote: bool = False  # the trees came from the host
 
     @property
     def prune(self) -> float:
@@ -189,18 +276,10 @@ def _empty_trie(vocab_size: int) -> Any:
 
 # ---- shared machinery ----------------------------------------------------------
 
-class _Lattice(NamedTuple):
-    tokens: np.ndarray  # int64 [D, K] target ids
-    probs: np.ndarray  # float32 [D, K]
+class _Rows(NamedTuple):
+    """Rows of the batch searched with one set of parameters."""
 
-
-class _Job(NamedTuple):
-    """One lattice ready for a search: the index that serves it and the request."""
-
-    index: Any  # NgramIndex, or None for "the host"
-    prefix: np.ndarray
-    tokens: Any
-    probs: Any
+    rows: np.ndarray | None  # int64 row indices; None: every row
     params: dict[str, Any]
 
 
@@ -238,14 +317,21 @@ class _PrunerBase:
         self.stats = PrunerStats()
         self.timing = PruneTiming()
         self._d2t_cache: tuple[Any, torch.Tensor] | None = None
+        self._staging = _Staging()
 
     # -- subclasses --------------------------------------------------------------
 
     order: int = 1
     vocab_size: int = 0
+    eos_token_id: int = -1
 
-    def _search(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
+    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
+        """The batch's trees as an ``_engine.TreeBatch``."""
         raise NotImplementedError
+
+    def _context_order(self) -> int:
+        """The order whose context (its last order - 1 tokens) a search reads."""
+        return self.order
 
     # -- the calls -----------------------------------------------------------------
 
@@ -258,11 +344,12 @@ class _PrunerBase:
             raise ValueError(f"logits must be [D, V_draft], got shape {tuple(logits.shape)}")
         return self.prune_batch(logits[None], d2t, [tokens])[0]
 
-    def prune_batch(self, logits: torch.Tensor, d2t: torch.Tensor | None, tokens: Sequence[Any]) -> list[DraftTree]:
+    def prune_batch(self, logits: torch.Tensor, d2t: torch.Tensor | None, tokens: Sequence[Any]) -> DraftTrees:
         """B sequences at once: logits [B, D, V_draft], tokens: B sequences
         (each as in ``__call__``). One device-to-host copy, one search call
-        for the batch (the engine's prune_batch, or one PruneTree RPC), one
-        host-to-device copy; the B trees come back in order."""
+        for the batch (the engine's, or one PruneTree RPC), one host-to-device
+        copy; the B trees come back in order, as DraftTrees (a sequence of
+        DraftTree, and the batch's padded tensors)."""
         if logits.ndim != 3:
             raise ValueError(f"logits must be [B, D, V_draft], got shape {tuple(logits.shape)}")
         if len(tokens) != logits.shape[0]:
@@ -271,13 +358,13 @@ class _PrunerBase:
         self.timing = tm
         self.stats.calls += len(tokens)
         t0 = time.perf_counter()
-        lats = self._lattices(logits, d2t)
-        prefixes = [self._prefix(t) for t in tokens]
+        packed = self._lattices(logits, d2t)
+        contexts = [_host_ids(t) for t in tokens]
         t1 = time.perf_counter()
         tm.topk = t1 - t0
-        trees = self._search(prefixes, lats, tm)
+        trees = self._search(contexts, packed, tm)
         t2 = time.perf_counter()
-        out = self._tensors(trees, logits.device)
+        out = self._staging.trees(trees, logits.device)
         tm.tensors = time.perf_counter() - t2
         return out
 
@@ -289,30 +376,20 @@ class _PrunerBase:
         self._d2t_cache = (d2t, m)
         return m
 
-    def _lattices(self, logits: torch.Tensor, d2t: torch.Tensor | None) -> list[_Lattice]:
+    def _lattices(self, logits: torch.Tensor, d2t: torch.Tensor | None) -> np.ndarray:
+        """The batch's lattices on the host as int32 [B, D, 2K]: per level the
+        K target ids, then the bits of their float32 probabilities. A fixed
+        sequence of kernels (top-k, softmax, the d2t map, the packing), one
+        copy into a reusable pinned buffer, one wait."""
         k = min(self.topk, logits.shape[-1])
         with torch.no_grad():
-            vals, idx = torch.topk(logits.float(), k, dim=-1)
+            vals, idx = torch.topk(logits, k, dim=-1)
+            vals = vals.float()
             probs = torch.softmax(vals / self.temperature if self.temperature != 1.0 else vals, dim=-1)
             if d2t is not None:
                 idx = idx + self._d2t(d2t, logits.device)[idx]
-            # One copy to the host: ids as int32 and the probabilities' bits side by side.
-            packed = torch.cat((idx.to(torch.int32), probs.contiguous().view(torch.int32)), dim=-1).cpu().numpy()
-        toks = packed[..., :k].astype(np.int64)
-        pr = np.ascontiguousarray(packed[..., k:]).view(np.float32)
-        return [_Lattice(toks[b], pr[b]) for b in range(packed.shape[0])]
-
-    def _prefix(self, tokens: Any) -> np.ndarray:
-        n = max(1, self.order - 1)
-        if isinstance(tokens, torch.Tensor):
-            tail = tokens.reshape(-1)[-n:].cpu().numpy()
-        elif isinstance(tokens, (list, tuple)):
-            tail = np.asarray(tokens[-n:], dtype=np.int64)
-        else:
-            tail = np.asarray(tokens).reshape(-1)[-n:]
-        if tail.size == 0:
-            raise ValueError("tokens is empty: need at least the root token")
-        return tail.astype(np.int64)
+            packed = torch.cat((idx.to(torch.int32), probs.view(torch.int32)), dim=-1)
+            return self._staging.to_host(packed)
 
     def _eos(self, trie_eos: int | None, vocab: int) -> int:
         e = self._eos_param if self._eos_param is not None else trie_eos
@@ -320,100 +397,86 @@ class _PrunerBase:
             return -1
         return int(e)
 
-    @staticmethod
-    def _fit(prefix: np.ndarray, lat: _Lattice, vocab: int) -> tuple[np.ndarray, Any, Any] | None:
-        """The request restricted to ids the trie knows: candidates outside
-        [0, vocab) are dropped (levels after the first emptied one too); the
-        context is cut after its last unknown token. None when the root
-        itself is unknown."""
-        if prefix[-1] >= vocab or prefix[-1] < 0:
-            return None
-        bad = np.nonzero((prefix < 0) | (prefix >= vocab))[0]
-        if bad.size:
-            prefix = prefix[bad[-1] + 1:]
-        ok = (lat.tokens >= 0) & (lat.tokens < vocab)
-        if ok.all():
-            return prefix, lat.tokens, lat.probs
-        toks, probs = [], []
-        for l in range(lat.tokens.shape[0]):
-            if not ok[l].any():
-                break
-            toks.append(lat.tokens[l][ok[l]])
-            probs.append(lat.probs[l][ok[l]])
-        if not toks:
-            return None
-        return prefix, toks, probs
-
-    def _job(self, index: Any, prefix: np.ndarray, lat: _Lattice, ngram_weight: float, eos: int,
-             vocab: int | None = None) -> _Job | None:
-        """The search request for one lattice on ``index`` (None: the host, of
-        the order and vocab_size it reported); ids are fitted to ``vocab``
-        (default the index's). None when the trie cannot serve it."""
-        if vocab is None:
-            vocab = self.vocab_size if index is None else index.vocab_size
-        order = self.order if index is None else index.order
-        fitted = self._fit(prefix[-max(1, order - 1):], lat, vocab)
-        if fitted is None:
-            return None
-        pre, toks, probs = fitted
+    def _groups(self, depths: np.ndarray, rows: np.ndarray | None, ngram_weight: float, eos: int) -> list[_Rows]:
+        """The rows' search parameters: one group, unless level or logit
+        weights are given and the rows' depths differ (weights are cut to
+        each lattice's depth, one group per depth)."""
         params = dict(self.params, ngram_weight=ngram_weight, eos_token_id=eos)
-        depth = len(toks)
-        for key in ("level_weights", "logit_weights"):
-            if params.get(key) is not None:
-                params[key] = params[key][:depth]
-        return _Job(index, pre, toks, probs, params)
-
-    def _no_ngram_job(self, prefix: np.ndarray, lat: _Lattice, eos: int) -> _Job:
-        """The n-gram-free search on an empty trie large enough for every id of the request."""
-        need = int(max(lat.tokens.max(initial=0), prefix.max(initial=0), self.vocab_size - 1)) + 1
-        index = fallback_index(need)
-        job = self._job(index, prefix, lat, 0.0, eos if eos < index.vocab_size else -1)
-        assert job is not None
-        return job
-
-    @staticmethod
-    def _run_local(jobs: list[_Job]) -> list[PrunedTree]:
-        """Runs the jobs, one engine prune_batch per (index, parameters) group."""
-        return _run_grouped(jobs, lambda index, reqs, params: index.prune_batch(reqs, **params))
-
-    @staticmethod
-    def _tensors(trees: list[PrunedTree], device: torch.device) -> list[DraftTree]:
-        # One host-to-device copy for the batch: per tree tokens, depths, parents, retrieve rows, mask.
-        parts, shapes = [], []
-        for t in trees:
-            ri = t.retrieve_indices
-            parts += [t.tokens.astype(np.int64), t.depths.astype(np.int64), t.parents.astype(np.int64),
-                      ri.astype(np.int64).ravel(), t.tree_mask.astype(np.int64).ravel()]
-            shapes.append((len(t.tokens), ri.shape))
-        buf = torch.from_numpy(np.concatenate(parts)).to(device)
-        out, at = [], 0
-        for n, rs in shapes:
-            r = rs[0] * rs[1]
-            out.append(DraftTree(
-                draft_tokens=buf[at:at + n],
-                tree_position_ids=buf[at + n:at + 2 * n],
-                parents=buf[at + 2 * n:at + 3 * n],
-                retrieve_indices=buf[at + 3 * n:at + 3 * n + r].view(rs),
-                tree_mask=buf[at + 3 * n + r:at + 3 * n + r + n * n].view(n, n).bool(),
-            ))
-            at += 3 * n + r + n * n
+        if params["level_weights"] is None and params["logit_weights"] is None:
+            return [_Rows(rows, params)]
+        sel = np.arange(len(depths)) if rows is None else rows
+        out = []
+        for d in np.unique(depths[sel]):
+            p = dict(params)
+            for key in ("level_weights", "logit_weights"):
+                if p[key] is not None:
+                    p[key] = p[key][:int(d)]
+            out.append(_Rows(sel[depths[sel] == d], p))
         return out
 
+    def _no_ngram(self, contexts: list[Any], packed: np.ndarray, trees: Any, rows: np.ndarray, eos: int) -> None:
+        """Rows no trie of the configured vocabulary can serve (an unknown
+        root): the n-gram-free search on an empty trie large enough for every
+        id of those lattices."""
+        order = self._context_order()
+        wide = _engine.PackedLattices(contexts, packed, order, 1 << 62)
+        need = int(max(wide.max_ids[rows].max(), self.vocab_size - 1)) + 1
+        index = fallback_index(need)
+        lat = _engine.PackedLattices(contexts, packed, order, index.vocab_size)
+        for g in self._groups(lat.depths, rows, 0.0, eos if eos < index.vocab_size else -1):
+            lat.prune(index.engine, trees, g.rows, **g.params)
 
-def _run_grouped(jobs: list[_Job], run: Any) -> list[PrunedTree]:
-    """Groups jobs that share an index and parameters (almost always one group)
-    and calls run(index, requests, params) once per group; trees in job order."""
-    groups: dict[Any, list[int]] = {}
-    for i, j in enumerate(jobs):
-        key = (id(j.index), repr(sorted(j.params.items())))
-        groups.setdefault(key, []).append(i)
-    out: list[Any] = [None] * len(jobs)
-    for idx in groups.values():
-        first = jobs[idx[0]]
-        trees = run(first.index, [(jobs[i].prefix, jobs[i].tokens, jobs[i].probs) for i in idx], first.params)
-        for i, t in zip(idx, trees):
-            out[i] = t
-    return out
+
+class _Staging:
+    """Reusable host buffers between the device and the search: the lattices'
+    (pinned, filled by one asynchronous copy) and the trees' (pinned, sent by
+    one asynchronous copy, reused once that copy is done). On the CPU the
+    lattices are read where the kernels wrote them and every call's trees get
+    their own buffer (the tensors handed out view it)."""
+
+    def __init__(self) -> None:
+        self._lattice_host: torch.Tensor | None = None
+        self._tree_host: torch.Tensor | None = None
+        self._tree_copied: Any = None  # the event after the last copy out of _tree_host
+
+    @staticmethod
+    def _pinned(have: torch.Tensor | None, n: int, dtype: torch.dtype) -> torch.Tensor:
+        if have is not None and have.numel() >= n:
+            return have
+        return torch.empty(max(n, 2 * (0 if have is None else have.numel())), dtype=dtype, pin_memory=True)
+
+    def to_host(self, packed: torch.Tensor) -> np.ndarray:
+        if packed.device.type == "cpu":
+            return packed.numpy()
+        n = packed.numel()
+        self._lattice_host = host = self._pinned(self._lattice_host, n, torch.int32)
+        view = host[:n].view(packed.shape)
+        view.copy_(packed, non_blocking=True)
+        torch.cuda.current_stream(packed.device).synchronize()
+        return view.numpy()
+
+    def trees(self, trees: Any, device: torch.device) -> DraftTrees:
+        n, leaves, width, nbytes = trees.dims()
+        sizes = trees.sizes()
+        if device.type == "cpu":
+            buf = torch.from_numpy(trees.pack())
+        else:
+            if self._tree_copied is not None:
+                self._tree_copied.synchronize()
+            self._tree_host = host = self._pinned(self._tree_host, nbytes, torch.uint8)
+            trees.pack(host.numpy())
+            buf = host[:nbytes].to(device, non_blocking=True)
+            self._tree_copied = torch.cuda.Event()
+            self._tree_copied.record(torch.cuda.current_stream(device))
+        return DraftTrees.unpack(buf, len(trees), n, leaves, width, sizes)
+
+
+def _host_ids(tokens: Any) -> Any:
+    """A context as the engine reads it: lists and arrays as they are, a
+    tensor as its last MAX_ORDER ids on the host (a search reads no more)."""
+    if isinstance(tokens, torch.Tensor):
+        return tokens.reshape(-1)[-_engine.MAX_ORDER:].cpu().numpy()
+    return tokens
 
 
 # ---- in process ----------------------------------------------------------------
@@ -440,13 +503,18 @@ class LocalPruner(_PrunerBase):
         self.vocab_size = self.index.vocab_size
         self.eos_token_id = self._eos(self.index.eos_id, self.vocab_size)
 
-    def _search(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
+    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
         t0 = time.perf_counter()
-        jobs = []
-        for pre, lat in zip(prefixes, lats):
-            job = self._job(self.index, pre, lat, self.params["ngram_weight"], self.eos_token_id)
-            jobs.append(job if job is not None else self._no_ngram_job(pre, lat, self.eos_token_id))
-        trees = self._run_local(jobs)
+        lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
+        trees = _engine.TreeBatch(lat.batch)
+        depths = lat.depths
+        served = depths > 0
+        rows = None if served.all() else np.flatnonzero(served)
+        if rows is None or rows.size:
+            for g in self._groups(depths, rows, self.params["ngram_weight"], self.eos_token_id):
+                lat.prune(self.index.engine, trees, g.rows, **g.params)
+        if rows is not None:
+            self._no_ngram(contexts, packed, trees, np.flatnonzero(~served), self.eos_token_id)
         tm.search = time.perf_counter() - t0
         return trees
 
@@ -463,6 +531,10 @@ class RemotePruner(_PrunerBase):
     for a back-off (backoff_initial, doubling up to backoff_max seconds;
     reset by a success) before trying it again. Decoding never waits on a
     dead host longer than one deadline per back-off.
+
+    transport: how the PruneTree call crosses to the host: "auto" (the
+    native grpc++ client where this install has it, else grpcio), "native"
+    or "python" (``NgramClient``'s transport, docs/DART_CLIENT.md).
 
     The host's tokenizer fingerprint is checked once against the model's
     (tokenizer spec or tokenizer_fingerprint): at construction when the host
@@ -484,6 +556,7 @@ class RemotePruner(_PrunerBase):
         connect_timeout: float = 2.0,
         backoff_initial: float = 0.05,
         backoff_max: float = 5.0,
+        transport: str = "auto",
         client_options: dict[str, Any] | None = None,
         **params: Any,
     ) -> None:
@@ -496,7 +569,7 @@ class RemotePruner(_PrunerBase):
         self.backoff_max = float(backoff_max)
         self.fingerprint = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
         # One attempt: the local fallback is the retry.
-        opts = {"retry_attempts": 1, **(client_options or {})}
+        opts = {"retry_attempts": 1, "transport": transport, **(client_options or {})}
         channel_opts = list(opts.pop("options", ()))
         # Reconnect soon after the host comes back (gRPC's default waits 1 s, then up to 120 s).
         channel_opts += [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
@@ -504,6 +577,7 @@ class RemotePruner(_PrunerBase):
         self.client = NgramClient(targets, index=index, tokenizer_fingerprint=self.fingerprint, timeout=self.deadline,
                                   with_scores=False, options=channel_opts, **opts)
         self.info: dict[str, Any] | None = None
+        self._heads: dict[tuple[int, int], bytes] = {}  # PruneTreeRequest heads by (weights' depth, EOS id)
         self._backoff = 0.0
         self._retry_at = 0.0
         self._disabled = ""
@@ -514,6 +588,11 @@ class RemotePruner(_PrunerBase):
             raise
         except Exception as e:  # noqa: BLE001 (host down at start: decode without it for now)
             self._failed(e)
+
+    @property
+    def transport(self) -> str:
+        """The PruneTree call's transport: "native" or "python"."""
+        return self.client.transport
 
     @property
     def remote_available(self) -> bool:
@@ -527,6 +606,10 @@ class RemotePruner(_PrunerBase):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _context_order(self) -> int:
+        # Before the first contact the order is unknown: keep enough context for any host.
+        return self.order if self.info is not None else _engine.MAX_ORDER
 
     def _contact(self, timeout: float) -> None:
         info = self.client.info(timeout=timeout)
@@ -548,14 +631,14 @@ class RemotePruner(_PrunerBase):
             "trie host %s: %s; pruning locally without the n-gram, retrying in %.3f s",
             self.client.targets, self.stats.last_error, self._backoff)
 
-    def _search(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
-        n = len(lats)
+    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
+        n = len(contexts)
         if not self._disabled and time.monotonic() >= self._retry_at:
             t0 = time.perf_counter()
             try:
                 if self.info is None:  # first contact after a failed start: order, vocab, fingerprint
                     self._contact(max(self.deadline, 0.02))
-                trees = self._remote(prefixes, lats, tm)
+                trees = self._remote(contexts, packed, tm)
                 tm.transport = time.perf_counter() - t0 - tm.search
                 tm.remote = True
                 if self._backoff:
@@ -573,51 +656,73 @@ class RemotePruner(_PrunerBase):
             self.stats.skipped_backoff += n
         self.stats.fallbacks += n
         t1 = time.perf_counter()
-        trees = self._run_local([self._fallback_job(p, l) for p, l in zip(prefixes, lats)])
+        trees = self._fallback(contexts, packed)
         tm.search += time.perf_counter() - t1
         return trees
 
-    def _remote(self, prefixes: list[np.ndarray], lats: list[_Lattice], tm: PruneTiming) -> list[PrunedTree]:
+    def _head(self, key: tuple[int, int], params: dict[str, Any]) -> bytes:
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = self.client.prune_tree_head(params)
+        return head
+
+    def _remote(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
         """One PruneTree RPC for every lattice the host can serve (one per
         distinct depth when level weights are given); a lattice whose root
         the host does not know is pruned here without the n-gram."""
-        jobs = [self._job(None, p, l, self.params["ngram_weight"], self.eos_token_id) for p, l in zip(prefixes, lats)]
-        served = [j for j in jobs if j is not None]
-        trees = _run_grouped(served, lambda _i, reqs, params: self.client.prune_batch(
-            reqs, timeout=self.deadline, **params))
-        self.stats.remote_ok += len(served)
-        out, it = [], iter(trees)
-        for p, l, j in zip(prefixes, lats, jobs):
-            if j is not None:
-                out.append(next(it))
-                continue
-            self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + 1
+        t0 = time.perf_counter()
+        lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
+        trees = _engine.TreeBatch(lat.batch)
+        depths = lat.depths
+        served = depths > 0
+        rows = None if served.all() else np.flatnonzero(served)
+        sent = 0
+        if rows is None or rows.size:
+            for g in self._groups(depths, rows, self.params["ngram_weight"], self.eos_token_id):
+                weighted = self.params["level_weights"] is not None or self.params["logit_weights"] is not None
+                key = (int(depths[g.rows[0]]) if weighted else 0, self.eos_token_id)
+                t1 = time.perf_counter()
+                req = lat.request(self._head(key, g.params), g.rows)
+                t2 = time.perf_counter()
+                resp = self.client.prune_tree_bytes(req, timeout=self.deadline)
+                t3 = time.perf_counter()
+                trees.decode(resp, g.rows)
+                t4 = time.perf_counter()
+                tm.encode += (t1 - t0) + (t2 - t1)
+                tm.call += t3 - t2
+                tm.decode += t4 - t3
+                t0 = t4
+                sent += len(depths) if g.rows is None else int(g.rows.size)
+        self.stats.remote_ok += sent
+        if rows is not None:
+            bad = np.flatnonzero(~served)
+            self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + bad.size
             self.stats.last_error = "the root token is outside the host's vocabulary"
-            self.stats.fallbacks += 1
-            t0 = time.perf_counter()
-            out.append(self._run_local([self._no_ngram_job(p, l, self.eos_token_id)])[0])
-            tm.search += time.perf_counter() - t0
-        return out
+            self.stats.fallbacks += bad.size
+            t5 = time.perf_counter()
+            self._no_ngram(contexts, packed, trees, bad, self.eos_token_id)
+            tm.search += time.perf_counter() - t5
+        return trees
 
-    def _fallback_job(self, prefix: np.ndarray, lat: _Lattice) -> _Job:
-        if self.info is not None:  # the host's request without the n-gram: the tree it would return
-            job = self._job(fallback_index(self.vocab_size), prefix[-max(1, self.order - 1):], lat, 0.0,
-                            self.eos_token_id, vocab=self.vocab_size)
-            if job is not None:
-                return job
-            return self._no_ngram_job(prefix, lat, self.eos_token_id)
-        return self._no_ngram_job(prefix, lat, self._eos(None, 1 << 31))
-
-    def _prefix(self, tokens: Any) -> np.ndarray:
-        # Before the first contact the order is unknown: keep enough context for any host.
+    def _fallback(self, contexts: list[Any], packed: np.ndarray) -> Any:
+        """The host's request without the n-gram (the tree it would return
+        with ngram_weight 0); before any contact, the n-gram-free search over
+        every id of the request."""
+        n = len(contexts)
+        trees = _engine.TreeBatch(n)
         if self.info is None:
-            saved = self.order
-            self.order = _engine.MAX_ORDER
-            try:
-                return super()._prefix(tokens)
-            finally:
-                self.order = saved
-        return super()._prefix(tokens)
+            self._no_ngram(contexts, packed, trees, np.arange(n), self._eos(None, 1 << 31))
+            return trees
+        index = fallback_index(self.vocab_size)
+        lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
+        served = lat.depths > 0
+        rows = None if served.all() else np.flatnonzero(served)
+        if rows is None or rows.size:
+            for g in self._groups(lat.depths, rows, 0.0, self.eos_token_id):
+                lat.prune(index.engine, trees, g.rows, **g.params)
+        if rows is not None:
+            self._no_ngram(contexts, packed, trees, np.flatnonzero(~served), self.eos_token_id)
+        return trees
 
 
 def _status_name(e: BaseException) -> str:

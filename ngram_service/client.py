@@ -228,6 +228,7 @@ class _ClientBase:
         max_message_bytes: int = 64 << 20,
         retry_attempts: int = 5,  # 1: no retries
         with_scores: bool = True,
+        transport: str = "python",
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         """targets: "host:port" or several (balanced round-robin).
@@ -241,7 +242,14 @@ class _ClientBase:
         server_name: the name to check the server certificate against when
         it differs from the target's host.
         with_scores: also fetch node scores in prune results.
+        transport: what carries ``prune_tree_bytes`` (dart_client's call):
+        "python" (grpcio), "native" (the grpc++ client built beside the
+        engine, ngram_service.native_client; ImportError where this install
+        lacks it) or "auto" (native where present). Every other method goes
+        over grpcio.
         """
+        if transport not in ("python", "native", "auto"):
+            raise ValueError(f"transport must be 'python', 'native' or 'auto', got {transport!r}")
         self.targets = channel_targets(targets)
         self.index = index
         self.tokenizer_fingerprint = tokenizer_fingerprint or ""
@@ -266,6 +274,11 @@ class _ClientBase:
         if server_name:
             opts.append(("grpc.ssl_target_name_override", server_name))
         self._options = opts + list(options)
+        self._server_name = server_name
+        self._tls_material = (_pem(root_certificates), _pem(private_key), _pem(certificate_chain)) if use_tls else None
+        self._transport_wanted = transport
+        self.transport = "python"
+        self._native: Any = None
         self._turn = itertools.cycle(range(len(self.targets)))
         self._channels: list[Any] = []
         self._methods: list[dict[str, Any]] = []
@@ -283,6 +296,22 @@ class _ClientBase:
              for name, (ser, parse) in _METHODS.items()}
             for c in self._channels
         ]
+        for c, m in zip(self._channels, self._methods):  # bytes in, bytes out
+            m["PruneTreeBytes"] = c.unary_unary(f"/{SERVICE}/PruneTree")
+        if self._transport_wanted != "python":
+            self._native = self._open_native(self._transport_wanted == "native")
+            self.transport = "native" if self._native is not None else "python"
+
+    def _open_native(self, required: bool) -> Any:
+        """The grpc++ channels of ngram_service.native_client, or None where
+        this install lacks it and ``required`` is false."""
+        try:
+            from ngram_service import native_client
+        except ImportError:
+            if required:
+                raise
+            return None
+        return native_client.NativeChannels(self.targets, self._options, self._tls_material)
 
     def _method(self, name: str) -> Any:
         return self._methods[next(self._turn)][name]
@@ -301,13 +330,17 @@ class _ClientBase:
     def _topk(self, context: Any, k: int) -> tuple[str, Any, Callable[[Any], Any]]:
         return "TopK", _topk_request(self.index, self.tokenizer_fingerprint, context, k), _topk_result
 
+    def prune_tree_head(self, params: dict[str, Any]) -> bytes:
+        """A serialized PruneTreeRequest without its inputs: the index, the
+        fingerprint, ``params`` (NgramIndex.prune's keywords) and with_scores.
+        Serialized PruneInputs (field 4) appended to it make the request."""
+        return pb.PruneTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
+                                   params=_prune_params(params), with_scores=self.with_scores).SerializeToString()
+
     def _prune_tree_request(self, inputs: list[bytes], params: dict[str, Any]) -> bytes:
-        """A serialized PruneTreeRequest: its small fields through protobuf,
-        the inputs (PruneInputs serialized by ngram_service.wire) appended as
-        field 4."""
-        head = pb.PruneTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
-                                   params=_prune_params(params), with_scores=self.with_scores)
-        return head.SerializeToString() + b"".join(wire.length_delimited(4, i) for i in inputs)
+        """A serialized PruneTreeRequest: the head, then the inputs (PruneInputs
+        serialized by ngram_service.wire) as field 4."""
+        return self.prune_tree_head(params) + b"".join(wire.length_delimited(4, i) for i in inputs)
 
     def _prune(self, lattices: list[tuple[Any, ...]], params: dict[str, Any],
                parse: Callable[[Any], Any]) -> tuple[str, Any, Callable[[Any], Any]]:
@@ -333,9 +366,19 @@ class NgramClient(_ClientBase):
         name, req, parse = call
         return parse(self._method(name)(req, timeout=self._deadline(timeout)))
 
+    def prune_tree_bytes(self, request: bytes, *, timeout: float | None = None) -> bytes:
+        """One PruneTree call from a serialized request to the serialized
+        response, over ``transport``; failures raise grpc.RpcError with the
+        status code, as every method's do."""
+        if self._native is not None:
+            return self._native.call(request, self._deadline(timeout))
+        return self._method("PruneTreeBytes")(request, timeout=self._deadline(timeout))
+
     def close(self) -> None:
         for c in self._channels:
             c.close()
+        if self._native is not None:
+            self._native.close()
 
     def __enter__(self) -> "NgramClient":
         return self
@@ -379,6 +422,8 @@ class AsyncNgramClient(_ClientBase):
     """asyncio client (grpc.aio): the same methods as NgramClient, awaited."""
 
     def __init__(self, targets: str | Sequence[str], **kwargs: Any) -> None:
+        if kwargs.get("transport", "python") != "python":
+            raise ValueError("AsyncNgramClient: only transport='python' (the native client is synchronous)")
         super().__init__(targets, **kwargs)
         self._open(grpc.aio)
 

@@ -50,6 +50,11 @@ class NgramIndex:
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TrieFormatError(f"{engine.path}: section meta: not valid UTF-8 JSON ({e})") from e
 
+    @property
+    def engine(self) -> "_engine.Trie":
+        """The engine's trie, for the bindings that take one (``_engine.PackedLattices.prune``)."""
+        return self._t
+
     @classmethod
     def open(cls, path: str | Path, mode: str = "mmap", verify: bool = False) -> "NgramIndex":
         """Opens a trie file.

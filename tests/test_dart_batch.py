@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 
 from dart_client import DartDrafter, DartGenerator, DrafterCache, LocalPruner, RemotePruner
 from dart_client.pruner import fallback_index
+from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 from dart_client.random_models import random_target
 from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from tests.dart_testbed import TrieHost, encode_prompts, fitted_drafter, free_port, references, same_tree
@@ -122,13 +123,13 @@ def test_remote_prune_batch_is_one_rpc_and_equals_local(sample_trie: Path) -> No
         local = LocalPruner(sample_trie)
         with RemotePruner(h.target, deadline=2.0) as pr:
             calls = []
-            inner = pr.client.prune_batch
+            inner = pr.client.prune_tree_bytes
 
-            def counting(reqs: Any, **kw: Any) -> Any:
-                calls.append(len(reqs))
-                return inner(reqs, **kw)
+            def counting(req: bytes, **kw: Any) -> Any:
+                calls.append(len(pb.PruneTreeRequest.FromString(req).inputs))
+                return inner(req, **kw)
 
-            pr.client.prune_batch = counting  # observes the RPCs, changes nothing
+            pr.client.prune_tree_bytes = counting  # observes the RPCs, changes nothing
             logits, tokens = _lattice_batch(8, seed=1)
             trees = pr.prune_batch(logits, None, tokens)
             assert calls == [8] and pr.stats.remote_ok == 8 and pr.timing.remote

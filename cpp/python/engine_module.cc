@@ -62,6 +62,7 @@ PyObject* conditional_probs_fastcall(PyObject* self, PyObject* const* in, Py_ssi
 }  // namespace
 
 void bind_prune(py::module_& m);  // prune_bindings.cc
+void bind_offload(py::module_& m);  // offload_bindings.cc
 
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "The n-gram trie engine (C++). Use ngram_service.NgramIndex.";
@@ -184,6 +185,7 @@ PYBIND11_MODULE(_engine, m) {
       "conditional_probs(contexts, candidates)\nDART-compatible conditional probabilities "
       "(see ngram_service.NgramIndex.conditional_probs)."};
   add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
+  bind_offload(m);
   bind_prune(m);  // after Trie, whose method prune becomes
 
   py::class_<TrieWriter>(m, "TrieWriter")

@@ -17,6 +17,7 @@
 #include "arrays.h"
 #include "fastcall.h"
 #include "errors.h"
+#include "prune_params.h"
 #include "prune_tree.h"
 #include "trie_index.h"
 
@@ -78,13 +79,22 @@ void load_params(const ParamHandles& v, PruneParams& p) {
   }
 }
 
-PruneParams make_params(const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
+
+}  // namespace
+
+namespace ngram_py {
+
+ngram::PruneParams make_params(const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
                         const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos,
                         const py::handle& ngram_on_first_level) {
-  PruneParams p;
+  ngram::PruneParams p;
   load_params({beam_width, max_nodes, ngram_weight, level_weights, logit_weights, eos, ngram_on_first_level}, p);
   return p;
 }
+
+}  // namespace ngram_py
+
+namespace {
 
 // One lattice in the engine's layout, its arrays kept alive while the engine
 // reads them: topk_tokens / topk_probs as [D, K] arrays, or (when K differs

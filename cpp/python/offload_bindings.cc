@@ -1,0 +1,549 @@
+// The GPU worker's offload (dart_client.pruner) in a fixed handful of calls a
+// batch, none per lattice or per node: the lattices as the device packed them
+// become a PruneTreeRequest's bytes or the engine's own search; the trees (a
+// PruneTreeResponse's bytes, or the engine's) become one packed array of the
+// batch's tree tensors, copied to the device at once. The wire is
+// proto/ngram/v1/ngram.proto's; tests/test_offload.py checks these bytes
+// against protobuf's own encoder and decoder.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "errors.h"
+#include "fastcall.h"
+#include "prune_params.h"
+#include "prune_tree.h"
+#include "trie_index.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "protobuf's fixed-width fields are copied as they lie");
+
+namespace py = pybind11;
+using namespace ngram;
+using namespace ngram_py;
+
+namespace {
+
+// ---- protobuf's wire format (protobuf.dev/programming-guides/encoding) -------
+
+constexpr uint32_t kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5;
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) v >>= 7, ++n;
+  return n;
+}
+
+// A packed repeated fixed-width field; empty arrays are left out, as protobuf leaves them out.
+template <class T>
+size_t packed_size(uint32_t field, size_t n) {
+  return n ? varint_size(field << 3 | kLen) + varint_size(n * sizeof(T)) + n * sizeof(T) : 0;
+}
+
+template <class T>
+void put_packed(std::string& out, uint32_t field, const T* v, size_t n) {
+  if (!n) return;
+  put_varint(out, field << 3 | kLen);
+  put_varint(out, n * sizeof(T));
+  out.append(reinterpret_cast<const char*>(v), n * sizeof(T));
+}
+
+// Reads one message's fields; every read is bounds-checked and a malformed
+// message throws naming the message and the byte offset.
+class WireReader {
+ public:
+  // base: the offset of p in the outermost message, for the error messages.
+  WireReader(const uint8_t* p, size_t n, const char* what, size_t base = 0)
+      : p_(p), end_(p + n), at0_(p - base), what_(what) {}
+  bool done() const { return p_ >= end_; }
+
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) fail("truncated varint");
+      const uint8_t b = *p_++;
+      v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    fail("varint longer than 10 bytes");
+  }
+
+  // The next field's number and wire type.
+  std::pair<uint32_t, uint32_t> tag() {
+    const uint64_t t = varint();
+    if ((t >> 3) == 0 || (t >> 3) > UINT32_MAX) fail("field number out of range");
+    return {static_cast<uint32_t>(t >> 3), static_cast<uint32_t>(t & 7)};
+  }
+
+  // A length-delimited payload: (pointer, length).
+  std::pair<const uint8_t*, size_t> bytes() {
+    const uint64_t n = varint();
+    if (n > static_cast<uint64_t>(end_ - p_)) fail("length " + std::to_string(n) + " past the end");
+    const uint8_t* at = p_;
+    p_ += n;
+    return {at, static_cast<size_t>(n)};
+  }
+
+  void skip(uint32_t wire_type) {
+    switch (wire_type) {
+      case kVarint: varint(); return;
+      case kFixed64: advance(8); return;
+      case kLen: bytes(); return;
+      case kFixed32: advance(4); return;
+      default: fail("unsupported wire type " + std::to_string(wire_type));
+    }
+  }
+
+  // A repeated 4-byte field, packed or one element at a time.
+  template <class T>
+  void read_fixed32s(uint32_t wire_type, std::vector<T>& out) {
+    static_assert(sizeof(T) == 4);
+    if (wire_type == kLen) {
+      const auto [at, n] = bytes();
+      if (n % 4) fail("packed 4-byte field of " + std::to_string(n) + " bytes");
+      const size_t old = out.size();
+      out.resize(old + n / 4);
+      std::memcpy(out.data() + old, at, n);
+    } else if (wire_type == kFixed32) {
+      T v;
+      std::memcpy(&v, p_, 4);
+      advance(4);
+      out.push_back(v);
+    } else {
+      fail("4-byte field with wire type " + std::to_string(wire_type));
+    }
+  }
+
+  size_t offset() const { return static_cast<size_t>(p_ - at0_); }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw InvalidArgument(std::string(what_) + ": " + why + " at byte " + std::to_string(offset()));
+  }
+
+ private:
+  void advance(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) fail("truncated fixed-width field");
+    p_ += n;
+  }
+  const uint8_t* p_;
+  const uint8_t* end_;
+  const uint8_t* at0_;
+  const char* what_;
+};
+
+// ---- the batch's lattices ---------------------------------------------------
+
+// B lattices fitted to a trie's vocabulary, as dart_client sends them: each
+// context's last max(1, order - 1) tokens, cut after its last token outside
+// [0, vocab); each level's candidates inside [0, vocab) in the drafter's
+// order; the levels after the first one left empty dropped. A lattice whose
+// root (its context's last token), or whose first level, the trie cannot
+// serve has depth 0.
+struct PackedLattices {
+  uint32_t batch = 0, max_depth = 0, k = 0;
+  std::vector<int64_t> prefix;     // the fitted contexts, concatenated
+  std::vector<uint64_t> prefix_at; // [B + 1]
+  std::vector<int64_t> tokens;     // the kept candidates, concatenated
+  std::vector<float> probs;
+  std::vector<uint64_t> level_at;  // [B, max_depth + 1]: offsets into tokens, absolute
+  std::vector<int32_t> depths;     // [B]
+  std::vector<int64_t> max_ids;    // [B]: the largest id of each context's tail and candidates, before fitting
+
+  PruneInput input(uint32_t b, std::vector<uint64_t>& offsets) const {
+    const uint64_t* at = level_at.data() + static_cast<size_t>(b) * (max_depth + 1);
+    offsets.assign(at, at + depths[b] + 1);
+    for (auto& o : offsets) o -= at[0];
+    PruneInput in;
+    in.prefix = prefix.data() + prefix_at[b];
+    in.prefix_len = prefix_at[b + 1] - prefix_at[b];
+    in.tokens = tokens.data() + at[0];
+    in.probs = probs.data() + at[0];
+    in.level_offsets = offsets.data();
+    in.depth = static_cast<uint32_t>(depths[b]);
+    return in;
+  }
+};
+
+// The last `n` ids of a context (a list of ints, an integer array or any
+// sequence of integers) appended to out.
+void context_tail(const py::handle& ctx, size_t i, size_t n, std::vector<int64_t>& out) {
+  auto fail = [&](const std::string& why) {
+    throw InvalidArgument("tokens[" + std::to_string(i) + "]: " + why);
+  };
+  if (PyList_Check(ctx.ptr())) {
+    const Py_ssize_t len = PyList_GET_SIZE(ctx.ptr());
+    if (len == 0) fail("empty: need at least the root token");
+    for (Py_ssize_t j = std::max<Py_ssize_t>(0, len - static_cast<Py_ssize_t>(n)); j < len; ++j) {
+      PyObject* v = PyList_GET_ITEM(ctx.ptr(), j);
+      if (!PyLong_Check(v)) fail("token ids must be integers, got " + std::string(py::repr(v)));
+      int overflow = 0;
+      const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+      if (overflow) fail("token id " + std::string(py::str(v)) + " out of range");
+      out.push_back(x);
+    }
+    return;
+  }
+  const Ids ids(ctx, "tokens[" + std::to_string(i) + "]");
+  if (ids.ndim() != 1) fail("must be 1-D, got shape " + shape_str(ids.array()));
+  if (ids.size() == 0) fail("empty: need at least the root token");
+  const int64_t* d = ids.data();
+  for (uint64_t j = ids.size() > n ? ids.size() - n : 0; j < ids.size(); ++j) out.push_back(d[j]);
+}
+
+PackedLattices fit_lattices(const py::sequence& contexts, const py::array& packed_in, int64_t order, int64_t vocab) {
+  if (order < 1) throw InvalidArgument("order must be >= 1, got " + std::to_string(order));
+  if (vocab < 1) throw InvalidArgument("vocab_size must be >= 1, got " + std::to_string(vocab));
+  if (plain_array_type(packed_in) != py::detail::npy_api::NPY_INT32_ || packed_in.ndim() != 3 ||
+      packed_in.shape(2) % 2 != 0)
+    throw InvalidArgument("packed lattices must be a C-contiguous int32 array [B, D, 2K] (ids, then the "
+                          "probabilities' float32 bits), got dtype " + std::string(py::str(packed_in.dtype())) +
+                          " shape " + shape_str(packed_in));
+  PackedLattices L;
+  L.batch = static_cast<uint32_t>(packed_in.shape(0));
+  L.max_depth = static_cast<uint32_t>(packed_in.shape(1));
+  L.k = static_cast<uint32_t>(packed_in.shape(2) / 2);
+  if (static_cast<size_t>(py::len(contexts)) != L.batch)
+    throw InvalidArgument(std::to_string(L.batch) + " lattices but " + std::to_string(py::len(contexts)) +
+                          " token sequences");
+  const size_t n = static_cast<size_t>(std::max<int64_t>(1, order - 1));
+  const int32_t* packed = static_cast<const int32_t*>(packed_in.data());
+  const uint32_t D = L.max_depth, K = L.k;
+  L.prefix_at.assign(1, 0);
+  L.level_at.assign(static_cast<size_t>(L.batch) * (D + 1), 0);
+  L.depths.assign(L.batch, 0);
+  L.max_ids.assign(L.batch, INT64_MIN);
+  L.tokens.reserve(static_cast<size_t>(L.batch) * D * K);
+  L.probs.reserve(static_cast<size_t>(L.batch) * D * K);
+  std::vector<int64_t> tail;
+  auto known = [vocab](int64_t t) { return t >= 0 && t < vocab; };
+  for (uint32_t b = 0; b < L.batch; ++b) {
+    tail.clear();
+    context_tail(contexts[b], b, n, tail);
+    uint64_t* at = L.level_at.data() + static_cast<size_t>(b) * (D + 1);
+    std::fill(at, at + D + 1, L.tokens.size());
+    int64_t& top = L.max_ids[b];
+    for (const int64_t t : tail) top = std::max(top, t);
+    for (const int32_t* c = packed + static_cast<size_t>(b) * D * 2 * K, *e = c + static_cast<size_t>(D) * 2 * K; c < e;
+         c += 2 * K)
+      for (uint32_t j = 0; j < K; ++j) top = std::max<int64_t>(top, c[j]);
+    if (known(tail.back())) {
+      size_t cut = tail.size();
+      while (cut > 0 && known(tail[cut - 1])) --cut;
+      uint32_t depth = 0;
+      for (uint32_t l = 0; l < D; ++l) {
+        const int32_t* row = packed + (static_cast<size_t>(b) * D + l) * 2 * K;
+        const size_t before = L.tokens.size();
+        for (uint32_t j = 0; j < K; ++j) {
+          if (!known(row[j])) continue;
+          float p;
+          std::memcpy(&p, row + K + j, 4);
+          L.tokens.push_back(row[j]);
+          L.probs.push_back(p);
+        }
+        if (L.tokens.size() == before) break;
+        at[++depth] = L.tokens.size();
+      }
+      if (depth > 0) {
+        L.depths[b] = static_cast<int32_t>(depth);
+        L.prefix.insert(L.prefix.end(), tail.begin() + cut, tail.end());
+      } else {
+        L.tokens.resize(at[0]);
+        L.probs.resize(at[0]);
+      }
+    }
+    for (uint32_t l = static_cast<uint32_t>(L.depths[b]) + 1; l <= D; ++l) at[l] = at[L.depths[b]];
+    L.prefix_at.push_back(L.prefix.size());
+  }
+  return L;
+}
+
+// Row indices into a batch: None for all rows, else an integer array.
+std::vector<uint32_t> rows_of(const py::handle& rows, uint32_t batch) {
+  std::vector<uint32_t> out;
+  if (rows.is_none()) {
+    out.resize(batch);
+    for (uint32_t i = 0; i < batch; ++i) out[i] = i;
+    return out;
+  }
+  Ids ids(rows, "rows");
+  if (ids.ndim() != 1) throw InvalidArgument("rows must be 1-D");
+  out.reserve(ids.size());
+  for (uint64_t i = 0; i < ids.size(); ++i) {
+    const int64_t r = ids.data()[i];
+    if (r < 0 || r >= batch) throw InvalidArgument("rows[" + std::to_string(i) + "] = " + std::to_string(r) +
+                                                   " outside the batch of " + std::to_string(batch));
+    out.push_back(static_cast<uint32_t>(r));
+  }
+  return out;
+}
+
+// `head` (a serialized PruneTreeRequest without inputs) followed by one
+// PruneInput (field 4) per row.
+py::bytes request_bytes(const PackedLattices& L, const py::bytes& head, const std::vector<uint32_t>& rows) {
+  std::string out(head);
+  size_t total = out.size();
+  std::vector<size_t> sizes(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint32_t b = rows[i], d = static_cast<uint32_t>(L.depths[b]);
+    if (d == 0) throw InvalidArgument("lattice " + std::to_string(b) + " has no level the trie serves");
+    const uint64_t* at = L.level_at.data() + static_cast<size_t>(b) * (L.max_depth + 1);
+    const size_t c = at[d] - at[0];
+    sizes[i] = packed_size<int64_t>(1, L.prefix_at[b + 1] - L.prefix_at[b]) + packed_size<uint32_t>(2, d) +
+               packed_size<int64_t>(3, c) + packed_size<float>(4, c);
+    total += varint_size(4 << 3 | kLen) + varint_size(sizes[i]) + sizes[i];
+  }
+  out.reserve(total);
+  std::vector<uint32_t> ls(L.max_depth);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint32_t b = rows[i], d = static_cast<uint32_t>(L.depths[b]);
+    const uint64_t* at = L.level_at.data() + static_cast<size_t>(b) * (L.max_depth + 1);
+    for (uint32_t l = 0; l < d; ++l) ls[l] = static_cast<uint32_t>(at[l + 1] - at[l]);
+    put_varint(out, 4 << 3 | kLen);
+    put_varint(out, sizes[i]);
+    put_packed(out, 1, L.prefix.data() + L.prefix_at[b], L.prefix_at[b + 1] - L.prefix_at[b]);
+    put_packed(out, 2, ls.data(), d);
+    put_packed(out, 3, L.tokens.data() + at[0], at[d] - at[0]);
+    put_packed(out, 4, L.probs.data() + at[0], at[d] - at[0]);
+  }
+  return py::bytes(out);
+}
+
+// ---- the batch's trees ------------------------------------------------------
+
+struct TreeBatch {
+  std::vector<PrunedTree> trees;
+  std::vector<uint8_t> filled;
+  explicit TreeBatch(uint32_t b) : trees(b), filled(b, 0) {}
+
+  // The packed layout's dimensions: widest tree, most leaves, deepest path.
+  struct Dims {
+    uint64_t n = 1, leaves = 1, width = 1, bytes = 0;
+  };
+  Dims dims() const {
+    Dims d;
+    for (size_t i = 0; i < trees.size(); ++i) {
+      if (!filled[i]) throw InvalidArgument("tree " + std::to_string(i) + " of the batch was never filled");
+      d.n = std::max<uint64_t>(d.n, trees[i].size());
+      d.leaves = std::max<uint64_t>(d.leaves, trees[i].n_leaves);
+      d.width = std::max<uint64_t>(d.width, trees[i].retrieve_width);
+    }
+    const uint64_t b = trees.size();
+    d.bytes = 8 * (3 * b * d.n + b * d.leaves * d.width) + b * d.n * d.n;
+    return d;
+  }
+
+  // Writes the layout documented at bind_offload into out (d.bytes long).
+  void pack(const Dims& d, uint8_t* out) const {
+    const uint64_t B = trees.size(), N = d.n, L = d.leaves, W = d.width;
+    int64_t* tok = reinterpret_cast<int64_t*>(out);
+    int64_t* pos = tok + B * N;
+    int64_t* par = pos + B * N;
+    int64_t* ret = par + B * N;
+    uint8_t* mask = reinterpret_cast<uint8_t*>(ret + B * L * W);
+    std::fill(tok, tok + 2 * B * N, 0);
+    std::fill(par, par + B * N + B * L * W, -1);
+    std::memset(mask, 0, B * N * N);
+    for (uint64_t b = 0; b < B; ++b) {
+      const PrunedTree& t = trees[b];
+      const uint64_t n = t.size();
+      for (uint64_t i = 0; i < n; ++i) {
+        tok[b * N + i] = t.tokens[i];
+        pos[b * N + i] = t.depths[i];
+        par[b * N + i] = t.parents[i];
+        std::memcpy(mask + (b * N + i) * N, t.tree_mask.data() + i * n, n);
+      }
+      for (uint64_t i = n; i < N; ++i) mask[(b * N + i) * N + i] = 1;  // padding sees itself
+      for (uint64_t r = 0; r < t.n_leaves; ++r)
+        for (uint64_t c = 0; c < t.retrieve_width; ++c)
+          ret[(b * L + r) * W + c] = t.retrieve_indices[r * t.retrieve_width + c];
+    }
+  }
+};
+
+// A PruneTreeResponse's trees into rows (in order), encoded by the engine's encoder.
+void decode_response(TreeBatch& out, const uint8_t* data, size_t size, const std::vector<uint32_t>& rows) {
+  WireReader msg(data, size, "PruneTreeResponse");
+  size_t i = 0;
+  thread_local PruneWorkspace ws;
+  while (!msg.done()) {
+    const auto [field, wt] = msg.tag();
+    if (field != 1 || wt != kLen) {
+      msg.skip(wt);
+      continue;
+    }
+    const auto [p, n] = msg.bytes();
+    if (i >= rows.size())
+      throw InvalidArgument("PruneTreeResponse: more trees than the " + std::to_string(rows.size()) + " lattices sent");
+    PrunedTree& t = out.trees[rows[i]];
+    t.tokens.clear();
+    t.parents.clear();
+    t.scores.clear();
+    WireReader node(p, n, "PruneTreeResponse.trees", static_cast<size_t>(p - data));
+    while (!node.done()) {
+      const auto [f, w] = node.tag();
+      if (f == 1) node.read_fixed32s(w, t.tokens);
+      else if (f == 2) node.read_fixed32s(w, t.parents);
+      else if (f == 3) node.read_fixed32s(w, t.scores);
+      else node.skip(w);
+    }
+    if (t.tokens.size() != t.parents.size() || t.tokens.empty())
+      throw InvalidArgument("PruneTreeResponse.trees[" + std::to_string(i) + "]: " + std::to_string(t.tokens.size()) +
+                            " tokens, " + std::to_string(t.parents.size()) + " parents");
+    if (t.scores.size() != t.tokens.size()) t.scores.assign(t.tokens.size(), 0.0f);
+    try {
+      encode_tree(t, ws);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("PruneTreeResponse.trees[" + std::to_string(i) + "]: " + e.what());
+    }
+    out.filled[rows[i]] = 1;
+    ++i;
+  }
+  if (i != rows.size())
+    throw InvalidArgument("PruneTreeResponse: " + std::to_string(i) + " trees for " + std::to_string(rows.size()) +
+                          " lattices");
+}
+
+// A writable, C-contiguous uint8 numpy array's bytes, or nullptr.
+uint8_t* writable_bytes(const py::handle& h, uint64_t& size) {
+  if (plain_array_type(h) != py::detail::npy_api::NPY_UBYTE_) return nullptr;
+  auto* a = py::detail::array_proxy(h.ptr());
+  if (!(a->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_)) return nullptr;
+  size = static_cast<uint64_t>(py::reinterpret_borrow<py::array>(h).nbytes());
+  return reinterpret_cast<uint8_t*>(a->data);
+}
+
+}  // namespace
+
+void bind_offload(py::module_& m) {
+  py::class_<PackedLattices>(m, "PackedLattices", R"(A batch of draft lattices fitted to a trie's vocabulary.
+
+PackedLattices(contexts, packed, order, vocab_size): contexts are B token
+sequences (lists of ints or integer arrays; the last token is each tree's
+root); packed is int32 [B, D, 2K] as the device wrote it, per level the K
+candidate ids then their float32 probabilities' bits. Each context keeps its
+last max(1, order - 1) tokens, cut after its last id outside [0, vocab_size);
+candidates outside [0, vocab_size) are dropped, and the levels after the
+first one left empty; a lattice whose root or first level the trie cannot
+serve has depth 0.)")
+      .def(py::init([](const py::sequence& contexts, const py::array& packed, int64_t order, int64_t vocab) {
+             return fit_lattices(contexts, packed, order, vocab);
+           }),
+           py::arg("contexts"), py::arg("packed"), py::arg("order"), py::arg("vocab_size"))
+      .def_property_readonly("depths", [](const PackedLattices& L) {
+        return py::array_t<int32_t>(static_cast<py::ssize_t>(L.depths.size()), L.depths.data());
+      }, "Levels kept per lattice (int32 [B]); 0: not servable by the trie.")
+      .def_property_readonly("max_ids", [](const PackedLattices& L) {
+        return py::array_t<int64_t>(static_cast<py::ssize_t>(L.max_ids.size()), L.max_ids.data());
+      }, "The largest id of each lattice's context tail and candidates, before fitting (int64 [B]).")
+      .def_property_readonly("batch", [](const PackedLattices& L) { return L.batch; })
+      .def("request", [](const PackedLattices& L, const py::bytes& head, const py::handle& rows) {
+             return request_bytes(L, head, rows_of(rows, L.batch));
+           },
+           py::arg("head"), py::arg("rows") = py::none(),
+           "A serialized PruneTreeRequest: head (the request's other fields, serialized) followed by one "
+           "PruneInput per row (None: every lattice), in order.")
+      .def("prune",
+           [](const PackedLattices& L, const TrieIndex& trie, TreeBatch& out, const py::handle& rows,
+              const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
+              const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos_token_id,
+              const py::handle& ngram_on_first_level, int64_t threads) {
+             if (out.trees.size() != L.batch) throw InvalidArgument("the tree batch's size is not the lattices'");
+             const std::vector<uint32_t> r = rows_of(rows, L.batch);
+             const PruneParams params = make_params(beam_width, max_nodes, ngram_weight, level_weights,
+                                                    logit_weights, eos_token_id, ngram_on_first_level);
+             std::vector<std::vector<uint64_t>> offsets(r.size());
+             std::vector<PruneInput> inputs(r.size());
+             for (size_t i = 0; i < r.size(); ++i) {
+               if (L.depths[r[i]] == 0)
+                 throw InvalidArgument("lattice " + std::to_string(r[i]) + " has no level the trie serves");
+               inputs[i] = L.input(r[i], offsets[i]);
+             }
+             std::vector<PrunedTree> trees;
+             {
+               py::gil_scoped_release nogil;
+               prune_tree_batch(trie, inputs, params, static_cast<uint32_t>(std::max<int64_t>(0, threads)), trees);
+             }
+             for (size_t i = 0; i < r.size(); ++i) {
+               out.trees[r[i]] = std::move(trees[i]);
+               out.filled[r[i]] = 1;
+             }
+           },
+           py::arg("trie"), py::arg("out"), py::arg("rows") = py::none(), py::kw_only(),
+           py::arg("beam_width") = py::none(), py::arg("max_nodes") = py::none(), py::arg("ngram_weight") = py::none(),
+           py::arg("level_weights") = py::none(), py::arg("logit_weights") = py::none(),
+           py::arg("eos_token_id") = py::none(), py::arg("ngram_on_first_level") = py::none(),
+           py::arg("threads") = 0,
+           "The engine's search of rows (None: all) on trie, each tree into the same row of out "
+           "(a TreeBatch); parameters as prune's (None: the default); threads 0: all cores.");
+
+  py::class_<TreeBatch>(m, "TreeBatch", R"(The draft trees of a batch, filled by PackedLattices.prune or decode, packed by pack.
+
+pack's layout, for B trees, N = most nodes, L = most leaves, W = deepest path + 1:
+int64 tokens [B, N] (0 padded), int64 depths [B, N] (0 padded), int64
+parents [B, N] (-1 padded), int64 retrieve_indices [B, L, W] (-1 padded),
+then bool tree_mask [B, N, N] (a padding node marks only itself).)")
+      .def(py::init<uint32_t>(), py::arg("batch"))
+      .def("__len__", [](const TreeBatch& t) { return t.trees.size(); })
+      .def("decode",
+           [](TreeBatch& out, const py::buffer& data, const py::handle& rows) {
+             const py::buffer_info info = data.request();
+             const std::vector<uint32_t> r = rows_of(rows, static_cast<uint32_t>(out.trees.size()));
+             const uint8_t* p = static_cast<const uint8_t*>(info.ptr);
+             const size_t n = static_cast<size_t>(info.size * info.itemsize);
+             py::gil_scoped_release nogil;
+             decode_response(out, p, n, r);
+           },
+           py::arg("response"), py::arg("rows") = py::none(),
+           "A serialized PruneTreeResponse's trees into rows (None: all), in order; ValueError naming the "
+           "byte for a malformed message, the count for too few or too many trees.")
+      .def("dims", [](const TreeBatch& t) {
+        const auto d = t.dims();
+        return py::make_tuple(d.n, d.leaves, d.width, d.bytes);
+      }, "(N, L, W, bytes) of pack's layout.")
+      .def("sizes", [](const TreeBatch& t) {
+        py::array_t<int64_t> out({static_cast<py::ssize_t>(3), static_cast<py::ssize_t>(t.trees.size())});
+        int64_t* o = out.mutable_data();
+        const size_t B = t.trees.size();
+        for (size_t b = 0; b < B; ++b) {
+          o[b] = t.trees[b].size();
+          o[B + b] = t.trees[b].n_leaves;
+          o[2 * B + b] = t.trees[b].retrieve_width;
+        }
+        return out;
+      }, "int64 [3, B]: each tree's nodes (the root included), leaves and deepest path + 1.")
+      .def("pack",
+           [](const TreeBatch& t, const py::handle& out) -> py::object {
+             const auto d = t.dims();
+             uint64_t have = 0;
+             uint8_t* buf = out.is_none() ? nullptr : writable_bytes(out, have);
+             if (!out.is_none() && !buf) throw InvalidArgument("out must be a writable C-contiguous uint8 array");
+             py::object result = py::reinterpret_borrow<py::object>(out);
+             if (!buf || have < d.bytes) {
+               if (buf) throw InvalidArgument("out holds " + std::to_string(have) + " bytes, the trees need " +
+                                              std::to_string(d.bytes));
+               auto a = new_array<uint8_t>(1, static_cast<py::ssize_t>(d.bytes));
+               buf = a.mutable_data();
+               result = std::move(a);
+             }
+             {
+               py::gil_scoped_release nogil;
+               t.pack(d, buf);
+             }
+             return result;
+           },
+           py::arg("out") = py::none(),
+           "The trees in the packed layout, written into out (a uint8 array of at least dims()[3] bytes) "
+           "or a new array; returns the array written.");
+}
