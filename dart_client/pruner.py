@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -152,14 +153,19 @@ class DraftTrees(Sequence[DraftTree]):
         return t
 
     @classmethod
-    def unpack(cls, buf: torch.Tensor, b: int, n: int, leaves: int, width: int, sizes: np.ndarray) -> DraftTrees:
-        """The batch from ``_engine.TreeBatch.pack``'s bytes (uint8, on any device)."""
-        ints = 3 * b * n + b * leaves * width
-        words = buf[:8 * ints].view(torch.int64)
-        return cls(tokens=words[:b * n].view(b, n), position_ids=words[b * n:2 * b * n].view(b, n),
-                   parents=words[2 * b * n:3 * b * n].view(b, n),
-                   retrieve_indices=words[3 * b * n:].view(b, leaves, width),
-                   tree_mask=buf[8 * ints:8 * ints + b * n * n].view(torch.bool).view(b, n, n), sizes=sizes)
+    def unpack(cls, packed: tuple[Any, ...], device: torch.device, staged: torch.Tensor | None = None) -> DraftTrees:
+        """The batch from ``_engine.TreeBatch.pack``'s result: tensors viewing
+        its host array, or (``staged``: that array's used bytes copied to
+        ``device``) views of the device's copy."""
+        _, nbytes, sizes, nodes, ret, mask = packed
+        if staged is None:  # numpy made the views: a tenth of torch's cost
+            tok, pos, par = torch.from_numpy(nodes).unbind(0)
+            return cls(tok, pos, par, torch.from_numpy(ret), torch.from_numpy(mask), sizes)
+        b, n = nodes.shape[1:]
+        words = 3 * b * n + ret.size
+        tpp, r = staged[:8 * words].view(torch.int64).split_with_sizes([3 * b * n, ret.size])
+        tok, pos, par = tpp.view(3, b, n).unbind(0)
+        return cls(tok, pos, par, r.view(ret.shape), staged[8 * words:nbytes].view(torch.bool).view(b, n, n), sizes)
 
     @classmethod
     def stack(cls, trees: Sequence[DraftTree]) -> DraftTrees:
@@ -438,6 +444,7 @@ class _Staging:
         self._lattice_host: torch.Tensor | None = None
         self._tree_host: torch.Tensor | None = None
         self._tree_copied: Any = None  # the event after the last copy out of _tree_host
+        self._cpu_trees: np.ndarray | None = None
 
     @staticmethod
     def _pinned(have: torch.Tensor | None, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -456,19 +463,26 @@ class _Staging:
         return view.numpy()
 
     def trees(self, trees: Any, device: torch.device) -> DraftTrees:
-        n, leaves, width, nbytes = trees.dims()
-        sizes = trees.sizes()
         if device.type == "cpu":
-            buf = torch.from_numpy(trees.pack())
-        else:
-            if self._tree_copied is not None:
-                self._tree_copied.synchronize()
-            self._tree_host = host = self._pinned(self._tree_host, nbytes, torch.uint8)
-            trees.pack(host.numpy())
-            buf = host[:nbytes].to(device, non_blocking=True)
-            self._tree_copied = torch.cuda.Event()
-            self._tree_copied.record(torch.cuda.current_stream(device))
-        return DraftTrees.unpack(buf, len(trees), n, leaves, width, sizes)
+            # The last call's array is written again once no tensor views it
+            # (a view holds a reference to it): a fresh one each call costs
+            # its page faults.
+            if self._cpu_trees is not None and sys.getrefcount(self._cpu_trees) > 2:  # the attribute, the argument
+                self._cpu_trees = None
+            packed = trees.pack(self._cpu_trees)
+            self._cpu_trees = packed[0]
+            return DraftTrees.unpack(packed, device)
+        if self._tree_copied is not None:
+            self._tree_copied.synchronize()
+        host = self._tree_host
+        packed = trees.pack(None if host is None else host.numpy())
+        if host is None or packed[0].ctypes.data != host.data_ptr():  # grown: pin the new size
+            self._tree_host = host = torch.empty(packed[0].size, dtype=torch.uint8, pin_memory=True)
+            packed = trees.pack(host.numpy())
+        staged = host[:packed[1]].to(device, non_blocking=True)
+        self._tree_copied = torch.cuda.Event()
+        self._tree_copied.record(torch.cuda.current_stream(device))
+        return DraftTrees.unpack(packed, device, staged)
 
 
 def _host_ids(tokens: Any) -> Any:

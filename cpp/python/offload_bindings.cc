@@ -508,42 +508,39 @@ then bool tree_mask [B, N, N] (a padding node marks only itself).)")
            py::arg("response"), py::arg("rows") = py::none(),
            "A serialized PruneTreeResponse's trees into rows (None: all), in order; ValueError naming the "
            "byte for a malformed message, the count for too few or too many trees.")
-      .def("dims", [](const TreeBatch& t) {
-        const auto d = t.dims();
-        return py::make_tuple(d.n, d.leaves, d.width, d.bytes);
-      }, "(N, L, W, bytes) of pack's layout.")
-      .def("sizes", [](const TreeBatch& t) {
-        py::array_t<int64_t> out({static_cast<py::ssize_t>(3), static_cast<py::ssize_t>(t.trees.size())});
-        int64_t* o = out.mutable_data();
-        const size_t B = t.trees.size();
-        for (size_t b = 0; b < B; ++b) {
-          o[b] = t.trees[b].size();
-          o[B + b] = t.trees[b].n_leaves;
-          o[2 * B + b] = t.trees[b].retrieve_width;
-        }
-        return out;
-      }, "int64 [3, B]: each tree's nodes (the root included), leaves and deepest path + 1.")
       .def("pack",
-           [](const TreeBatch& t, const py::handle& out) -> py::object {
+           [](const TreeBatch& t, const py::handle& out) {
              const auto d = t.dims();
              uint64_t have = 0;
              uint8_t* buf = out.is_none() ? nullptr : writable_bytes(out, have);
              if (!out.is_none() && !buf) throw InvalidArgument("out must be a writable C-contiguous uint8 array");
-             py::object result = py::reinterpret_borrow<py::object>(out);
-             if (!buf || have < d.bytes) {
-               if (buf) throw InvalidArgument("out holds " + std::to_string(have) + " bytes, the trees need " +
-                                              std::to_string(d.bytes));
-               auto a = new_array<uint8_t>(1, static_cast<py::ssize_t>(d.bytes));
+             py::object array = py::reinterpret_borrow<py::object>(out);
+             if (!buf || have < d.bytes) {  // a new array, twice as large as the one given
+               auto a = new_array<uint8_t>(1, static_cast<py::ssize_t>(std::max(d.bytes, 2 * have)));
                buf = a.mutable_data();
-               result = std::move(a);
+               array = std::move(a);
              }
+             const py::ssize_t B = static_cast<py::ssize_t>(t.trees.size()), N = d.n, L = d.leaves, W = d.width;
+             py::array_t<int64_t> sizes({static_cast<py::ssize_t>(3), B});
              {
                py::gil_scoped_release nogil;
                t.pack(d, buf);
+               int64_t* o = sizes.mutable_data();
+               for (py::ssize_t b = 0; b < B; ++b) {
+                 o[b] = t.trees[b].size();
+                 o[B + b] = t.trees[b].n_leaves;
+                 o[2 * B + b] = t.trees[b].retrieve_width;
+               }
              }
-             return result;
+             int64_t* words = reinterpret_cast<int64_t*>(buf);
+             py::array_t<int64_t> nodes({static_cast<py::ssize_t>(3), B, N}, words, array);
+             py::array_t<int64_t> retrieve({B, L, W}, words + 3 * B * N, array);
+             py::array mask(py::dtype::of<bool>(), {B, N, N}, buf + 8 * (3 * B * N + B * L * W), array);
+             return py::make_tuple(array, d.bytes, sizes, nodes, retrieve, mask);
            },
            py::arg("out") = py::none(),
-           "The trees in the packed layout, written into out (a uint8 array of at least dims()[3] bytes) "
-           "or a new array; returns the array written.");
+           "The trees in the packed layout, written into out (a writable uint8 array) when it is large "
+           "enough, else into a new array. Returns (array, bytes used, sizes int64 [3, B]: each tree's "
+           "nodes, leaves and deepest path + 1, then views of the array: tokens, depths and parents as "
+           "int64 [3, B, N], retrieve_indices int64 [B, L, W], tree_mask bool [B, N, N]).");
 }
