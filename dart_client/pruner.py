@@ -287,6 +287,7 @@ class _Rows(NamedTuple):
 
     rows: np.ndarray | None  # int64 row indices; None: every row
     params: dict[str, Any]
+    depth: int  # the depth the weights are cut to (0: no weights given)
 
 
 class _PrunerBase:
@@ -324,6 +325,7 @@ class _PrunerBase:
         self.timing = PruneTiming()
         self._d2t_cache: tuple[Any, torch.Tensor] | None = None
         self._staging = _Staging()
+        self._param_cache: dict[tuple[float, int, int], dict[str, Any]] = {}
 
     # -- subclasses --------------------------------------------------------------
 
@@ -403,22 +405,37 @@ class _PrunerBase:
             return -1
         return int(e)
 
-    def _groups(self, depths: np.ndarray, rows: np.ndarray | None, ngram_weight: float, eos: int) -> list[_Rows]:
-        """The rows' search parameters: one group, unless level or logit
-        weights are given and the rows' depths differ (weights are cut to
-        each lattice's depth, one group per depth)."""
-        params = dict(self.params, ngram_weight=ngram_weight, eos_token_id=eos)
-        if params["level_weights"] is None and params["logit_weights"] is None:
-            return [_Rows(rows, params)]
-        sel = np.arange(len(depths)) if rows is None else rows
-        out = []
-        for d in np.unique(depths[sel]):
-            p = dict(params)
-            for key in ("level_weights", "logit_weights"):
-                if p[key] is not None:
-                    p[key] = p[key][:int(d)]
-            out.append(_Rows(sel[depths[sel] == d], p))
-        return out
+    def _params_for(self, ngram_weight: float, eos: int, depth: int = 0) -> dict[str, Any]:
+        """The search parameters (weights cut to ``depth`` when nonzero), made once per combination."""
+        key = (ngram_weight, eos, depth)
+        p = self._param_cache.get(key)
+        if p is None:
+            p = dict(self.params, ngram_weight=ngram_weight, eos_token_id=eos)
+            for name in ("level_weights", "logit_weights"):
+                if depth and p[name] is not None:
+                    p[name] = p[name][:depth]
+            p = self._param_cache[key] = p
+        return p
+
+    def _plan(self, lat: Any, ngram_weight: float, eos: int, among: np.ndarray | None = None
+              ) -> tuple[list[_Rows], np.ndarray | None]:
+        """The searches of a batch's lattices (``among``: those rows only):
+        groups of rows with their parameters, one unless level or logit
+        weights are given and the depths differ (weights are cut to each
+        lattice's depth), and the rows the trie cannot serve (None: none)."""
+        weighted = self.params["level_weights"] is not None or self.params["logit_weights"] is not None
+        if among is None and not weighted and lat.served == lat.batch:  # the common case, without numpy
+            return [_Rows(None, self._params_for(ngram_weight, eos), 0)], None
+        depths = lat.depths
+        sel = np.arange(lat.batch) if among is None else among
+        ok = depths[sel] > 0
+        rows, unserved = sel[ok], (None if ok.all() else sel[~ok])
+        if not rows.size:
+            return [], unserved
+        if not weighted:
+            return [_Rows(rows, self._params_for(ngram_weight, eos), 0)], unserved
+        return [_Rows(rows[depths[rows] == d], self._params_for(ngram_weight, eos, int(d)), int(d))
+                for d in np.unique(depths[rows])], unserved
 
     def _no_ngram(self, contexts: list[Any], packed: np.ndarray, trees: Any, rows: np.ndarray, eos: int) -> None:
         """Rows no trie of the configured vocabulary can serve (an unknown
@@ -429,7 +446,10 @@ class _PrunerBase:
         need = int(max(wide.max_ids[rows].max(), self.vocab_size - 1)) + 1
         index = fallback_index(need)
         lat = _engine.PackedLattices(contexts, packed, order, index.vocab_size)
-        for g in self._groups(lat.depths, rows, 0.0, eos if eos < index.vocab_size else -1):
+        groups, unserved = self._plan(lat, 0.0, eos if eos < index.vocab_size else -1, among=rows)
+        if unserved is not None:
+            raise ValueError(f"tokens[{int(unserved[0])}]: the root (the last token) is not a token id")
+        for g in groups:
             lat.prune(index.engine, trees, g.rows, **g.params)
 
 
@@ -521,14 +541,11 @@ class LocalPruner(_PrunerBase):
         t0 = time.perf_counter()
         lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
         trees = _engine.TreeBatch(lat.batch)
-        depths = lat.depths
-        served = depths > 0
-        rows = None if served.all() else np.flatnonzero(served)
-        if rows is None or rows.size:
-            for g in self._groups(depths, rows, self.params["ngram_weight"], self.eos_token_id):
-                lat.prune(self.index.engine, trees, g.rows, **g.params)
-        if rows is not None:
-            self._no_ngram(contexts, packed, trees, np.flatnonzero(~served), self.eos_token_id)
+        groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
+        for g in groups:
+            lat.prune(self.index.engine, trees, g.rows, **g.params)
+        if unserved is not None:
+            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
         tm.search = time.perf_counter() - t0
         return trees
 
@@ -674,12 +691,6 @@ class RemotePruner(_PrunerBase):
         tm.search += time.perf_counter() - t1
         return trees
 
-    def _head(self, key: tuple[int, int], params: dict[str, Any]) -> bytes:
-        head = self._heads.get(key)
-        if head is None:
-            head = self._heads[key] = self.client.prune_tree_head(params)
-        return head
-
     def _remote(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
         """One PruneTree RPC for every lattice the host can serve (one per
         distinct depth when level weights are given); a lattice whose root
@@ -687,35 +698,29 @@ class RemotePruner(_PrunerBase):
         t0 = time.perf_counter()
         lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
         trees = _engine.TreeBatch(lat.batch)
-        depths = lat.depths
-        served = depths > 0
-        rows = None if served.all() else np.flatnonzero(served)
-        sent = 0
-        if rows is None or rows.size:
-            for g in self._groups(depths, rows, self.params["ngram_weight"], self.eos_token_id):
-                weighted = self.params["level_weights"] is not None or self.params["logit_weights"] is not None
-                key = (int(depths[g.rows[0]]) if weighted else 0, self.eos_token_id)
-                t1 = time.perf_counter()
-                req = lat.request(self._head(key, g.params), g.rows)
-                t2 = time.perf_counter()
-                resp = self.client.prune_tree_bytes(req, timeout=self.deadline)
-                t3 = time.perf_counter()
-                trees.decode(resp, g.rows)
-                t4 = time.perf_counter()
-                tm.encode += (t1 - t0) + (t2 - t1)
-                tm.call += t3 - t2
-                tm.decode += t4 - t3
-                t0 = t4
-                sent += len(depths) if g.rows is None else int(g.rows.size)
-        self.stats.remote_ok += sent
-        if rows is not None:
-            bad = np.flatnonzero(~served)
-            self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + bad.size
+        groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
+        for g in groups:
+            head = self._heads.get((g.depth, self.eos_token_id))
+            if head is None:
+                head = self._heads[(g.depth, self.eos_token_id)] = self.client.prune_tree_head(g.params)
+            req = lat.request(head, g.rows)
+            t1 = time.perf_counter()
+            resp = self.client.prune_tree_bytes(req, timeout=self.deadline)
+            t2 = time.perf_counter()
+            trees.decode(resp, g.rows)
+            t3 = time.perf_counter()
+            tm.encode += t1 - t0
+            tm.call += t2 - t1
+            tm.decode += t3 - t2
+            t0 = t3
+            self.stats.remote_ok += lat.batch if g.rows is None else int(g.rows.size)
+        if unserved is not None:
+            self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + unserved.size
             self.stats.last_error = "the root token is outside the host's vocabulary"
-            self.stats.fallbacks += bad.size
-            t5 = time.perf_counter()
-            self._no_ngram(contexts, packed, trees, bad, self.eos_token_id)
-            tm.search += time.perf_counter() - t5
+            self.stats.fallbacks += unserved.size
+            t4 = time.perf_counter()
+            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
+            tm.search += time.perf_counter() - t4
         return trees
 
     def _fallback(self, contexts: list[Any], packed: np.ndarray) -> Any:
@@ -727,15 +732,12 @@ class RemotePruner(_PrunerBase):
         if self.info is None:
             self._no_ngram(contexts, packed, trees, np.arange(n), self._eos(None, 1 << 31))
             return trees
-        index = fallback_index(self.vocab_size)
         lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
-        served = lat.depths > 0
-        rows = None if served.all() else np.flatnonzero(served)
-        if rows is None or rows.size:
-            for g in self._groups(lat.depths, rows, 0.0, self.eos_token_id):
-                lat.prune(index.engine, trees, g.rows, **g.params)
-        if rows is not None:
-            self._no_ngram(contexts, packed, trees, np.flatnonzero(~served), self.eos_token_id)
+        groups, unserved = self._plan(lat, 0.0, self.eos_token_id)
+        for g in groups:
+            lat.prune(fallback_index(self.vocab_size).engine, trees, g.rows, **g.params)
+        if unserved is not None:
+            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
         return trees
 
 

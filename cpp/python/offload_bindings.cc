@@ -448,6 +448,9 @@ serve has depth 0.)")
         return py::array_t<int64_t>(static_cast<py::ssize_t>(L.max_ids.size()), L.max_ids.data());
       }, "The largest id of each lattice's context tail and candidates, before fitting (int64 [B]).")
       .def_property_readonly("batch", [](const PackedLattices& L) { return L.batch; })
+      .def_property_readonly("served", [](const PackedLattices& L) {
+        return std::count_if(L.depths.begin(), L.depths.end(), [](int32_t d) { return d > 0; });
+      }, "Lattices of depth > 0.")
       .def("request", [](const PackedLattices& L, const py::bytes& head, const py::handle& rows) {
              return request_bytes(L, head, rows_of(rows, L.batch));
            },
