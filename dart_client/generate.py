@@ -43,7 +43,7 @@ import torch
 
 from dart_client.drafter import DartDrafter, DrafterCache
 from dart_client.lattice_log import LatticeWriter
-from dart_client.pruner import DraftTree
+from dart_client.pruner import DraftTree, DraftTrees
 
 __all__ = ["DartGenerator", "GenerationResult", "StepRecord", "aux_layer_indices"]
 
@@ -489,13 +489,13 @@ class DartGenerator:
         dlogits = self.drafter.compute_logits(self.drafter(self._aux(out.hidden_states), emb, dcache, lens))
         return out.past_key_values, dcache, dlogits
 
-    def _prune(self, rows: list[_Seq], dlogits: torch.Tensor) -> list[DraftTree]:
+    def _prune(self, rows: list[_Seq], dlogits: torch.Tensor) -> DraftTrees:
         d2t = self.drafter.d2t
         tokens = [r.seq if self.search_context == "sequence" else r.search_tokens for r in rows]
         batch = getattr(self.pruner, "prune_batch", None)
         if batch is not None:
-            return batch(dlogits, d2t, tokens)
-        return [self.pruner(dlogits[i], d2t, t) for i, t in enumerate(tokens)]
+            return DraftTrees.stack(batch(dlogits, d2t, tokens))
+        return DraftTrees.stack([self.pruner(dlogits[i], d2t, t) for i, t in enumerate(tokens)])
 
     def _step(self, rows: list[_Seq], cache: Any, dlogits: torch.Tensor, pick: dict[str, Any], clock: _Clock,
               lattice_log: LatticeWriter | None = None) -> tuple[list[StepRecord], tuple[torch.Tensor, list[int]]]:
@@ -513,18 +513,12 @@ class DartGenerator:
 
         # -- one verification forward for the padded trees
         start = int(_cache_length(cache))
-        sizes = [t.n_nodes for t in trees]
-        n = max(sizes)
+        sizes = trees.n_nodes
+        n = trees.tokens.shape[1]
         dev = self.device
         lens = torch.tensor([r.cached for r in rows], device=dev)
-        ids = torch.zeros(b, n, dtype=torch.long, device=dev)
-        depth = torch.zeros(b, n, dtype=torch.long, device=dev)
-        tmask = torch.eye(n, dtype=torch.bool, device=dev).repeat(b, 1, 1)  # padded nodes see themselves
-        for i, t in enumerate(trees):
-            k = sizes[i]
-            ids[i, :k] = t.draft_tokens
-            depth[i, :k] = t.tree_position_ids
-            tmask[i, :k, :k] = t.tree_mask
+        # the batch's padded trees (padding nodes see only themselves), as the pruner built them
+        ids, depth, tmask = trees.tokens.to(dev), trees.position_ids.to(dev), trees.tree_mask.to(dev)
         ctx = torch.arange(start, device=dev)[None, None] < lens[:, None, None]
         allowed = torch.cat((ctx.expand(b, n, start), tmask), dim=2)
         out = self._forward(ids, cache, position_ids=depth + lens[:, None], mask=self._additive(allowed))
@@ -640,7 +634,7 @@ class DartGenerator:
         return [int(t) for t in torch.multinomial(p, 1, generator=pick["gen"])[:, 0].tolist()]
 
     @staticmethod
-    def _accept_greedy_batch(trees: list[DraftTree], logits: torch.Tensor
+    def _accept_greedy_batch(trees: DraftTrees, logits: torch.Tensor
                              ) -> tuple[torch.Tensor, list[tuple[list[int], int]]]:
         """For each row, the longest root-to-leaf prefix on which every token
         is the target's argmax after its parent (DART's evaluate_posterior;
@@ -649,15 +643,8 @@ class DartGenerator:
         and each row's (accepted draft tokens, bonus token); one device sync."""
         b = len(trees)
         dev = logits.device
-        leaves = max(t.retrieve_indices.shape[0] for t in trees)
-        w = max(t.retrieve_indices.shape[1] for t in trees)
-        ri = torch.full((b, leaves, w), -1, dtype=torch.long, device=dev)
-        n = logits.shape[1]
-        toks = torch.full((b, n), -1, dtype=torch.long, device=dev)
-        for i, t in enumerate(trees):
-            r = t.retrieve_indices
-            ri[i, :r.shape[0], :r.shape[1]] = r
-            toks[i, :t.n_nodes] = t.draft_tokens
+        ri, toks = trees.retrieve_indices.to(dev), trees.tokens.to(dev)
+        _, leaves, w = ri.shape
         pred = logits.argmax(-1)  # [B, n]: the target's choice after each node
         safe = ri.clamp(min=0)
         cand = torch.where(ri >= 0, toks.gather(1, safe.view(b, -1)).view(b, leaves, w), torch.full_like(ri, -1))

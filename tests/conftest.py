@@ -50,9 +50,15 @@ def server_binary() -> Path | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs_server: runs the native gRPC server (ngram-serve-native)")
+    config.addinivalue_line("markers", "cuda: needs a GPU torch can use (skipped elsewhere, CI included: "
+                                       "run `python -m pytest -m cuda` on a GPU machine)")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("cuda"):
+        torch = require_module("torch")
+        if not torch.cuda.is_available():  # a machine without a GPU: not a missing install, even under CI
+            pytest.skip("needs a GPU (torch sees none); run `python -m pytest -m cuda` where one is")
     if item.get_closest_marker("needs_server") and server_binary() is None:
         missing("ngram-serve-native was not built (grpc++/protobuf missing: run infra/install-system-deps.sh "
                 "and reinstall, or set NGRAM_SERVE_NATIVE)")
