@@ -46,7 +46,7 @@ import torch
 
 from ngram_service import NgramIndex, _engine
 from ngram_service.fingerprint import tokenizer_json_fingerprint
-from ngram_service.tree import DEFAULTS, PrunedTree
+from ngram_service.tree import DEFAULTS
 
 __all__ = [
     "DraftTree",
