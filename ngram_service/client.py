@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ngram_service import _engine, tree, wire
+from ngram_service import _engine, tree
 from ngram_service.index import TopK
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 
@@ -160,24 +160,6 @@ def _prune_params(params: dict[str, Any]) -> pb.PruneParams:
     return p
 
 
-def tree_from_nodes(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray | None = None) -> tree.PrunedTree:
-    """A PrunedTree from the wire's node list (node 0 the root, parents before
-    children): depths, the ancestor mask and the retrieve rows are derived by
-    the engine's own encoder (the one prune uses), so both sides agree.
-    Without scores (or of another length) every score is NaN."""
-    if scores is None or len(scores) != len(tokens):
-        scores = np.full(len(tokens), np.nan, dtype=np.float32)
-    return _engine.encode_tree(tokens, parents, scores)
-
-
-def _prune_result(resp: pb.PruneTreeResponse) -> list[tree.PrunedTree]:
-    out = []
-    for t in resp.trees:
-        scores = np.array(t.scores, dtype=np.float32) if len(t.scores) else None
-        out.append(tree_from_nodes(np.array(t.tokens, dtype=np.int32), np.array(t.parents, dtype=np.int32), scores))
-    return out
-
-
 def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
     """The same dict as NgramIndex.info()."""
     counts = list(resp.ngram_counts)
@@ -198,12 +180,13 @@ def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
 
 
 # Every call: method name -> (request serializer, response parser). PruneTree
-# requests are serialized by the client itself (_ClientBase._prune_request).
-_METHODS: dict[str, tuple[Callable[[Any], bytes] | None, Callable[[bytes], Any]]] = {
+# goes as bytes both ways: the engine's codec writes the request and reads the
+# trees (cpp/python/prune_wire.h).
+_METHODS: dict[str, tuple[Callable[[Any], bytes] | None, Callable[[bytes], Any] | None]] = {
     "GetInfo": (pb.GetInfoRequest.SerializeToString, pb.GetInfoResponse.FromString),
     "ConditionalProbs": (pb.ConditionalProbsRequest.SerializeToString, pb.ConditionalProbsResponse.FromString),
     "TopK": (pb.TopKRequest.SerializeToString, pb.TopKResponse.FromString),
-    "PruneTree": (None, pb.PruneTreeResponse.FromString),
+    "PruneTree": (None, None),
 }
 
 
@@ -296,8 +279,6 @@ class _ClientBase:
              for name, (ser, parse) in _METHODS.items()}
             for c in self._channels
         ]
-        for c, m in zip(self._channels, self._methods):  # bytes in, bytes out
-            m["PruneTreeBytes"] = c.unary_unary(f"/{SERVICE}/PruneTree")
         if self._transport_wanted != "python":
             self._native = self._open_native(self._transport_wanted == "native")
             self.transport = "native" if self._native is not None else "python"
@@ -337,22 +318,23 @@ class _ClientBase:
         return pb.PruneTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
                                    params=_prune_params(params), with_scores=self.with_scores).SerializeToString()
 
-    def _prune_tree_request(self, inputs: list[bytes], params: dict[str, Any]) -> bytes:
-        """A serialized PruneTreeRequest: the head, then the inputs (PruneInputs
-        serialized by ngram_service.wire) as field 4."""
-        return self.prune_tree_head(params) + b"".join(wire.length_delimited(4, i) for i in inputs)
-
-    def _prune(self, lattices: list[tuple[Any, ...]], params: dict[str, Any],
-               parse: Callable[[Any], Any]) -> tuple[str, Any, Callable[[Any], Any]]:
-        req = self._prune_tree_request([wire.prune_input(*lat) for lat in lattices], params)
-        return "PruneTree", req, parse
+    def _prune(self, requests: Any, params: dict[str, Any], parse: Callable[[Any], Any]
+               ) -> tuple[str, Any, Callable[[Any], Any]]:
+        return "PruneTree", _engine.prune_request(self.prune_tree_head(params), requests), parse
 
     def _prune_one(self, prefix: Any, topk_tokens: Any, topk_probs: Any,
                    params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
-        return self._prune([tree.lattice(prefix, topk_tokens, topk_probs)], params, lambda r: _prune_result(r)[0])
+        return self._prune([(prefix, topk_tokens, topk_probs)], params, lambda r: _one_tree(r))
 
     def _prune_many(self, requests: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
-        return self._prune(tree.lattices(requests), params, _prune_result)
+        return self._prune(requests, params, _engine.decode_prune_trees)
+
+
+def _one_tree(response: bytes) -> tree.PrunedTree:
+    trees = _engine.decode_prune_trees(response)
+    if len(trees) != 1:
+        raise ValueError(f"PruneTreeResponse: {len(trees)} trees for 1 lattice")
+    return trees[0]
 
 
 class NgramClient(_ClientBase):
@@ -372,7 +354,7 @@ class NgramClient(_ClientBase):
         status code, as every method's do."""
         if self._native is not None:
             return self._native.call(request, self._deadline(timeout))
-        return self._method("PruneTreeBytes")(request, timeout=self._deadline(timeout))
+        return self._method("PruneTree")(request, timeout=self._deadline(timeout))
 
     def close(self) -> None:
         for c in self._channels:

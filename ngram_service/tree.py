@@ -17,7 +17,7 @@ from typing import Any
 
 from ngram_service import _engine
 
-__all__ = ["DEFAULTS", "LIMITS", "PrunedTree", "lattice", "lattices", "prune", "prune_batch", "prune_params"]
+__all__ = ["DEFAULTS", "LIMITS", "PrunedTree", "prune", "prune_batch", "prune_params"]
 
 #: A draft tree: numpy views of the engine's output (see docs/PRUNING.md).
 PrunedTree = _engine.PrunedTree
@@ -62,19 +62,6 @@ def prune_batch(trie: _engine.Trie, requests: Iterable[Any], *, threads: int | N
     ``prune``) apply to all. Returns the trees in request order. An invalid
     request raises ValueError prefixed ``requests[i]:``."""
     return _engine.prune_batch(trie, requests, threads=threads, **params)
-
-
-def lattice(prefix: Any, topk_tokens: Any, topk_probs: Any) -> tuple[Any, Any, Any, Any]:
-    """One lattice converted as ``prune`` converts it: (prefix int64 [P],
-    level sizes uint32 [D], tokens int64, probs float32), the levels
-    concatenated. What the gRPC client sends."""
-    return _engine.lattice(prefix, topk_tokens, topk_probs)
-
-
-def lattices(requests: Iterable[Any]) -> list[tuple[Any, Any, Any, Any]]:
-    """``lattice`` of each request of a ``prune_batch`` call (dicts or
-    tuples); errors are prefixed ``requests[i]:`` as ``prune_batch``'s."""
-    return _engine.lattices(requests)
 
 
 def prune_params(**params: Any) -> dict[str, Any]:

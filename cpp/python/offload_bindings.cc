@@ -18,130 +18,16 @@
 #include "errors.h"
 #include "fastcall.h"
 #include "prune_params.h"
+#include "prune_wire.h"
 #include "prune_tree.h"
 #include "trie_index.h"
-
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "protobuf's fixed-width fields are copied as they lie");
 
 namespace py = pybind11;
 using namespace ngram;
 using namespace ngram_py;
+using namespace ngram_py::wire;
 
 namespace {
-
-// ---- protobuf's wire format (protobuf.dev/programming-guides/encoding) -------
-
-constexpr uint32_t kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5;
-
-void put_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-size_t varint_size(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) v >>= 7, ++n;
-  return n;
-}
-
-// A packed repeated fixed-width field; empty arrays are left out, as protobuf leaves them out.
-template <class T>
-size_t packed_size(uint32_t field, size_t n) {
-  return n ? varint_size(field << 3 | kLen) + varint_size(n * sizeof(T)) + n * sizeof(T) : 0;
-}
-
-template <class T>
-void put_packed(std::string& out, uint32_t field, const T* v, size_t n) {
-  if (!n) return;
-  put_varint(out, field << 3 | kLen);
-  put_varint(out, n * sizeof(T));
-  out.append(reinterpret_cast<const char*>(v), n * sizeof(T));
-}
-
-// Reads one message's fields; every read is bounds-checked and a malformed
-// message throws naming the message and the byte offset.
-class WireReader {
- public:
-  // base: the offset of p in the outermost message, for the error messages.
-  WireReader(const uint8_t* p, size_t n, const char* what, size_t base = 0)
-      : p_(p), end_(p + n), at0_(p - base), what_(what) {}
-  bool done() const { return p_ >= end_; }
-
-  uint64_t varint() {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p_ >= end_) fail("truncated varint");
-      const uint8_t b = *p_++;
-      v |= static_cast<uint64_t>(b & 0x7F) << shift;
-      if (!(b & 0x80)) return v;
-    }
-    fail("varint longer than 10 bytes");
-  }
-
-  // The next field's number and wire type.
-  std::pair<uint32_t, uint32_t> tag() {
-    const uint64_t t = varint();
-    if ((t >> 3) == 0 || (t >> 3) > UINT32_MAX) fail("field number out of range");
-    return {static_cast<uint32_t>(t >> 3), static_cast<uint32_t>(t & 7)};
-  }
-
-  // A length-delimited payload: (pointer, length).
-  std::pair<const uint8_t*, size_t> bytes() {
-    const uint64_t n = varint();
-    if (n > static_cast<uint64_t>(end_ - p_)) fail("length " + std::to_string(n) + " past the end");
-    const uint8_t* at = p_;
-    p_ += n;
-    return {at, static_cast<size_t>(n)};
-  }
-
-  void skip(uint32_t wire_type) {
-    switch (wire_type) {
-      case kVarint: varint(); return;
-      case kFixed64: advance(8); return;
-      case kLen: bytes(); return;
-      case kFixed32: advance(4); return;
-      default: fail("unsupported wire type " + std::to_string(wire_type));
-    }
-  }
-
-  // A repeated 4-byte field, packed or one element at a time.
-  template <class T>
-  void read_fixed32s(uint32_t wire_type, std::vector<T>& out) {
-    static_assert(sizeof(T) == 4);
-    if (wire_type == kLen) {
-      const auto [at, n] = bytes();
-      if (n % 4) fail("packed 4-byte field of " + std::to_string(n) + " bytes");
-      const size_t old = out.size();
-      out.resize(old + n / 4);
-      std::memcpy(out.data() + old, at, n);
-    } else if (wire_type == kFixed32) {
-      T v;
-      std::memcpy(&v, p_, 4);
-      advance(4);
-      out.push_back(v);
-    } else {
-      fail("4-byte field with wire type " + std::to_string(wire_type));
-    }
-  }
-
-  size_t offset() const { return static_cast<size_t>(p_ - at0_); }
-  [[noreturn]] void fail(const std::string& why) const {
-    throw InvalidArgument(std::string(what_) + ": " + why + " at byte " + std::to_string(offset()));
-  }
-
- private:
-  void advance(size_t n) {
-    if (static_cast<size_t>(end_ - p_) < n) fail("truncated fixed-width field");
-    p_ += n;
-  }
-  const uint8_t* p_;
-  const uint8_t* end_;
-  const uint8_t* at0_;
-  const char* what_;
-};
 
 // ---- the batch's lattices ---------------------------------------------------
 
@@ -293,30 +179,19 @@ std::vector<uint32_t> rows_of(const py::handle& rows, uint32_t batch) {
 // PruneInput (field 4) per row.
 py::bytes request_bytes(const PackedLattices& L, const py::bytes& head, const std::vector<uint32_t>& rows) {
   std::string out(head);
+  std::vector<PruneInput> inputs(rows.size());
+  std::vector<std::vector<uint64_t>> offsets(rows.size());
   size_t total = out.size();
-  std::vector<size_t> sizes(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    const uint32_t b = rows[i], d = static_cast<uint32_t>(L.depths[b]);
-    if (d == 0) throw InvalidArgument("lattice " + std::to_string(b) + " has no level the trie serves");
-    const uint64_t* at = L.level_at.data() + static_cast<size_t>(b) * (L.max_depth + 1);
-    const size_t c = at[d] - at[0];
-    sizes[i] = packed_size<int64_t>(1, L.prefix_at[b + 1] - L.prefix_at[b]) + packed_size<uint32_t>(2, d) +
-               packed_size<int64_t>(3, c) + packed_size<float>(4, c);
-    total += varint_size(4 << 3 | kLen) + varint_size(sizes[i]) + sizes[i];
+    if (L.depths[rows[i]] == 0)
+      throw InvalidArgument("lattice " + std::to_string(rows[i]) + " has no level the trie serves");
+    inputs[i] = L.input(rows[i], offsets[i]);
+    const size_t n = prune_input_size(inputs[i]);
+    total += varint_size(4 << 3 | kLen) + varint_size(n) + n;
   }
   out.reserve(total);
-  std::vector<uint32_t> ls(L.max_depth);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const uint32_t b = rows[i], d = static_cast<uint32_t>(L.depths[b]);
-    const uint64_t* at = L.level_at.data() + static_cast<size_t>(b) * (L.max_depth + 1);
-    for (uint32_t l = 0; l < d; ++l) ls[l] = static_cast<uint32_t>(at[l + 1] - at[l]);
-    put_varint(out, 4 << 3 | kLen);
-    put_varint(out, sizes[i]);
-    put_packed(out, 1, L.prefix.data() + L.prefix_at[b], L.prefix_at[b + 1] - L.prefix_at[b]);
-    put_packed(out, 2, ls.data(), d);
-    put_packed(out, 3, L.tokens.data() + at[0], at[d] - at[0]);
-    put_packed(out, 4, L.probs.data() + at[0], at[d] - at[0]);
-  }
+  std::vector<uint32_t> sizes;
+  for (const PruneInput& in : inputs) put_prune_input(out, in, sizes);
   return py::bytes(out);
 }
 
@@ -374,45 +249,13 @@ struct TreeBatch {
 
 // A PruneTreeResponse's trees into rows (in order), encoded by the engine's encoder.
 void decode_response(TreeBatch& out, const uint8_t* data, size_t size, const std::vector<uint32_t>& rows) {
-  WireReader msg(data, size, "PruneTreeResponse");
-  size_t i = 0;
   thread_local PruneWorkspace ws;
-  while (!msg.done()) {
-    const auto [field, wt] = msg.tag();
-    if (field != 1 || wt != kLen) {
-      msg.skip(wt);
-      continue;
-    }
-    const auto [p, n] = msg.bytes();
-    if (i >= rows.size())
-      throw InvalidArgument("PruneTreeResponse: more trees than the " + std::to_string(rows.size()) + " lattices sent");
-    PrunedTree& t = out.trees[rows[i]];
-    t.tokens.clear();
-    t.parents.clear();
-    t.scores.clear();
-    WireReader node(p, n, "PruneTreeResponse.trees", static_cast<size_t>(p - data));
-    while (!node.done()) {
-      const auto [f, w] = node.tag();
-      if (f == 1) node.read_fixed32s(w, t.tokens);
-      else if (f == 2) node.read_fixed32s(w, t.parents);
-      else if (f == 3) node.read_fixed32s(w, t.scores);
-      else node.skip(w);
-    }
-    if (t.tokens.size() != t.parents.size() || t.tokens.empty())
-      throw InvalidArgument("PruneTreeResponse.trees[" + std::to_string(i) + "]: " + std::to_string(t.tokens.size()) +
-                            " tokens, " + std::to_string(t.parents.size()) + " parents");
-    if (t.scores.size() != t.tokens.size()) t.scores.assign(t.tokens.size(), 0.0f);
-    try {
-      encode_tree(t, ws);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument("PruneTreeResponse.trees[" + std::to_string(i) + "]: " + e.what());
-    }
-    out.filled[rows[i]] = 1;
-    ++i;
-  }
-  if (i != rows.size())
-    throw InvalidArgument("PruneTreeResponse: " + std::to_string(i) + " trees for " + std::to_string(rows.size()) +
+  const size_t n = decode_prune_response(
+      data, size, [&](size_t i) { return i < rows.size() ? &out.trees[rows[i]] : nullptr; }, ws);
+  if (n != rows.size())
+    throw InvalidArgument("PruneTreeResponse: " + std::to_string(n) + " trees for " + std::to_string(rows.size()) +
                           " lattices");
+  for (const uint32_t r : rows) out.filled[r] = 1;
 }
 
 // A writable, C-contiguous uint8 numpy array's bytes, or nullptr.

@@ -18,6 +18,7 @@
 #include "fastcall.h"
 #include "errors.h"
 #include "prune_params.h"
+#include "prune_wire.h"
 #include "prune_tree.h"
 #include "trie_index.h"
 
@@ -197,16 +198,6 @@ std::string request_error(size_t i, const std::string& msg) {
   return "requests[" + std::to_string(i) + "]" + (msg.rfind("must be", 0) == 0 ? " " : ": ") + msg;
 }
 
-// (prefix int64 [P], level sizes uint32 [D], tokens int64, probs float32): new arrays.
-py::tuple lattice_arrays(const Lattice& r) {
-  const uint32_t d = static_cast<uint32_t>(r.offsets.size() - 1);
-  py::array_t<uint32_t> sizes(d);
-  for (uint32_t l = 0; l < d; ++l) sizes.mutable_data()[l] = static_cast<uint32_t>(r.offsets[l + 1] - r.offsets[l]);
-  const uint64_t n = r.offsets.back();
-  return py::make_tuple(py::array_t<int64_t>(r.input.prefix_len, r.input.prefix), sizes,
-                        py::array_t<int64_t>(n, r.input.tokens), py::array_t<float>(n, r.input.probs));
-}
-
 // The Python PrunedTree: the engine's tree and, made on first use, numpy
 // views of its arrays (each property returns the same array every time). The
 // views' base is a capsule sharing the tree, not this object, so that no
@@ -363,34 +354,51 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
   m.def("default_logit_weight", &default_logit_weight, py::arg("level"));
 
   m.def(
-      "lattice",
-      [](const py::handle& prefix, const py::handle& tokens, const py::handle& probs) {
+      "prune_request",
+      [](const py::bytes& head, const py::iterable& requests) {
+        std::string out(head);
         Lattice r;
-        r.load(prefix, tokens, probs);
-        return lattice_arrays(r);
-      },
-      py::arg("prefix"), py::arg("topk_tokens"), py::arg("topk_probs"),
-      "One lattice as prune reads it: (prefix int64 [P], level sizes uint32 [D], tokens int64 [sum], "
-      "probs float32 [sum]), the levels concatenated. Raises ValueError as prune does for what it cannot "
-      "convert; values are the engine's (or the server's) to check.");
-
-  m.def(
-      "lattices",
-      [](const py::iterable& requests) {
-        py::list out;
-        Lattice r;
+        std::vector<uint32_t> sizes;
+        size_t i = 0;
         for (const py::handle q : requests) {
-          const size_t i = py::len(out);
           try {
             load_request(q, r);
           } catch (const InvalidArgument& e) {
             throw InvalidArgument(request_error(i, e.what()));
           }
-          out.append(lattice_arrays(r));
+          wire::put_prune_input(out, r.input, sizes);
+          ++i;
         }
+        return py::bytes(out);
+      },
+      py::arg("head"), py::arg("requests"),
+      "A serialized PruneTreeRequest: head (its other fields, serialized) followed by one PruneInput per "
+      "request of a prune_batch call (dicts or tuples), converted as prune converts them; values are the "
+      "server's to check.");
+
+  m.def(
+      "decode_prune_trees",
+      [](const py::buffer& data) {
+        const py::buffer_info info = data.request();
+        std::vector<std::unique_ptr<TreeObject>> trees;
+        {
+          py::gil_scoped_release nogil;
+          thread_local PruneWorkspace ws;
+          wire::decode_prune_response(
+              static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize),
+              [&](size_t) {
+                trees.push_back(new_tree());
+                return trees.back()->tree.get();
+              },
+              ws);
+        }
+        py::list out(trees.size());
+        for (size_t i = 0; i < trees.size(); ++i) out[i] = py::cast(std::move(trees[i]));
         return out;
       },
-      py::arg("requests"), "lattice for each request of a prune_batch call (dicts or tuples, as prune_batch takes).");
+      py::arg("response"),
+      "A serialized PruneTreeResponse's trees as PrunedTrees, encoded as prune encodes them (scores NaN where "
+      "the host sent none); ValueError naming the byte for a malformed message.");
 
   m.def(
       "prune_params",

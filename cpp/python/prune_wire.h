@@ -1,0 +1,200 @@
+// The PruneTree messages of proto/ngram/v1/ngram.proto on the wire, written
+// from and read into the engine's types directly: the one codec of every
+// binding that sends or receives them (offload_bindings.cc for dart_client,
+// prune_bindings.cc for NgramClient). tests/test_offload.py and
+// tests/test_wire.py check it against protobuf's own encoder and decoder.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "errors.h"
+#include "prune_tree.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "protobuf's fixed-width fields are copied as they lie");
+
+namespace ngram_py::wire {
+
+using ngram::InvalidArgument;
+
+// protobuf's encoding: protobuf.dev/programming-guides/encoding
+
+constexpr uint32_t kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5;
+
+inline void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+inline size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) v >>= 7, ++n;
+  return n;
+}
+
+// A packed repeated fixed-width field; empty arrays are left out, as protobuf leaves them out.
+template <class T>
+size_t packed_size(uint32_t field, size_t n) {
+  return n ? varint_size(field << 3 | kLen) + varint_size(n * sizeof(T)) + n * sizeof(T) : 0;
+}
+
+template <class T>
+void put_packed(std::string& out, uint32_t field, const T* v, size_t n) {
+  if (!n) return;
+  put_varint(out, field << 3 | kLen);
+  put_varint(out, n * sizeof(T));
+  out.append(reinterpret_cast<const char*>(v), n * sizeof(T));
+}
+
+// Reads one message's fields; every read is bounds-checked and a malformed
+// message throws naming the message and the byte offset.
+class WireReader {
+ public:
+  // base: the offset of p in the outermost message, for the error messages.
+  WireReader(const uint8_t* p, size_t n, const char* what, size_t base = 0)
+      : p_(p), end_(p + n), at0_(p - base), what_(what) {}
+  bool done() const { return p_ >= end_; }
+
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) fail("truncated varint");
+      const uint8_t b = *p_++;
+      v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    fail("varint longer than 10 bytes");
+  }
+
+  // The next field's number and wire type.
+  std::pair<uint32_t, uint32_t> tag() {
+    const uint64_t t = varint();
+    if ((t >> 3) == 0 || (t >> 3) > UINT32_MAX) fail("field number out of range");
+    return {static_cast<uint32_t>(t >> 3), static_cast<uint32_t>(t & 7)};
+  }
+
+  // A length-delimited payload: (pointer, length).
+  std::pair<const uint8_t*, size_t> bytes() {
+    const uint64_t n = varint();
+    if (n > static_cast<uint64_t>(end_ - p_)) fail("length " + std::to_string(n) + " past the end");
+    const uint8_t* at = p_;
+    p_ += n;
+    return {at, static_cast<size_t>(n)};
+  }
+
+  void skip(uint32_t wire_type) {
+    switch (wire_type) {
+      case kVarint: varint(); return;
+      case kFixed64: advance(8); return;
+      case kLen: bytes(); return;
+      case kFixed32: advance(4); return;
+      default: fail("unsupported wire type " + std::to_string(wire_type));
+    }
+  }
+
+  // A repeated 4-byte field, packed or one element at a time.
+  template <class T>
+  void read_fixed32s(uint32_t wire_type, std::vector<T>& out) {
+    static_assert(sizeof(T) == 4);
+    if (wire_type == kLen) {
+      const auto [at, n] = bytes();
+      if (n % 4) fail("packed 4-byte field of " + std::to_string(n) + " bytes");
+      const size_t old = out.size();
+      out.resize(old + n / 4);
+      std::memcpy(out.data() + old, at, n);
+    } else if (wire_type == kFixed32) {
+      T v;
+      std::memcpy(&v, p_, 4);
+      advance(4);
+      out.push_back(v);
+    } else {
+      fail("4-byte field with wire type " + std::to_string(wire_type));
+    }
+  }
+
+  size_t offset() const { return static_cast<size_t>(p_ - at0_); }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw InvalidArgument(std::string(what_) + ": " + why + " at byte " + std::to_string(offset()));
+  }
+
+ private:
+  void advance(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) fail("truncated fixed-width field");
+    p_ += n;
+  }
+  const uint8_t* p_;
+  const uint8_t* end_;
+  const uint8_t* at0_;
+  const char* what_;
+};
+
+// PruneInput's size and its bytes (fields 1-4; empty ones left out).
+inline size_t prune_input_size(const ngram::PruneInput& in) {
+  const uint64_t c = in.level_offsets[in.depth] - in.level_offsets[0];
+  return packed_size<int64_t>(1, in.prefix_len) + packed_size<uint32_t>(2, in.depth) + packed_size<int64_t>(3, c) +
+         packed_size<float>(4, c);
+}
+
+// PruneTreeRequest's field 4 holding `in`; `sizes` is scratch for the level sizes.
+inline void put_prune_input(std::string& out, const ngram::PruneInput& in, std::vector<uint32_t>& sizes) {
+  const size_t n = prune_input_size(in);
+  put_varint(out, 4 << 3 | kLen);
+  put_varint(out, n);
+  sizes.resize(in.depth);
+  for (uint32_t l = 0; l < in.depth; ++l) sizes[l] = static_cast<uint32_t>(in.level_offsets[l + 1] - in.level_offsets[l]);
+  const uint64_t at = in.level_offsets[0], c = in.level_offsets[in.depth] - at;
+  put_packed(out, 1, in.prefix, in.prefix_len);
+  put_packed(out, 2, sizes.data(), in.depth);
+  put_packed(out, 3, in.tokens + at, c);
+  put_packed(out, 4, in.probs + at, c);
+}
+
+// A PruneTreeResponse's trees, in order: tree(i) gives the PrunedTree to fill
+// for the i-th (nullptr: more trees than expected, an error); its tokens,
+// parents and scores are read (scores NaN when the host sent none), then
+// encoded by the engine's encode_tree. Returns the number of trees.
+template <class TreeAt>
+size_t decode_prune_response(const uint8_t* data, size_t size, TreeAt tree, ngram::PruneWorkspace& ws) {
+  WireReader msg(data, size, "PruneTreeResponse");
+  size_t i = 0;
+  while (!msg.done()) {
+    const auto [field, wt] = msg.tag();
+    if (field != 1 || wt != kLen) {
+      msg.skip(wt);
+      continue;
+    }
+    const auto [p, n] = msg.bytes();
+    ngram::PrunedTree* t = tree(i);
+    if (!t) throw InvalidArgument("PruneTreeResponse: more trees than the " + std::to_string(i) + " lattices sent");
+    t->tokens.clear();
+    t->parents.clear();
+    t->scores.clear();
+    WireReader node(p, n, "PruneTreeResponse.trees", static_cast<size_t>(p - data));
+    while (!node.done()) {
+      const auto [f, w] = node.tag();
+      if (f == 1) node.read_fixed32s(w, t->tokens);
+      else if (f == 2) node.read_fixed32s(w, t->parents);
+      else if (f == 3) node.read_fixed32s(w, t->scores);
+      else node.skip(w);
+    }
+    const std::string at = "PruneTreeResponse.trees[" + std::to_string(i) + "]: ";
+    if (t->tokens.size() != t->parents.size() || t->tokens.empty())
+      throw InvalidArgument(at + std::to_string(t->tokens.size()) + " tokens, " + std::to_string(t->parents.size()) +
+                            " parents");
+    if (t->scores.size() != t->tokens.size()) t->scores.assign(t->tokens.size(), __builtin_nanf(""));
+    try {
+      ngram::encode_tree(*t, ws);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(at + e.what());
+    }
+    ++i;
+  }
+  return i;
+}
+
+}  // namespace ngram_py::wire
