@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_module
+
 from tests.random_corpus import write_shards
 from indexer.build_tasks import PermanentFault
 from indexer.executor import TaskDiedError
 from indexer.pipeline import BuildConfig, build
 from indexer.cli import SAMPLE_DIR
 
-ray = pytest.importorskip("ray")
+ray = require_module("ray")
 
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
 

@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from conftest import require_module
+
+torch = require_module("torch")
+require_module("transformers")
 
 from dart_client import DartDrafter, DartGenerator, DrafterCache, LocalPruner, RemotePruner
 from dart_client.pruner import fallback_index

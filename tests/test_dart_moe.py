@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from conftest import require_module
+
+torch = require_module("torch")
+require_module("transformers")
 
 from dart_client import DartDrafter, DartGenerator, LocalPruner
 from dart_client.random_models import random_target

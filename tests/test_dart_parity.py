@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
+from conftest import SHARED, require_module
 
-from conftest import SHARED
+torch = require_module("torch")
+require_module("transformers")
+require_module("safetensors")
+
 from dart_client import DartDrafter, DrafterCache, DrafterConfig
 from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from dart_client.drafter import RotaryTables

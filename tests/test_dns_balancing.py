@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-grpc = pytest.importorskip("grpc")
+from conftest import require_module
+
+grpc = require_module("grpc")
 
 from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.client import NgramClient, channel_targets  # noqa: E402
@@ -204,7 +206,7 @@ def test_client_balances_over_a_name_and_survives_a_killed_replica(replicas, sam
 
 @needs_native
 def test_remote_pruner_over_a_name_with_one_retry_never_falls_back(replicas, sample_trie: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     from dart_client.pruner import LocalPruner, RemotePruner
 
     a, b, target, _ = replicas

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from conftest import require_module
 import yaml
 
-kv = pytest.importorskip("kubernetes_validate")
+kv = require_module("kubernetes_validate")
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "infra"))
@@ -173,9 +175,9 @@ def test_probes_name_the_served_port_and_health_service(pod: dict[str, Any]) -> 
 @pytest.mark.needs_server
 def test_the_server_answers_the_probes_health_service(sample_trie: Path) -> None:
     """What kubelet asks: grpc.health.v1.Health/Check for the probes' service, on the real server."""
-    grpc = pytest.importorskip("grpc")
-    health = pytest.importorskip("grpc_health.v1.health_pb2")
-    health_grpc = pytest.importorskip("grpc_health.v1.health_pb2_grpc")
+    grpc = require_module("grpc")
+    health = require_module("grpc_health.v1.health_pb2")
+    health_grpc = require_module("grpc_health.v1.health_pb2_grpc")
     import json
     import signal
 
@@ -290,7 +292,7 @@ def test_mtls_overlay_probe_passes_against_an_mtls_server(deployment: dict[str, 
     import json
     import signal
 
-    x509 = pytest.importorskip("cryptography.x509")
+    x509 = require_module("cryptography.x509")
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID

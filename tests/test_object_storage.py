@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
+from conftest import require_module
+
 from tests.random_corpus import write_shards
 from indexer.cli import SAMPLE_DIR
 from indexer.pipeline import BuildConfig, build
@@ -24,7 +26,7 @@ TOKENIZER = SAMPLE_DIR / "tokenizer.json"
 
 @pytest.fixture(scope="module")
 def s3():
-    moto_server = pytest.importorskip("moto.server")
+    moto_server = require_module("moto.server")
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _host, port = server.get_host_and_port()
@@ -124,7 +126,7 @@ def free_port() -> int:
 def gcs():
     """A GCS emulator in a child process: run as a thread of the test's own
     process it hung on pyarrow's first ranged read (open_input_file)."""
-    pytest.importorskip("gcp_storage_emulator")
+    require_module("gcp_storage_emulator")
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
                                "--port", str(port), "--in-memory", "--default-bucket", "bkt", "--quiet"],
