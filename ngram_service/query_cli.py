@@ -1,47 +1,136 @@
-"""`ngram-query`: ask a trie host from the shell; JSON out.
+"""`ngram-query`: ask a trie host, or a local trie file, from the shell; JSON out.
 
-    ngram-query --target 127.0.0.1:50051 info
+    ngram-query info                                        # the host on 127.0.0.1:50051
+    ngram-query --target HOST:PORT info
+    ngram-query --trie corpus3.ngt info                     # a local trie file, in process
     ngram-query -t HOST:PORT probs --context 785,374 --candidates 1,2,3
-    ngram-query -t HOST:PORT topk --context 785,374 -k 10
+    ngram-query --trie corpus3.ngt probs --context 785,374 --candidates 1,2 --context 9 --candidates 4,5,6
+    ngram-query --trie corpus3.ngt --tokenizer tokenizer.json topk --context "The quick brown"
     ngram-query -t HOST:PORT prune --npz lattice.npz       # prefix, topk_tokens, topk_probs
 
-A failed call prints ``{"error": CODE, "message": ...}`` on stderr and exits 1.
+The same commands print the same JSON whether they ask a host (NgramClient)
+or a local file (NgramIndex). With ``--tokenizer``, ``--context`` and
+``--candidates`` are text, encoded without special tokens (every token of
+the ``--candidates`` text is one candidate), and the output adds the ids and
+the text of each token. A failed call prints ``{"error": CODE, "message":
+...}`` on stderr and exits 1; a usage error exits 2.
 """
 from __future__ import annotations
 
 import functools
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import click
 import grpc
 import numpy as np
 
 from ngram_service.client import DEFAULT_TIMEOUT, NgramClient
+from ngram_service.fingerprint import tokenizer_json_fingerprint
+from ngram_service.index import NgramIndex, TrieFormatError
 from ngram_service.tree import DEFAULTS
 
+# ngram-serve's default --port (cpp/server/server_config.h, kDefaultPort):
+# with no --target, ngram-query asks a host started without --port on this machine.
+DEFAULT_TARGET = "127.0.0.1:50051"
+# Options that only a host (--target) uses, by parameter name.
+HOST_OPTIONS = {"targets": "--target", "index": "--index", "timeout": "--timeout", "ca": "--ca", "cert": "--cert",
+                "key": "--key", "server_name": "--server-name"}
 
-def _ids(text: str) -> list[int]:
+
+class QueryError(Exception):
+    """A refused query, reported as {"error": code, "message": ...} like a host's status."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Session:
+    """What every command asks: a host or a local trie, and how to read and check its input."""
+
+    index: NgramIndex | NgramClient
+    where: str  # names the trie in messages: "trie FILE" or "index 'NAME' on HOST:PORT"
+    local: bool
+    fingerprint: str | None  # --fingerprint
+    tokenizer: Any = None  # tokenizers.Tokenizer, from --tokenizer
+    tokenizer_fingerprint: str | None = None
+
+    def check_fingerprint(self, info: dict[str, Any] | None = None) -> None:
+        """Refuses a trie built with another tokenizer than --fingerprint
+        (or --tokenizer) names. A host checks --fingerprint itself on every
+        query but GetInfo, so over gRPC only ``info`` is checked here."""
+        if self.fingerprint:
+            expected, what = self.fingerprint, "--fingerprint"
+            if not self.local and info is None:
+                return
+        elif self.tokenizer_fingerprint:
+            expected, what = self.tokenizer_fingerprint, "--tokenizer"
+        else:
+            return
+        info = self.index.info() if info is None else info
+        have = (info.get("tokenizer") or {}).get("fingerprint") or ""
+        if not have:
+            if what == "--tokenizer":  # text can still be encoded; the ids are unchecked
+                click.echo(f"ngram-query: {self.where} records no tokenizer fingerprint; "
+                           "the --tokenizer is not checked against it", err=True)
+                return
+            raise QueryError("FAILED_PRECONDITION", f"tokenizer_fingerprint: {self.where} records no tokenizer "
+                                                    f"fingerprint to check {what} against")
+        if have != expected:
+            raise QueryError("FAILED_PRECONDITION", f"tokenizer_fingerprint: {self.where} was built with tokenizer "
+                                                    f"{have}; {what} gives {expected}")
+
+    def ids(self, text: str, option: str) -> list[int]:
+        """Token ids of an option's value: comma-separated ids, or text with --tokenizer."""
+        if self.tokenizer is not None:
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        try:
+            return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is not a comma-separated list of token ids (give --tokenizer "
+                                     "to pass text)", param_hint=option) from None
+
+    def texts(self, ids: Any) -> dict[str, Any]:
+        """{"texts": the text of each token} with --tokenizer, else {}."""
+        if self.tokenizer is None:
+            return {}
+        return {"texts": [self.tokenizer.decode([int(i)], skip_special_tokens=False) for i in ids]}
+
+
+def load_tokenizer(spec: str) -> tuple[Any, str]:
+    """A tokenizer.json (the file, or a folder holding one): the tokenizer and its fingerprint."""
     try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of token ids") from None
-
-
-def _rows(texts: tuple[str, ...], what: str) -> list[list[int]]:
-    rows = [_ids(t) for t in texts]
-    if len({len(r) for r in rows}) > 1:
-        raise click.BadParameter(f"every {what} row needs the same number of ids")
-    return rows
+        fingerprint = tokenizer_json_fingerprint(spec)  # also says what is wrong with the path
+    except (OSError, ValueError) as e:
+        raise click.BadParameter(str(e), param_hint="--tokenizer") from None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise click.BadParameter("needs the tokenizers package (pip install tokenizers)",
+                                 param_hint="--tokenizer") from None
+    path = Path(spec).expanduser()
+    path = path / "tokenizer.json" if path.is_dir() else path
+    try:
+        return Tokenizer.from_file(str(path)), fingerprint
+    except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception for a file it cannot read)
+        raise click.BadParameter(f"{path}: not a tokenizer.json the tokenizers package reads ({e})",
+                                 param_hint="--tokenizer") from None
 
 
 def _emit(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True))
 
 
-def _rpc(f: Callable[..., None]) -> Callable[..., None]:
-    """A failed call: {"error": CODE, "message": ...} on stderr, exit status 1."""
+def _reported(f: Callable[..., None]) -> Callable[..., None]:
+    """A refused query: {"error": CODE, "message": ...} on stderr, exit status 1.
+    CODE is the host's status code, or for a local trie INVALID_ARGUMENT (the
+    engine's ValueError, naming the field) or FAILED_PRECONDITION."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -50,10 +139,18 @@ def _rpc(f: Callable[..., None]) -> Callable[..., None]:
         except grpc.RpcError as e:
             code = e.code().name if hasattr(e, "code") else "UNKNOWN"
             details = e.details() if hasattr(e, "details") else str(e)
-            click.echo(json.dumps({"error": code, "message": details}), err=True)
-            sys.exit(1)
+            _fail(code, details)
+        except QueryError as e:
+            _fail(e.code, str(e))
+        except ValueError as e:
+            _fail("INVALID_ARGUMENT", str(e))
 
     return wrapper
+
+
+def _fail(code: str, message: str) -> None:
+    click.echo(json.dumps({"error": code, "message": message}), err=True)
+    sys.exit(1)
 
 
 def _tree_json(t: Any) -> dict[str, Any]:
@@ -67,64 +164,124 @@ def _tree_json(t: Any) -> dict[str, Any]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--target", "-t", "targets", multiple=True, default=["127.0.0.1:50051"], show_default=True,
-              help="host:port of a trie host (repeat to balance over several).")
+@click.option("--target", "-t", "targets", multiple=True, default=[DEFAULT_TARGET], show_default=True,
+              help="host:port of a trie host (repeat to balance over several); the default is "
+                   "ngram-serve's default --port on this machine.")
+@click.option("--trie", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Query this local trie file in process instead of a host (same commands, same output).")
+@click.option("--tokenizer", default=None,
+              help="tokenizer.json (or a folder holding one): --context and --candidates are then text; "
+                   "the trie's tokenizer fingerprint must match it.")
 @click.option("--index", default="", help="Index name on the host (default: the host's first).")
-@click.option("--fingerprint", default=None, help="Tokenizer fingerprint to check against the index.")
+@click.option("--fingerprint", default=None,
+              help="Tokenizer fingerprint the index must record (every command, info included, fails "
+                   "with FAILED_PRECONDITION otherwise).")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Deadline per call (s).")
 @click.option("--ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate (PEM): use TLS.")
 @click.option("--cert", type=click.Path(exists=True, dir_okay=False), help="Client certificate (PEM, mTLS).")
 @click.option("--key", type=click.Path(exists=True, dir_okay=False), help="Client private key (PEM, mTLS).")
 @click.option("--server-name", default=None, help="Name to verify the server certificate against.")
 @click.pass_context
-def main(ctx: click.Context, targets: tuple[str, ...], index: str, fingerprint: str | None, timeout: float,
-         ca: str | None, cert: str | None, key: str | None, server_name: str | None) -> None:
-    """Query an ngram-serve host (gRPC); every command prints JSON."""
-    ctx.obj = NgramClient(list(targets), index=index, tokenizer_fingerprint=fingerprint, timeout=timeout,
-                          root_certificates=ca, certificate_chain=cert, private_key=key, server_name=server_name)
-    ctx.call_on_close(ctx.obj.close)
+def main(ctx: click.Context, targets: tuple[str, ...], trie: str | None, tokenizer: str | None, index: str,
+         fingerprint: str | None, timeout: float, ca: str | None, cert: str | None, key: str | None,
+         server_name: str | None) -> None:
+    """Query an ngram-serve host (gRPC), or a local trie file with --trie;
+    every command prints JSON."""
+    tok, tok_fp = load_tokenizer(tokenizer) if tokenizer else (None, None)
+    if trie is not None:
+        given = [flag for name, flag in HOST_OPTIONS.items()
+                 if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"--trie reads a local file; options for a host given: {', '.join(given)}")
+        try:
+            local = NgramIndex.open(trie)
+        except (TrieFormatError, OSError) as e:
+            raise click.BadParameter(str(e), param_hint="--trie") from None
+        ctx.obj = Session(local, f"trie {trie}", True, fingerprint, tok, tok_fp)
+        return
+    client = NgramClient(list(targets), index=index, tokenizer_fingerprint=fingerprint, timeout=timeout,
+                         root_certificates=ca, certificate_chain=cert, private_key=key, server_name=server_name)
+    ctx.call_on_close(client.close)
+    where = f"index '{index}'" if index else "the default index"
+    ctx.obj = Session(client, f"{where} on {','.join(targets)}", False, fingerprint, tok, tok_fp)
 
 
 @main.command()
 @click.pass_obj
-@_rpc
-def info(client: NgramClient) -> None:
-    """Order, vocabulary, EOS, tokenizer, corpus manifest, n-gram counts."""
-    _emit(client.info())
+@_reported
+def info(s: Session) -> None:
+    """Order, vocabulary, EOS, tokenizer, corpus manifest, n-gram counts;
+    checks --fingerprint / --tokenizer against the index's."""
+    got = s.index.info()
+    s.check_fingerprint(got)
+    _emit(got)
 
 
 @main.command()
 @click.option("--context", "contexts", multiple=True, required=True,
-              help="Context token ids, comma-separated (repeat for a batch).")
+              help="Context token ids, comma-separated (text with --tokenizer); repeat for a batch, "
+                   "of any lengths.")
 @click.option("--candidates", "candidates", multiple=True, required=True,
-              help="Candidate token ids, comma-separated (one per --context).")
+              help="Candidate token ids, comma-separated (text with --tokenizer: each of its tokens); "
+                   "one --candidates per --context, of any lengths.")
 @click.pass_obj
-@_rpc
-def probs(client: NgramClient, contexts: tuple[str, ...], candidates: tuple[str, ...]) -> None:
+@_reported
+def probs(s: Session, contexts: tuple[str, ...], candidates: tuple[str, ...]) -> None:
     """Conditional probabilities of candidates after contexts."""
-    c = _rows(contexts, "--context")
-    w = _rows(candidates, "--candidates")
+    c = [s.ids(t, "--context") for t in contexts]
+    w = [s.ids(t, "--candidates") for t in candidates]
     if len(c) != len(w):
-        raise click.BadParameter("give one --candidates per --context")
-    p, m = client.conditional_probs(np.array(c, dtype=np.int64), np.array(w, dtype=np.int64))
-    _emit({"probs": [[float(x) for x in row] for row in p], "matched": m.tolist()})
+        raise click.UsageError(f"give one --candidates per --context ({len(c)} --context, {len(w)} --candidates)")
+    s.check_fingerprint()
+    p, m = conditional_probs_ragged(s.index, c, w)
+    out: dict[str, Any] = {"probs": p, "matched": m}
+    if s.tokenizer is not None:
+        out.update(contexts=c, candidates=w, candidate_texts=[s.texts(row)["texts"] for row in w])
+    _emit(out)
+
+
+def conditional_probs_ragged(index: NgramIndex | NgramClient, contexts: list[list[int]],
+                             candidates: list[list[int]]) -> tuple[list[list[float]], list[list[int]]]:
+    """conditional_probs of rows whose context and candidate lengths differ:
+    one call per (context length, candidates length) group, answers in the
+    order of the rows. The engine takes [B, C] contexts and [B, K]
+    candidates, and padding a context would change its suffix."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for row, (c, w) in enumerate(zip(contexts, candidates)):
+        groups.setdefault((len(c), len(w)), []).append(row)
+    probs: list[list[float]] = [[] for _ in contexts]
+    matched: list[list[int]] = [[] for _ in contexts]
+    for (clen, wlen), rows in groups.items():
+        ctx = np.array([contexts[r] for r in rows], dtype=np.int64).reshape(len(rows), clen)
+        cand = np.array([candidates[r] for r in rows], dtype=np.int64).reshape(len(rows), wlen)
+        p, m = index.conditional_probs(ctx, cand)
+        for i, r in enumerate(rows):
+            probs[r] = [float(x) for x in p[i]]
+            matched[r] = [int(x) for x in m[i]]
+    return probs, matched
 
 
 @main.command()
-@click.option("--context", required=True, help="Context token ids, comma-separated.")
+@click.option("--context", required=True, help="Context token ids, comma-separated (text with --tokenizer).")
 @click.option("-k", "k", type=int, default=10, show_default=True, help="How many continuations.")
 @click.pass_obj
-@_rpc
-def topk(client: NgramClient, context: str, k: int) -> None:
+@_reported
+def topk(s: Session, context: str, k: int) -> None:
     """The k most frequent continuations of a context."""
-    r = client.topk(np.array(_ids(context), dtype=np.int64), k)
-    _emit({"tokens": r.tokens.tolist(), "probs": [float(x) for x in r.probs], "counts": r.counts.tolist(),
-           "matched": r.matched})
+    ids = s.ids(context, "--context")
+    s.check_fingerprint()
+    r = s.index.topk(np.array(ids, dtype=np.int64), k)
+    out: dict[str, Any] = {"tokens": r.tokens.tolist(), "probs": [float(x) for x in r.probs],
+                           "counts": r.counts.tolist(), "matched": int(r.matched), **s.texts(r.tokens)}
+    if s.tokenizer is not None:
+        out["context"] = ids
+    _emit(out)
 
 
 @main.command()
 @click.option("--npz", type=click.Path(exists=True, dir_okay=False), required=True,
-              help="Arrays prefix [P], topk_tokens [D, K], topk_probs [D, K].")
+              help="numpy .npz with prefix int [P], topk_tokens int [D, K], topk_probs float [D, K] "
+                   "(docs/SERVER.md, 'ngram-query').")
 @click.option("--beam-width", type=int, default=None,
               help=f"Beam width (default: the engine's, {DEFAULTS['beam_width']}).")
 @click.option("--max-nodes", type=int, default=None,
@@ -132,14 +289,20 @@ def topk(client: NgramClient, context: str, k: int) -> None:
 @click.option("--ngram-weight", type=float, default=None,
               help=f"Weight of the n-gram term (default {DEFAULTS['ngram_weight']}).")
 @click.pass_obj
-@_rpc
-def prune(client: NgramClient, npz: str, beam_width: int | None, max_nodes: int | None,
-          ngram_weight: float | None) -> None:
+@_reported
+def prune(s: Session, npz: str, beam_width: int | None, max_nodes: int | None, ngram_weight: float | None) -> None:
     """DART tree pruning of one draft lattice."""
     with np.load(npz) as z:
+        missing = [a for a in ("prefix", "topk_tokens", "topk_probs") if a not in z.files]
+        if missing:
+            raise click.BadParameter(f"{npz}: no array {', '.join(missing)} (it holds {', '.join(z.files)})",
+                                     param_hint="--npz")
         prefix, tokens, probs_ = z["prefix"], z["topk_tokens"], z["topk_probs"]
-    t = client.prune(prefix, tokens, probs_, beam_width=beam_width, max_nodes=max_nodes, ngram_weight=ngram_weight)
-    _emit(_tree_json(t))
+    s.check_fingerprint()
+    params = {k: v for k, v in (("beam_width", beam_width), ("max_nodes", max_nodes),
+                                ("ngram_weight", ngram_weight)) if v is not None}
+    t = s.index.prune(prefix, tokens, probs_, **params)
+    _emit({**_tree_json(t), **s.texts(t.tokens)})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """ngram-serve: starts the native gRPC trie host with the same arguments.
 
-    ngram-serve corpus3.ngt --port 50051 [--name corpus ...]
+    ngram-serve corpus3.ngt [--port 50051] [--name corpus ...]
     ngram-serve s3://bucket/corpus3.ngt --cache-dir /var/cache/ngram --port 50051
+
+The port defaults to 50051, where ``ngram-query`` looks by default.
 
 The server is C++ (cpp/server, ``ngram-serve-native``); this entry point only
 finds the binary and replaces itself with it (exec), so signals (SIGTERM
@@ -19,6 +21,7 @@ import shutil
 import sys
 import urllib.parse
 from pathlib import Path
+from typing import NoReturn
 
 from ngram_service.trie_fetch import TrieFetchError, fetch_trie, is_remote
 
@@ -29,6 +32,10 @@ CACHE_ENV = "NGRAM_CACHE_DIR"
 # tests/test_serve_fetch.py checks this set against its --help). Every other
 # option takes one, which is how a FILE is told from an option's value.
 NATIVE_SWITCHES = frozenset({"--ram", "--verify", "--admin", "--log-requests"})
+# The first line of the native server's --help and of its usage errors
+# (cpp/server/server_config.cc, kUsageLine; tests/test_cli_messages.py checks
+# that they agree).
+USAGE_LINE = "Usage: ngram-serve FILE [FILE ...] [--port P] [options]"
 
 FETCH_HELP = """
 Options of ngram-serve itself (handled before the native server starts):
@@ -42,8 +49,15 @@ Options of ngram-serve itself (handled before the native server starts):
                            used without downloading again; may be read-only once
                            filled (e.g. by an init container)
   --fetch-only             fetch and verify the tries, print their local paths,
-                           exit (no server; no --port needed)
+                           exit (no server)
 """
+
+
+def usage_error(message: str) -> NoReturn:
+    """Exits 2 with the usage line, a pointer to --help and the reason, as the
+    native server and the click tools do on a usage error."""
+    sys.stderr.write(f"{USAGE_LINE}\nTry 'ngram-serve --help' for help.\n\nError: {message}\n")
+    sys.exit(2)
 
 
 def _candidates() -> list[Path]:
@@ -102,7 +116,7 @@ class ServeArgs:
             if name == "--cache-dir":
                 if not eq:
                     if i + 1 >= len(argv):
-                        raise SystemExit("ngram-serve: --cache-dir needs a value")
+                        usage_error("--cache-dir needs a value")
                     i += 1
                     value = argv[i]
                 self.cache_dir = Path(value)
@@ -161,15 +175,14 @@ def main(argv: list[str] | None = None) -> None:
             args.native[pos] = path
         if args.fetch_only:
             if not local:
-                sys.stderr.write("ngram-serve: --fetch-only: no trie FILE given\n")
-                sys.exit(2)
+                usage_error("--fetch-only: no trie FILE given")
             print("\n".join(local))
             sys.exit(0)
     binary = find_native_binary()
     if binary is None:
         sys.stderr.write(
             "ngram-serve: the native server (ngram-serve-native) was not built: install grpc++ and protobuf "
-            "(infra/install-system-deps.sh), then reinstall the package (pip install --no-build-isolation -e .), "
+            "(infra/install-system-deps.sh), then reinstall the package (pip install -e ., docs/SERVER.md), "
             f"or point ${ENV} at the binary.\n")
         sys.exit(2)
     if args.help:  # the native usage, then the options handled here

@@ -691,5 +691,5 @@ def test_bad_startup_is_reported(tmp_path: Path) -> None:
     assert p.returncode == 1
     events = [json.loads(x) for x in p.stderr.splitlines() if x.startswith("{")]
     assert events[-1]["event"] == "startup_failed" and "bad.ngt" in events[-1]["error"]
-    p = subprocess.run([str(BINARY), str(bad)], capture_output=True, text=True, timeout=20)
-    assert p.returncode == 2 and "--port is required" in p.stderr
+    p = subprocess.run([str(BINARY), str(bad), "--bogus"], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 2 and p.stderr.endswith("Error: unknown option --bogus\n")

@@ -1,7 +1,10 @@
 // Structured logs: one JSON object per line on stderr, one line per event.
+// Nothing else writes to stderr: libprotobuf's and gRPC's own logs are routed
+// through LogLine too.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ngram::server {
 
@@ -46,5 +49,41 @@ class ProtobufLogCapture {
   std::string text_;
   ProtobufLogCapture* outer_;
 };
+
+// Sends gRPC's own log (gpr_log, which would print plain-text, often
+// multi-line records on stderr) through LogLine as event "grpc", one line
+// per record. Call once, first thing in main(). GRPC_VERBOSITY still decides
+// which records are logged (default: errors only).
+void route_grpc_log();
+
+// While one lives, what gRPC logs (on any thread) is kept instead of
+// written: gRPC reports some failures only in its log (a port that cannot
+// be bound), so that the caller can name the reason in its own event. What
+// was kept is written as "grpc" events when it ends, unless discard()ed.
+// One at a time.
+class GrpcLogCapture {
+ public:
+  GrpcLogCapture();
+  ~GrpcLogCapture();
+  GrpcLogCapture(const GrpcLogCapture&) = delete;
+  GrpcLogCapture& operator=(const GrpcLogCapture&) = delete;
+  // The messages kept so far, "; "-separated.
+  std::string text() const;
+  // Drops what was kept (the caller has reported it).
+  void discard();
+
+  struct Record {
+    std::string level, message, source;
+  };
+
+ private:
+  friend void keep_grpc_record(Record r);
+  std::vector<Record> records_;
+};
+
+// The reason a gRPC error text gives, for a person: the operating system's
+// error when it names one (os_error, e.g. "Address already in use"), else its
+// outermost description; "" for an empty text.
+std::string grpc_error_reason(const std::string& text);
 
 }  // namespace ngram::server

@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
   // of the server's CPU in perf samples); it only reports, never prevents.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
-  route_protobuf_log();  // stderr carries JSON lines only (docs/SERVER.md)
+  // stderr carries JSON lines only (docs/SERVER.md, "Logs").
+  route_grpc_log();
+  route_protobuf_log();
   ServerConfig config = parse_args(argc, argv);
   if (config.threads == 0) config.threads = std::max(1u, std::thread::hardware_concurrency());
   if (config.max_inflight == 0) config.max_inflight = 64ull * config.threads;
@@ -127,10 +129,21 @@ int main(int argc, char** argv) {
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, pollers);
 
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    LogLine("error", "startup_failed").kv("error", "cannot listen on " + addr).emit();
-    return 1;
+  std::unique_ptr<grpc::Server> server;
+  {
+    // gRPC says why it cannot listen (say, the port is in use) only in its log.
+    GrpcLogCapture grpc_log;
+    server = builder.BuildAndStart();
+    if (!server || bound_port == 0) {
+      const std::string said = grpc_log.text();
+      const std::string reason = grpc_error_reason(said);
+      LogLine("error", "startup_failed")
+          .kv("error", "cannot listen on " + addr + (reason.empty() ? "" : ": " + reason))
+          .kv("grpc", said)
+          .emit();
+      grpc_log.discard();
+      return 1;
+    }
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   if (health) {

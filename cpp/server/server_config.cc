@@ -12,15 +12,16 @@ namespace ngram::server {
 
 namespace {
 
-const char* kUsage = R"(usage: ngram-serve FILE [FILE ...] --port P [options]
+const char* kUsageLine = "Usage: ngram-serve FILE [FILE ...] [--port P] [options]";
 
+const char* kHelp = R"(
 Serves one or more trie files over gRPC (ngram.v1.NgramService), with the
 standard health service and server reflection.
 
   FILE                     a trie file (ngram-build output, uncompressed)
   --name NAME              index name of the i-th FILE (repeat; default: file stem)
   --host H                 listen address (default 0.0.0.0)
-  --port P                 listen port; 0 picks a free one (logged)
+  --port P                 listen port (default 50051); 0 picks a free one (logged)
   --threads N              compute workers (default: the cores)
   --max-inflight N         calls admitted at once, beyond: RESOURCE_EXHAUSTED
                            (default 64 x threads)
@@ -48,7 +49,7 @@ Signals: SIGTERM/SIGINT drain and exit; SIGHUP reloads every index from its file
 )";
 
 [[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "ngram-serve: %s\n\n%s", msg.c_str(), kUsage);
+  std::fprintf(stderr, "%s\nTry 'ngram-serve --help' for help.\n\nError: %s\n", kUsageLine, msg.c_str());
   std::exit(2);
 }
 
@@ -104,7 +105,7 @@ ServerConfig parse_args(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
+      std::printf("%s\n%s", kUsageLine, kHelp);
       std::exit(0);
     }
     if (a.rfind("--", 0) == 0) {
@@ -132,7 +133,6 @@ ServerConfig parse_args(int argc, char** argv) {
     c.files.push_back(a);
   }
   if (c.files.empty()) die("no trie FILE given");
-  if (c.port < 0) die("--port is required");
   if (c.names.size() > c.files.size()) die("more --name than FILEs");
   if (c.tls_cert.empty() != c.tls_key.empty()) die("--tls-cert and --tls-key go together");
   if (!c.tls_client_ca.empty() && c.tls_cert.empty()) die("--tls-client-ca needs --tls-cert and --tls-key");

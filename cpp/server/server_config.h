@@ -17,11 +17,15 @@ struct Limits {
   uint64_t max_nodes = 4096;        // PruneTree nodes per tree (remain_total)
 };
 
+// The listen port without --port: the one ngram-query (ngram_service/query_cli.py,
+// DEFAULT_TARGET) and the container image assume.
+constexpr int kDefaultPort = 50051;
+
 struct ServerConfig {
   std::vector<std::string> files;   // trie files, one index each
   std::vector<std::string> names;   // --name, in the order of files
   std::string host = "0.0.0.0";
-  int port = -1;                    // 0: any free port (logged)
+  int port = kDefaultPort;          // 0: any free port (logged)
   unsigned threads = 0;             // compute workers; 0: the cores
   uint64_t max_inflight = 0;        // calls admitted at once; 0: 64 x threads
   Limits limits;
@@ -36,7 +40,8 @@ struct ServerConfig {
 };
 
 // Parses argv; on --help prints usage and exits 0; on a bad flag prints the
-// reason and usage to stderr and exits 2.
+// usage line, a pointer to --help and the reason to stderr (as the click
+// tools do) and exits 2.
 ServerConfig parse_args(int argc, char** argv);
 
 }  // namespace ngram::server

@@ -201,8 +201,9 @@ Status NgramServiceImpl::resolve(const std::string& name, const std::string& fin
       return Status(StatusCode::FAILED_PRECONDITION,
                     "tokenizer_fingerprint: index '" + (*out)->name + "' records no tokenizer fingerprint");
     if (have != fingerprint)
-      return Status(StatusCode::FAILED_PRECONDITION, "tokenizer_fingerprint: the client's " + fingerprint +
-                                                         " differs from index '" + (*out)->name + "''s " + have);
+      return Status(StatusCode::FAILED_PRECONDITION, "tokenizer_fingerprint: index '" + (*out)->name +
+                                                         "' was built with tokenizer " + have +
+                                                         "; the request gives " + fingerprint);
   }
   return Status::OK;
 }
@@ -368,6 +369,9 @@ std::shared_ptr<const LoadedIndex> reload_index(IndexRegistry& registry, Metrics
                                                 const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string label = name.empty() ? registry.default_name() : name;
+  // The file a reload opens: `path`, or the index's current file (SIGHUP).
+  const auto current = registry.get(label);
+  const std::string tried = !path.empty() ? path : current ? current->path : "";
   try {
     auto idx = registry.reload(name, path);
     metrics.reloaded(label, true);
@@ -380,7 +384,7 @@ std::shared_ptr<const LoadedIndex> reload_index(IndexRegistry& registry, Metrics
     return idx;
   } catch (const std::exception& e) {
     metrics.reloaded(label, false);
-    LogLine("error", "reload_failed").kv("index", label).kv("path", path).kv("error", e.what()).emit();
+    LogLine("error", "reload_failed").kv("index", label).kv("path", tried).kv("error", e.what()).emit();
     throw;
   }
 }

@@ -1,0 +1,295 @@
+"""What the shell tools say: ngram-serve's usage errors and logs, ngram-query
+against a host and against a local trie file.
+
+Real server processes on 127.0.0.1 (tests/test_server.py's ServerProcess)
+and real tries built from the bundled sample corpus.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import SAMPLE_TOKENIZER, server_binary
+
+from ngram_service import NgramIndex
+from ngram_service.query_cli import DEFAULT_TARGET
+from ngram_service.query_cli import main as query_main
+from ngram_service.serve import USAGE_LINE
+
+needs_server = pytest.mark.needs_server
+
+
+def run_native(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(server_binary()), *args], check=False, capture_output=True, text=True, timeout=timeout)
+
+
+def run_serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The ngram-serve entry point, as the console script runs it."""
+    return subprocess.run([sys.executable, "-m", "ngram_service.serve", *args], check=False, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def query(*args: str) -> tuple[int, Any, str]:
+    """ngram-query in process: (exit code, the JSON it printed or None, stderr)."""
+    r = CliRunner().invoke(query_main, list(args), catch_exceptions=False)
+    out = json.loads(r.stdout) if r.exit_code == 0 else None
+    return r.exit_code, out, r.stderr
+
+
+def json_lines(stderr: str) -> list[dict[str, Any]]:
+    """Every stderr line parsed as JSON (fails on a line that is not)."""
+    return [json.loads(line) for line in stderr.splitlines()]
+
+
+# ---- ngram-serve: usage errors, the default port --------------------------------------
+
+@needs_server
+@pytest.mark.parametrize("args,reason", [
+    (["x.ngt", "--bogus"], "Error: unknown option --bogus"),
+    ([], "Error: no trie FILE given"),
+    (["x.ngt", "--port", "70000"], "Error: --port: must be 0..65535"),
+], ids=["unknown-option", "no-file", "bad-port"])
+def test_native_usage_error_is_short(args: list[str], reason: str) -> None:
+    r = run_native(*args)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [USAGE_LINE, "Try 'ngram-serve --help' for help.", "", reason]
+
+
+def test_wrapper_usage_error_is_short(tmp_path: Path) -> None:
+    """ngram-serve's own options fail the same way, before any native server."""
+    r = run_serve("x.ngt", "--cache-dir")
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [USAGE_LINE, "Try 'ngram-serve --help' for help.", "",
+                                     "Error: --cache-dir needs a value"]
+
+
+@needs_server
+def test_help_starts_with_the_usage_line_and_names_the_default_port() -> None:
+    r = run_native("--help")
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == USAGE_LINE
+    assert "--port P                 listen port (default 50051)" in r.stdout
+    assert DEFAULT_TARGET == "127.0.0.1:50051"
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@needs_server
+def test_serve_without_port_is_where_query_looks(sample_trie: Path) -> None:
+    """ngram-serve with no --port listens where ngram-query asks with no --target."""
+    if not port_is_free(50051):
+        pytest.skip("127.0.0.1:50051 is in use on this machine")
+    cmd = [str(server_binary()), str(sample_trie), "--host", "127.0.0.1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            ev = json.loads(line)
+            if ev["event"] in ("listening", "startup_failed"):
+                break
+        assert ev["event"] == "listening" and ev["port"] == 50051, ev
+        code, out, err = query("info")
+        assert code == 0, err
+        assert out["ngrams"] == NgramIndex.open(sample_trie).info()["ngrams"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+# ---- ngram-serve: every stderr line is JSON ------------------------------------------
+
+@needs_server
+def test_port_in_use_is_one_json_line_with_the_reason(sample_trie: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run_native(str(sample_trie), "--host", "127.0.0.1", "--port", str(port))
+    assert r.returncode == 1
+    events = json_lines(r.stderr)  # gRPC's own multi-line log would not parse
+    failed = events[-1]
+    assert failed["event"] == "startup_failed", events
+    assert failed["error"] == f"cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert [e["event"] for e in events] == ["index_loaded", "startup_failed"]
+
+
+@needs_server
+def test_grpc_log_is_json_lines(sample_trie: Path) -> None:
+    """With gRPC's debug log on, its records are "grpc" events, one JSON line each."""
+    env = {**os.environ, "GRPC_VERBOSITY": "debug"}
+    proc = subprocess.Popen([str(server_binary()), str(sample_trie), "--host", "127.0.0.1", "--port", "0"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(json.loads(line))
+            if seen[-1]["event"] == "listening":
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+    events = seen + json_lines(rest)
+    grpc_events = [e for e in events if e["event"] == "grpc"]
+    assert grpc_events and all(e["level"] == "debug" and e["message"] for e in grpc_events[:3]), events[:5]
+    assert events[-1]["event"] == "stopped"
+
+
+@needs_server
+def test_sighup_reload_failure_names_the_file(sample_trie: Path, tmp_path: Path) -> None:
+    from test_server import ServerProcess
+
+    live = tmp_path / "live.ngt"
+    shutil.copy(sample_trie, live)
+    with ServerProcess([live]) as s:
+        n = len(s.events)
+        broken = tmp_path / "broken.tmp"
+        broken.write_bytes(sample_trie.read_bytes()[:1000])
+        os.replace(broken, live)
+        s.proc.send_signal(signal.SIGHUP)
+        failed = s.wait_event("reload_failed", after=n)
+    assert failed["path"] == str(live) and failed["index"] == "live"
+
+
+# ---- ngram-query against a host -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def host(sample_trie: Path):
+    from test_server import ServerProcess
+
+    if server_binary() is None:
+        pytest.skip("ngram-serve-native was not built")
+    with ServerProcess([sample_trie], "--name", "sample") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def sample_fingerprint(sample_trie: Path) -> str:
+    return NgramIndex.open(sample_trie).info()["tokenizer"]["fingerprint"]
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample tokenizer with two tokens' ids swapped: another fingerprint."""
+    cfg = json.loads(SAMPLE_TOKENIZER.read_text())
+    vocab = cfg["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    out = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    out.write_text(json.dumps(cfg))
+    return out
+
+
+def where_args(where: str, host: Any, sample_trie: Path) -> list[str]:
+    return ["--target", host.target] if where == "host" else ["--trie", str(sample_trie)]
+
+
+@needs_server
+@pytest.mark.parametrize("where", ["host", "trie"])
+def test_info_checks_the_fingerprint(where: str, host: Any, sample_trie: Path, sample_fingerprint: str) -> None:
+    base = where_args(where, host, sample_trie)
+    code, out, err = query(*base, "--fingerprint", sample_fingerprint, "info")
+    assert code == 0, err
+    assert out["tokenizer"]["fingerprint"] == sample_fingerprint
+    code, out, err = query(*base, "--fingerprint", "0" * 64, "info")
+    assert code == 1 and out is None
+    e = json.loads(err)
+    assert e["error"] == "FAILED_PRECONDITION"
+    assert sample_fingerprint in e["message"] and "0" * 64 in e["message"]
+
+
+@needs_server
+def test_host_names_the_fingerprint_mismatch_in_plain_english(host: Any) -> None:
+    code, _, err = query("--target", host.target, "--fingerprint", "f" * 64, "topk", "--context", "1")
+    assert code == 1
+    e = json.loads(err)
+    assert e["error"] == "FAILED_PRECONDITION" and "''s" not in e["message"]
+    assert "index 'sample' was built with tokenizer" in e["message"] and "f" * 64 in e["message"]
+
+
+@needs_server
+@pytest.mark.parametrize("where", ["host", "trie"])
+def test_probs_accepts_contexts_of_different_lengths(where: str, host: Any, sample_trie: Path) -> None:
+    idx = NgramIndex.open(sample_trie)
+    common = idx.topk([], 6).tokens.tolist()
+    rows = [([common[0], common[1]], [common[2], common[3], 5]), ([common[4]], [common[5]]),
+            ([7, common[0], common[1]], [common[2], 9]), ([common[1]], [common[0]])]
+    args = where_args(where, host, sample_trie) + ["probs"]
+    for c, w in rows:
+        args += ["--context", ",".join(map(str, c)), "--candidates", ",".join(map(str, w))]
+    code, out, err = query(*args)
+    assert code == 0, err
+    for i, (c, w) in enumerate(rows):
+        p, m = idx.conditional_probs(np.array([c]), np.array([w]))
+        assert out["probs"][i] == [float(x) for x in p[0]] and out["matched"][i] == m[0].tolist()
+    assert any(x > 0 for row in out["probs"] for x in row)  # the rows hit n-grams, not only zeros
+
+
+@needs_server
+def test_local_trie_prints_what_the_host_prints(host: Any, sample_trie: Path, tmp_path: Path) -> None:
+    idx = NgramIndex.open(sample_trie)
+    prefix = np.array(idx.topk([], 2).tokens[:2], dtype=np.int64)
+    cands = idx.topk(prefix, 4)
+    topk_tokens = np.stack([np.resize(cands.tokens, 4), np.arange(10, 14)]).astype(np.int64)
+    topk_probs = np.array([[0.4, 0.3, 0.2, 0.1], [0.5, 0.2, 0.2, 0.1]], dtype=np.float32)
+    npz = tmp_path / "lattice.npz"
+    np.savez(npz, prefix=prefix, topk_tokens=topk_tokens, topk_probs=topk_probs)
+    for cmd in (["info"], ["topk", "--context", ",".join(map(str, prefix.tolist())), "-k", "5"],
+                ["prune", "--npz", str(npz), "--beam-width", "4", "--max-nodes", "6"]):
+        hc, hout, herr = query("--target", host.target, *cmd)
+        lc, lout, lerr = query("--trie", str(sample_trie), *cmd)
+        assert hc == 0 and lc == 0, (herr, lerr)
+        if cmd == ["info"]:  # the host adds nothing; the local file knows its format version too
+            assert {k: v for k, v in lout.items() if k in hout} == hout
+        else:
+            assert lout == hout, cmd
+
+
+def test_trie_refuses_host_options(sample_trie: Path) -> None:
+    r = CliRunner().invoke(query_main, ["--trie", str(sample_trie), "--target", "h:1", "info"])
+    assert r.exit_code == 2 and "options for a host given: --target" in r.stderr
+
+
+@pytest.mark.parametrize("tok", ["file", "folder"])
+def test_tokenizer_encodes_text(sample_trie: Path, tok: str) -> None:
+    from tokenizers import Tokenizer
+
+    spec = SAMPLE_TOKENIZER if tok == "file" else SAMPLE_TOKENIZER.parent
+    t = Tokenizer.from_file(str(SAMPLE_TOKENIZER))
+    idx = NgramIndex.open(sample_trie)
+    text = "the first"
+    ids = t.encode(text, add_special_tokens=False).ids
+    code, out, err = query("--trie", str(sample_trie), "--tokenizer", str(spec), "topk", "--context", text, "-k", "4")
+    assert code == 0, err
+    want = idx.topk(ids, 4)
+    assert out["context"] == ids and out["tokens"] == want.tokens.tolist()
+    assert out["texts"] == [t.decode([i]) for i in want.tokens.tolist()]
+    code, out, err = query("--trie", str(sample_trie), "--tokenizer", str(spec), "probs",
+                           "--context", text, "--candidates", " of the", "--context", "a", "--candidates", " and")
+    assert code == 0, err
+    w = t.encode(" of the", add_special_tokens=False).ids
+    p, _ = idx.conditional_probs([ids], [w])
+    assert out["contexts"][0] == ids and out["candidates"][0] == w and out["probs"][0] == [float(x) for x in p[0]]
+
+
+def test_tokenizer_of_another_trie_is_refused(sample_trie: Path, other_tokenizer: Path) -> None:
+    code, out, err = query("--trie", str(sample_trie), "--tokenizer", str(other_tokenizer), "topk", "--context", "a")
+    assert code == 1 and out is None
+    e = json.loads(err)
+    assert e["error"] == "FAILED_PRECONDITION" and "--tokenizer" in e["message"]
