@@ -42,13 +42,42 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
     os.replace(tmp, p)
 
 
-def _check_tries(tries: tuple[str, ...], tokenizer: Any) -> None:
+def _looks_like_text(path: str) -> bool:
+    """A folder or a file named like a corpus shard (the formats --text reads): never a trie."""
+    from indexer.shards import shard_format
+
+    return Path(path).is_dir() or shard_format(path) is not None
+
+
+def _text_hint(tries: tuple[str, ...], texts: tuple[str, ...]) -> str:
+    """How to give the TRIE arguments that look like held-out text to --text instead."""
+    inputs = [*texts, *(t for t in tries if _looks_like_text(t))]
+    flags = " ".join(f"--text {x}" for x in inputs[:3]) + (" ..." if len(inputs) > 3 else "")
+    if texts:
+        return (f". It looks like held-out text: --text takes one file or folder, so repeat it per input "
+                f"({flags}) or give their folder once")
+    return f". It looks like held-out text: give it with --text ({flags})"
+
+
+def _trie_info(path: str, tries: tuple[str, ...], texts: tuple[str, ...]) -> dict[str, Any]:
+    """TRIE ``path``'s info, or BadParameter naming the file once, with a
+    hint when the argument looks like held-out text."""
+    why = f"{path}: a folder, not a trie file" if Path(path).is_dir() else ""
+    if not why:
+        try:
+            return NgramIndex.open(path).info()
+        except TrieFormatError as e:
+            why = str(e) if str(e).startswith(path) else f"{path}: {e}"  # the engine names the file itself
+        except OSError as e:
+            why = f"{path}: {e.strerror or e}"
+    hint = _text_hint(tries, texts) if _looks_like_text(path) else ""
+    raise click.BadParameter(why + hint, param_hint="TRIE")
+
+
+def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...]) -> None:
     """Every TRIE opens, and (with a tokenizer) was built with that tokenizer."""
     for t in tries:
-        try:
-            info = NgramIndex.open(t).info()
-        except (TrieFormatError, OSError) as e:
-            raise click.BadParameter(f"{t}: not a trie file: {e}", param_hint="TRIE") from None
+        info = _trie_info(t, tries, texts)
         have = (info.get("tokenizer") or {}).get("fingerprint")
         if tokenizer is not None and have and have != tokenizer.fingerprint:
             raise click.BadParameter(f"{t}: built with tokenizer {have[:12]}..., not {tokenizer.spec} "
@@ -57,17 +86,19 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("tries", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False), metavar="TRIE...")
+# Folders pass click's check: _check_tries rejects them with a hint (`--text a/ b/` makes b/ a TRIE).
+@click.argument("tries", nargs=-1, required=True, type=click.Path(exists=True), metavar="TRIE...")
 @click.option("--lattices", type=click.Path(exists=True, dir_okay=False),
               help="A lattice log (Parquet, one row per decoding step) from dart-generate --log-lattices.")
 @click.option("--text", "texts", multiple=True, type=click.Path(exists=True),
-              help="Held-out documents (shard files or folders, the formats ngram-build reads; repeatable): "
-                   "synthetic lattices from them (docs/EVALUATION.md states the model).")
+              help="Held-out documents, one shard file or folder per --text (the formats ngram-build reads; "
+                   "repeat it: --text a.jsonl --text b.jsonl): synthetic lattices from them "
+                   "(docs/EVALUATION.md states the model).")
 @click.option("--tokenizer", help="Tokenizer of --text (as ngram-build takes it); also checked against each TRIE.")
 @click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of --text.")
 @click.option("--beam-width", default=str(DEFAULTS["beam_width"]), show_default=True, callback=_list(int, "--beam-width"),
-              help="Beam widths to try, comma-separated (the grid is every combination; the first values "
-                   "form the base setting).")
+              help="Beam widths to try, comma-separated (the grid is every combination of the three "
+                   "lists).")
 @click.option("--max-nodes", default=str(DEFAULTS["max_nodes"]), show_default=True, callback=_list(int, "--max-nodes"),
               help="Tree sizes (nodes without the root) to try, comma-separated.")
 @click.option("--ngram-weight", default=str(DEFAULTS["ngram_weight"]), show_default=True, callback=_list(float, "--ngram-weight"),
@@ -90,7 +121,8 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any) -> None:
               help="Pruning threads (the time per tree is measured with these).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON here.")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False),
-              help="Write a PNG: accepted length per setting and trie, 95% intervals (needs '.[plot]').")
+              help="Write a PNG: accepted length per setting and trie, 95% intervals (needs matplotlib: "
+                   "pip install matplotlib; checked before the evaluation starts).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], tokenizer: str | None,
          text_field: str, beam_width: list[int], max_nodes: list[int], ngram_weight: list[float], steps: int,
@@ -100,11 +132,23 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
     mean accepted length DART would reach (tokens per verification step: the
     longest prefix of the target's continuation that is a path of the pruned
     tree, plus the bonus token), its distribution, the n-gram hit rate per
-    order and the pruning time, for every combination of the grid options."""
+    order and the pruning time, for every combination of the grid options.
+
+    A trie's headline figures (its row marked in the table's headline column,
+    vs first, the JSON's top-level figures) are those of DART's default
+    setting (the defaults of the three grid options below) when the grid
+    holds it, else of the trie's best setting in the grid."""
     if bool(lattices) == bool(texts):
-        raise click.UsageError("give exactly one of --lattices FILE or --text FILE...")
+        raise click.UsageError("give exactly one of --lattices FILE or --text FILE [--text FILE ...]")
     if texts and not tokenizer:
         raise click.UsageError("--text needs --tokenizer (the tokenizer the tries were built with)")
+    if plot_out:  # before any work: a missing matplotlib would otherwise fail after the whole evaluation
+        from ngram_eval.plot import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except RuntimeError as e:
+            raise click.ClickException(f"--plot: {e}") from None
     say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
     tok = None
     if tokenizer:
@@ -114,7 +158,7 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
             tok = load_tokenizer(tokenizer)
         except (TokenizerError, OSError) as e:
             raise click.BadParameter(str(e), param_hint="--tokenizer") from None
-    _check_tries(tries, tok)
+    _check_tries(tries, tok, texts)
     info: dict[str, Any]
     if lattices:
         try:
@@ -131,8 +175,8 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
             lat = synthetic_lattices(docs, model, steps, seed, source=",".join(texts))
         except (ShardError, ValueError) as e:
             raise click.ClickException(str(e)) from None
-        info = {"mode": "synthetic", "model": model.as_dict(), "seed": seed, "documents": len(docs),
-                "text_bytes": nbytes}
+        info = {"mode": "synthetic", "texts": list(texts), "model": model.as_dict(), "seed": seed,
+                "documents": len(docs), "text_bytes": nbytes}
         say(f"{len(lat)} synthetic lattices from {len(docs)} documents ({nbytes:,} bytes)")
     settings = [PruneSetting(b, n, w) for b, n, w in itertools.product(beam_width, max_nodes, ngram_weight)]
     try:

@@ -1,4 +1,4 @@
-"""PNG plots of ngram-eval results (matplotlib: ``pip install -e '.[plot]'``).
+"""PNG plots of ngram-eval results (matplotlib, optional: ``pip install matplotlib``).
 
 ``plot_grid``: mean accepted length per pruning setting, one series per trie,
 95 % confidence intervals as error bars. ``plot_against_bytes``: accepted
@@ -11,14 +11,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_against_bytes", "plot_grid"]
+__all__ = ["plot_against_bytes", "plot_grid", "require_matplotlib"]
+
+
+def require_matplotlib() -> None:
+    """Raises RuntimeError, saying how to install it, when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError("plots need matplotlib, which is not installed: pip install matplotlib") from e
 
 
 def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise RuntimeError("plots need matplotlib: pip install -e '.[plot]'") from e
+    require_matplotlib()
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -31,6 +38,18 @@ def _save(fig: Any, out: str | os.PathLike[str]) -> None:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
     fig.savefig(tmp, dpi=100)
     os.replace(tmp, out)
+
+
+def source_label(lattices: dict[str, Any], width: int = 60) -> str:
+    """The lattices' source for a title: the file names of all --text inputs
+    (the first and how many more when they do not fit ``width``), else the
+    source's file name."""
+    inputs = [str(x) for x in lattices.get("texts") or [lattices["source"]]]
+    names = [Path(x).name or x for x in inputs]
+    joined = ", ".join(names)
+    if len(names) == 1 or len(joined) <= width:
+        return joined
+    return f"{names[0]} and {len(names) - 1} more"
 
 
 def _setting_label(s: dict[str, Any]) -> str:
@@ -52,7 +71,7 @@ def plot_grid(result: dict[str, Any], out: str | os.PathLike[str], title: str | 
     ax.set_xticks(range(len(settings)), [_setting_label(s) for s in settings], fontsize=8)
     ax.set_ylabel("mean accepted length (tokens/step)")
     lat = result["lattices"]
-    ax.set_title(title or f"{lat['steps']} lattices from {Path(str(lat['source'])).name}", fontsize=9)
+    ax.set_title(title or f"{lat['steps']} lattices from {source_label(lat)}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()

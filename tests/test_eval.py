@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from click.testing import CliRunner
 
 from conftest import GOLDEN, QWEN, SAMPLE_CORPUS, SAMPLE_TOKENIZER
@@ -15,6 +18,7 @@ from dart_client.lattice_log import LATTICE_SCHEMA, LatticeFormatError, LatticeS
 from ngram_eval.cli import main as eval_main
 from ngram_eval.replay import (PruneSetting, accepted_length, accepted_lengths, hit_rates, prune_lattices,
                                replay)
+from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
 from ngram_service import NgramIndex
 
@@ -326,25 +330,32 @@ def run(args: list[str], code: int = 0):
     return r
 
 
-def test_cli_text_json_and_plot(sample_trie: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def bigram_trie(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled sample corpus, N = 2."""
     from indexer.pipeline import BuildConfig, build
 
-    bigram = tmp_path / "sample2.ngt"
-    build(BuildConfig(inputs=[str(SAMPLE_CORPUS)], out=str(bigram), tokenizer=str(SAMPLE_TOKENIZER), order=2,
+    out = tmp_path_factory.mktemp("bigram") / "sample2.ngt"
+    build(BuildConfig(inputs=[str(SAMPLE_CORPUS)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=2,
                       workers=1), progress=lambda _m: None)
+    return out
+
+
+SMALL = ["--steps", 150, "--depth", 4, "--topk", 6]  # synthetic lattices small enough for a test
+
+
+def test_cli_text_json_and_plot(sample_trie: Path, bigram_trie: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "r.json", tmp_path / "r.png"
-    r = run([sample_trie, bigram, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, "--steps", 150,
-             "--depth", 4, "--topk", 6, "--ngram-weight", "0.5,0", "--max-nodes", "10,30", "--json", out,
-             "--quiet"])
+    r = run([sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
+             "--ngram-weight", "0.5,0", "--max-nodes", "10,30", "--json", out, "--quiet"])
     assert "150 lattices, depth 4" in r.output and "best:" in r.output
     doc = json.loads(out.read_text())
     assert doc["lattices"]["mode"] == "synthetic" and doc["lattices"]["steps"] == 150
+    assert doc["lattices"]["texts"] == [str(SAMPLE_CORPUS)]
     assert len(doc["settings"]) == 4 and len(doc["tries"]) == 2
     t = doc["tries"][0]
     assert t["path"] == str(sample_trie) and t["order"] == 3 and t["min_count"] == 1
     assert set(t["hit_rate"]) == {"2", "3"}
-    assert t["setting"] == {"beam_width": 20, "max_nodes": 10, "ngram_weight": 0.5}
-    assert t["mean_accepted_length"] == t["grid"][0]["mean_accepted_length"]
     assert len(t["accepted_length_histogram"]) == 6 and abs(sum(t["accepted_length_histogram"]) - 1) < 1e-9
     assert t["best"] == max(t["grid"], key=lambda g: g["mean_accepted_length"])
     # The n-gram helps on its own training text.
@@ -355,7 +366,7 @@ def test_cli_text_json_and_plot(sample_trie: Path, tmp_path: Path) -> None:
     assert t["vs_first"] == {"mean": 0.0, "ci95": 0.0} and t2["order"] == 2
     assert t2["vs_first"]["mean"] == pytest.approx(t2["mean_accepted_length"] - t["mean_accepted_length"])
     assert 0 < t2["vs_first"]["ci95"] < t2["ci95"]
-    # The plot needs the optional matplotlib ('.[plot]'); without it, a clear error.
+    # The plot needs the optional matplotlib; without it, a clear error.
     args = [sample_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, "--steps", 50, "--depth", 3,
             "--topk", 4, "--plot", png, "--quiet"]
     try:
@@ -365,6 +376,122 @@ def test_cli_text_json_and_plot(sample_trie: Path, tmp_path: Path) -> None:
     else:
         run(args)
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _table_cell(output: str, row_start: str, column: str) -> str:
+    """The cell of ``column`` in the table row that starts with ``row_start``."""
+    lines = output.splitlines()
+    header = next(line for line in lines if line.startswith("trie "))
+    row = next(line for line in lines if line.startswith(row_start))
+    return row.split()[header.split().index(column)]
+
+
+def test_cli_headline_is_darts_default_setting(sample_trie: Path, bigram_trie: Path, tmp_path: Path) -> None:
+    """The README's grid starts with lambda 0 (no n-gram): the headline is still DART's default setting."""
+    out = tmp_path / "r.json"
+    r = run([sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
+             "--ngram-weight", "0,0.5,1", "--max-nodes", "30,60", "--json", out, "--quiet"])
+    doc = json.loads(out.read_text())
+    default = PruneSetting().as_dict()
+    assert doc["settings"][0]["ngram_weight"] == 0 and default in doc["settings"]
+    first, second = doc["tries"]
+    for t in (first, second):
+        at_default = next(g for g in t["grid"] if g["setting"] == default)
+        # Not the grid's first setting, the tree without the n-gram.
+        assert t["mean_accepted_length"] == at_default["mean_accepted_length"] > t["grid"][0]["mean_accepted_length"]
+        assert t["ci95"] == at_default["ci95"] and t["prune_us_per_tree"] == at_default["prune_us_per_tree"]
+        assert t["setting"] == default and t["headline"] == "default"
+    # Without the n-gram both tries give the same trees; vs first compares the headlines.
+    assert first["grid"][0]["mean_accepted_length"] == second["grid"][0]["mean_accepted_length"]
+    assert second["vs_first"]["mean"] == pytest.approx(second["mean_accepted_length"] - first["mean_accepted_length"])
+    # The table says which setting the headline is and marks its row.
+    assert "headline (the rows marked default, and vs first): DART's default setting, beam 20, nodes 60, " \
+           "lambda 0.5" in r.output
+    marked = [re.search(r" 20 +(\d+) +([\d.]+) +(\d\.\d{3}) ", line).groups() for line in r.output.splitlines()
+              if re.search(r" default +[+-]\d", line)]
+    assert marked == [("60", "0.5", f"{t['mean_accepted_length']:.3f}") for t in (first, second)]
+
+
+def test_cli_headline_without_default_is_the_best(sample_trie: Path, bigram_trie: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    r = run([sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
+             "--ngram-weight", "0,1", "--max-nodes", "10,20", "--json", out, "--quiet"])
+    doc = json.loads(out.read_text())
+    assert PruneSetting().as_dict() not in doc["settings"]
+    first, second = doc["tries"]
+    for t in (first, second):
+        best = max(g["mean_accepted_length"] for g in t["grid"])
+        assert t["mean_accepted_length"] == best > t["grid"][0]["mean_accepted_length"]
+        assert t["setting"] == t["best"]["setting"] and t["headline"] == "best"
+    assert second["vs_first"]["mean"] == pytest.approx(second["mean_accepted_length"] - first["mean_accepted_length"])
+    assert "each trie's best setting of the grid (DART's default, beam 20, nodes 60, lambda 0.5, is not in " \
+           "the grid)" in r.output
+
+
+def test_table_has_a_dash_for_orders_above_a_trie_s(sample_trie: Path, bigram_trie: Path,
+                                                     sample_docs: list[np.ndarray]) -> None:
+    lat = synthetic_lattices(sample_docs, LogitModel(depth=3, topk=4), steps=40, seed=2)
+    result = evaluate([str(sample_trie), str(bigram_trie)], lat, [PruneSetting()])
+    table = format_table(result)
+    assert _table_cell(table, bigram_trie.name, "hit3") == "-" and "nan" not in table
+    assert _table_cell(table, sample_trie.name, "hit3") == f"{result['tries'][0]['hit_rate']['3']:.3f}"
+
+
+def test_cli_plot_names_every_text(sample_trie: Path, tmp_path: Path) -> None:
+    from ngram_eval.plot import source_label
+
+    more = tmp_path / "more.jsonl"
+    more.write_text("".join(json.dumps({"text": f"Document {i}: " + "the trie drafts tokens. " * 20}) + "\n"
+                            for i in range(5)))
+    out = tmp_path / "r.json"
+    run([sample_trie, "--text", SAMPLE_CORPUS / "peps-sample.jsonl.gz", "--text", more, "--tokenizer",
+         SAMPLE_TOKENIZER, *SMALL, "--json", out, "--quiet"])
+    lat = json.loads(out.read_text())["lattices"]
+    assert lat["texts"] == [str(SAMPLE_CORPUS / "peps-sample.jsonl.gz"), str(more)]
+    assert source_label(lat) == "peps-sample.jsonl.gz, more.jsonl"  # the plot's title: every file
+    many = {"source": "x", "texts": [f"held/gsm8k-{i:04d}.jsonl.zst" for i in range(6)]}
+    assert source_label(many) == "gsm8k-0000.jsonl.zst and 5 more"
+    assert source_label({"source": "/logs/run.parquet", "mode": "logged"}) == "run.parquet"
+
+
+def test_cli_plot_without_matplotlib_fails_before_any_work(sample_trie: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    with LatticeWriter(tmp_path / "empty.parquet"):
+        pass
+    r = run([sample_trie, "--lattices", tmp_path / "empty.parquet", "--plot", tmp_path / "r.png"], 1)
+    assert "--plot: plots need matplotlib, which is not installed: pip install matplotlib" in r.output
+    assert ".[plot]" not in r.output and "no lattices to replay" not in r.output
+    out = tmp_path / "r.json"
+    r = run([sample_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL, "--json", out,
+             "--plot", tmp_path / "r.png"], 1)
+    assert "pip install matplotlib" in r.output and "synthetic lattices" not in r.output and not out.exists()
+
+
+def test_cli_text_files_given_as_tries(sample_trie: Path, tmp_path: Path) -> None:
+    """`--text a b` makes b a TRIE: one clean message, and how to repeat --text."""
+    a, b = SAMPLE_CORPUS / "peps-sample.jsonl.gz", tmp_path / "more.jsonl.zst"
+    b.write_bytes(zstandard.ZstdCompressor().compress(b"".join(b'{"text": "held-out document %d"}\n' % i
+                                                                for i in range(100))))
+    r = run([sample_trie, "--text", a, b, "--tokenizer", SAMPLE_TOKENIZER], 2)
+    assert f"{b}: not a trie file (bad magic)" in r.output
+    assert r.output.count("not a trie file") == 1 and r.output.count(f"{b}:") == 1
+    assert f"--text takes one file or folder, so repeat it per input (--text {a} --text {b})" in r.output
+    folder = tmp_path / "held"
+    folder.mkdir()
+    r = run([sample_trie, "--text", SAMPLE_CORPUS, folder, "--tokenizer", SAMPLE_TOKENIZER], 2)
+    assert f"{folder}: a folder, not a trie file. It looks like held-out text" in r.output
+    assert f"(--text {SAMPLE_CORPUS} --text {folder})" in r.output
+    with LatticeWriter(tmp_path / "empty.parquet"):
+        pass
+    r = run([a, "--lattices", tmp_path / "empty.parquet"], 2)
+    assert f"It looks like held-out text: give it with --text (--text {a})" in r.output
+    # A file that is not named like text: no hint.
+    not_trie = tmp_path / "x.ngt"
+    not_trie.write_bytes(b"\0" * 100)
+    r = run([not_trie, "--lattices", tmp_path / "empty.parquet"], 2)
+    assert f"{not_trie}: not a trie file (bad magic)" in r.output and "held-out text" not in r.output
+    assert r.output.count("not a trie file") == 1
 
 
 def test_cli_lattices(sample_trie: Path, tmp_path: Path) -> None:
