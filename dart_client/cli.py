@@ -2,6 +2,7 @@
 
     dart-generate MODEL_DIR DRAFTER_DIR --trie corpus.ngt -p "def fib(n):"
     dart-generate MODEL_DIR DRAFTER_DIR --host 10.0.0.5:50051 --prompt-file q.txt --chat
+    dart-generate --random-models --trie sample.ngt -p "def fib(n):"   # no checkpoints
 
 The text goes to stdout; the figures (mean accepted length, tokens/s, time
 per step split into target forward, drafter forward, pruning and transport)
@@ -21,6 +22,30 @@ from typing import Any
 import click
 
 from ngram_service.tree import DEFAULTS
+
+#: Files of which a folder needs one for transformers to load a tokenizer from it.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def _tokenizer_spec(model: str, tokenizer: str | None) -> str:
+    """What to load the tokenizer from: --tokenizer, else MODEL. A folder
+    without tokenizer files is refused here: transformers would build an
+    empty tokenizer from the model's config and every prompt would encode to
+    no tokens."""
+    if tokenizer:
+        if Path(tokenizer).is_dir() and not _has_tokenizer(Path(tokenizer)):
+            raise click.BadParameter(
+                f"{tokenizer}: the folder has no tokenizer (none of {', '.join(TOKENIZER_FILES)})",
+                param_hint="--tokenizer")
+        return tokenizer
+    if not _has_tokenizer(Path(model)):
+        raise click.UsageError(f"the model folder {model} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): "
+                               "pass --tokenizer with a tokenizer.json or a tokenizer folder")
+    return model
 
 
 class _TextTokenizer:
@@ -103,15 +128,19 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  total               {ms(ps['total_s'])}   pruning + transport: {100 * ps['prune_transport_share']:.1f}%",
     ]
     pr = s.get("pruner") or {}
-    if pr:
+    if pr and s.get("hosts"):
         lines.append(f"trees from the host   {s['remote_steps']}/{s['steps']}   fallbacks {pr.get('fallbacks', 0)}"
                      + (f"   errors {pr['errors']}" if pr.get("errors") else ""))
     return "\n".join(lines)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("model", type=click.Path(exists=True, file_okay=False))
-@click.argument("drafter", type=click.Path(exists=True, file_okay=False))
+@click.argument("model", required=False, type=click.Path(exists=True, file_okay=False))
+@click.argument("drafter", required=False, type=click.Path(exists=True, file_okay=False))
+@click.option("--random-models", is_flag=True,
+              help="Instead of MODEL and DRAFTER: a tiny random target and drafter over the bundled sample "
+                   "tokenizer, to try dart-generate without checkpoints (with the sample trie: "
+                   "ngram-build --out sample.ngt, then --trie sample.ngt).")
 @click.option("--trie", type=click.Path(exists=True, dir_okay=False), help="Prune in process with this trie file.")
 @click.option("--host", "hosts", multiple=True, help="Trie host host:port (repeat for replicas).")
 @click.option("-p", "--prompt", help="The prompt text (default: --prompt-file, else stdin).")
@@ -145,20 +174,34 @@ def format_summary(s: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text and figures) to stdout.")
 @click.option("--log-lattices", type=click.Path(dir_okay=False),
               help="Record each step's draft lattice and committed tokens (Parquet) for ngram-eval.")
-def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], prompt: str | None, prompt_file: Any,
-         chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, seed: int | None,
-         tokenizer: str | None, device: str, dtype: str, deadline_ms: float, topk: int, beam_width: int,
-         max_nodes: int, ngram_weight: float, eos_spec: str, search_context: str, sampling_order: str,
-         compare: bool, as_json: bool, log_lattices: str | None) -> None:
+def main(model: str | None, drafter: str | None, random_models: bool, trie: str | None, hosts: tuple[str, ...],
+         prompt: str | None, prompt_file: Any, chat: bool, max_new_tokens: int, temperature: float, top_k: int,
+         top_p: float, seed: int | None, tokenizer: str | None, device: str, dtype: str, deadline_ms: float,
+         topk: int, beam_width: int, max_nodes: int, ngram_weight: float, eos_spec: str, search_context: str,
+         sampling_order: str, compare: bool, as_json: bool, log_lattices: str | None) -> None:
     """DART speculative decoding of a prompt with MODEL (a transformers causal
     LM folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
     trees in process (--trie) or on a trie host (--host).
 
     Needs torch, transformers and safetensors (not in the base install):
     the torch build for the machine first (the CUDA build on GPU workers,
-    the CPU build for tests), then pip install 'ngram-trie-host[dart]'."""
+    the CPU build for tests), then pip install 'ngram-trie-host[dart]'.
+
+    --random-models decodes with random weights instead (no MODEL, DRAFTER
+    or --tokenizer): the text is gibberish, the steps and their times are
+    real."""
+    if random_models:
+        if model or drafter:
+            raise click.UsageError("--random-models replaces MODEL and DRAFTER: give one or the other")
+        if tokenizer:
+            raise click.UsageError("--random-models decodes over the bundled sample tokenizer: drop --tokenizer")
+    elif not (model and drafter):
+        raise click.UsageError("give MODEL and DRAFTER folders (or --random-models to try without checkpoints)")
+    else:
+        tok_spec = _tokenizer_spec(model, tokenizer)
     if bool(trie) == bool(hosts):
-        raise click.UsageError("give exactly one of --trie FILE or --host HOST:PORT")
+        hint = " (the sample trie: ngram-build --out sample.ngt)" if random_models else ""
+        raise click.UsageError(f"give exactly one of --trie FILE or --host HOST:PORT{hint}")
     if eos_spec not in ("model", "tokenizer") and not eos_spec.lstrip("-").isdigit():
         raise click.BadParameter(f"{eos_spec!r}: give model, tokenizer or a token id", param_hint="--eos")
     from dart_client.requirements import INSTALL_HINT, missing
@@ -177,17 +220,27 @@ def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], pro
     dev = _device(device)
     dt = {"auto": torch.bfloat16 if dev.startswith("cuda") else torch.float32, "float32": torch.float32,
           "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    tok = _TextTokenizer(tokenizer or model)
+    if random_models:
+        from dart_client.random_models import sample_tokenizer
+
+        tokenizer = str(sample_tokenizer())
+        model_name = "random (tiny)"
+        tok = _TextTokenizer(tokenizer)
+        fp_spec: str | None = tokenizer
+    else:
+        assert model is not None
+        model_name = model
+        tok = _TextTokenizer(tok_spec)
+        fp_spec = _fingerprint_spec(model, tokenizer)
     ids = tok.encode(prompt, chat)
     if not ids:
         raise click.UsageError("the prompt encodes to no tokens")
-    fp_spec = _fingerprint_spec(model, tokenizer)
     stop_eos: Any = None  # None: the target's generation config
     search_eos: int | None = None  # None: the trie header's
     if eos_spec == "tokenizer":
         e = tok.eos_token_id
         if e is None:
-            raise click.UsageError(f"--eos tokenizer: the tokenizer ({tokenizer or model}) names no eos_token")
+            raise click.UsageError(f"--eos tokenizer: the tokenizer ({tokenizer or model_name}) names no eos_token")
         stop_eos = search_eos = int(e)
     elif eos_spec != "model":
         stop_eos = search_eos = int(eos_spec)
@@ -206,15 +259,22 @@ def main(model: str, drafter: str, trie: str | None, hosts: tuple[str, ...], pro
         raise click.ClickException(str(e)) from None
     if fp is None:
         click.echo("dart-generate: no tokenizer.json to fingerprint; the trie's tokenizer is not checked", err=True)
-    gen = DartGenerator.from_pretrained(model, drafter, pruner, device=dev, dtype=dt, tokenizer=None,
-                                        eos_token_id=stop_eos, search_context=search_context)
+    if random_models:
+        from dart_client.random_models import random_sample_models
+
+        target, draft = random_sample_models(dtype=dt, device=dev)
+        gen = DartGenerator(target, draft, pruner, eos_token_id=stop_eos, search_context=search_context)
+    else:
+        gen = DartGenerator.from_pretrained(model, drafter, pruner, device=dev, dtype=dt, tokenizer=None,
+                                            eos_token_id=stop_eos, search_context=search_context)
     sample = dict(temperature=temperature, top_k=top_k, top_p=top_p, sampling_order=sampling_order, seed=seed)
     from dart_client.lattice_log import LatticeWriter
 
     with LatticeWriter(log_lattices, topk=topk) if log_lattices else contextlib.nullcontext() as lattice_log:
         res = gen.generate(ids, max_new_tokens, **sample, lattice_log=lattice_log)
     res.text = tok.decode(res.output_ids)
-    out: dict[str, Any] = {"text": res.text, **res.summary(), "device": dev, "dtype": str(dt).replace("torch.", ""),
+    out: dict[str, Any] = {"text": res.text, **res.summary(), "model": model_name, "hosts": list(hosts),
+                           "device": dev, "dtype": str(dt).replace("torch.", ""),
                            "eos": {"stop": sorted(gen.eos), "search": getattr(pruner, "eos_token_id", None)}}
     if compare:
         base = gen.autoregressive(ids, max_new_tokens, **sample)

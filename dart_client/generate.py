@@ -325,6 +325,10 @@ class DartGenerator:
         params = inspect.signature(target.forward).parameters
         self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else (
             "num_logits_to_keep" if "num_logits_to_keep" in params else None)
+        # The KV cache's argument and output field: "cache" where the forward
+        # takes it (there "past_key_values" is deprecated, warns on every call
+        # and is to be removed), else "past_key_values".
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     @classmethod
     def from_pretrained(cls, model: str | Path, drafter: str | Path, pruner: Any, *, device: Any = None,
@@ -360,8 +364,13 @@ class DartGenerator:
         kw: dict[str, Any] = {}
         if keep is not None and self._keep_kw:
             kw[self._keep_kw] = keep
-        return self.target(input_ids=ids, past_key_values=cache, use_cache=True, position_ids=position_ids,
-                           attention_mask=mask, output_hidden_states=hidden, return_dict=True, **kw)
+        kw[self._cache_kw] = cache
+        return self.target(input_ids=ids, use_cache=True, position_ids=position_ids, attention_mask=mask,
+                           output_hidden_states=hidden, return_dict=True, **kw)
+
+    def _cache_of(self, out: Any) -> Any:
+        """The KV cache a forward returned (its field is named as the argument)."""
+        return getattr(out, self._cache_kw)
 
     def _aux(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
         return torch.cat([hidden_states[i] for i in self.aux_layers], dim=-1)
@@ -487,7 +496,7 @@ class DartGenerator:
         emb = self.embed(emb_ids.to(self.device))
         dcache = DrafterCache()
         dlogits = self.drafter.compute_logits(self.drafter(self._aux(out.hidden_states), emb, dcache, lens))
-        return out.past_key_values, dcache, dlogits
+        return self._cache_of(out), dcache, dlogits
 
     def _prune(self, rows: list[_Seq], dlogits: torch.Tensor) -> DraftTrees:
         d2t = self.drafter.d2t
@@ -609,7 +618,7 @@ class DartGenerator:
         t0 = clock()
         out = self._forward(torch.tensor([prompt], dtype=torch.long, device=self.device), None, keep=1,
                             hidden=False)
-        cache = out.past_key_values
+        cache = self._cache_of(out)
         seq = prompt + self._pick_rows(out.logits[:, -1], pick)
         res.prefill_s = clock() - t0
         while not self._done(seq, len(prompt), max_new_tokens, stop_at_eos):

@@ -1,18 +1,21 @@
-"""Randomly initialized targets and drafters of a given shape (tests, benchmarks).
+"""Randomly initialized targets and drafters of a given shape (tests,
+benchmarks, ``dart-generate --random-models``).
 
 No weights are downloaded: ``random_target("qwen3-0.6b")`` has Qwen3-0.6B's
 shape with random weights, enough to time a decoding step.
 """
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from dart_client.drafter import DartDrafter, DrafterConfig
 
-__all__ = ["SHAPES", "random_drafter", "random_target"]
+__all__ = ["SAMPLE_EOS", "SHAPES", "random_drafter", "random_sample_models", "random_target", "sample_tokenizer"]
 
 #: Target shapes: transformers config keys.
 SHAPES: dict[str, dict[str, Any]] = {
@@ -95,3 +98,31 @@ def _rope_theta(cfg: Any) -> float:
     if theta is None:
         theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta")
     return float(theta or 10000.0)
+
+
+#: The bundled sample tokenizer's EOS id (``<|endoftext|>``).
+SAMPLE_EOS = 0
+
+
+def sample_tokenizer() -> Path:
+    """The bundled sample tokenizer (``indexer/sample/tokenizer.json``: 4,096
+    ids, the "tiny" shape's vocabulary). The file is located, the indexer
+    package is not imported: what runs next to a GPU does not load the build."""
+    spec = importlib.util.find_spec("indexer")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        path = Path(root) / "sample" / "tokenizer.json"
+        if path.is_file():
+            return path
+    raise FileNotFoundError("the bundled sample tokenizer (indexer/sample/tokenizer.json) is not installed "
+                            f"(searched: {', '.join(roots) or 'no indexer package'})")
+
+
+def random_sample_models(*, dtype: torch.dtype = torch.float32, device: Any = "cpu", draft_length: int = 3,
+                         seed: int = 0) -> tuple[Any, DartDrafter]:
+    """A random "tiny" target over the sample tokenizer's ids (stopping at
+    its EOS) and a random drafter for it: DART decoding end to end without
+    checkpoints. Random weights accept few drafts; the time split is real."""
+    target = random_target("tiny", seed=seed, dtype=dtype, device=device, eos_token_id=SAMPLE_EOS,
+                           bos_token_id=SAMPLE_EOS)
+    return target, random_drafter(target, draft_length=draft_length, seed=seed + 1)

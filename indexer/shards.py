@@ -325,10 +325,13 @@ def _plain_chunks(f: BinaryIO) -> Iterator[bytes]:
 
 def _gzip_chunks(f: BinaryIO) -> Iterator[bytes]:
     # GzipFile checks each member's CRC and length and raises EOFError when
-    # the file ends inside a member, which is what we want.
+    # the file ends inside a member, which is what we want. read1, not read:
+    # read gathers several decompression steps and drops what it gathered
+    # when one raises, so the lines before a break would never reach the
+    # line counter and the error would name line 1.
     gz = gzip.GzipFile(fileobj=f, mode="rb")
     try:
-        while chunk := gz.read(_READ_SIZE):
+        while chunk := gz.read1(_READ_SIZE):
             yield chunk
     except EOFError as e:
         raise _StreamBroken(f"truncated gzip stream ({e})") from e

@@ -452,6 +452,40 @@ def test_generation_stops_at_eos_and_max_new_tokens(target: Any, drafter: DartDr
     assert out == references[0][: references[0].index(tok) + 1]
 
 
+def test_the_target_gets_the_cache_keyword_its_forward_takes(target: Any, drafter: DartDrafter, sample_trie: Path,
+                                                             prompts: list[list[int]],
+                                                             references: list[list[int]]) -> None:
+    """Newer transformers name the KV cache ``cache`` and warn on every
+    forward given the deprecated ``past_key_values`` (and on reading the
+    output's ``past_key_values``); older versions take ``past_key_values``
+    only. Decoding must use the one the installed version takes."""
+    import logging
+    import warnings
+
+    logged: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(record.getMessage())
+
+    handler = _Collect()
+    hf_logger = logging.getLogger("transformers")
+    hf_logger.addHandler(handler)
+    # transformers' warning_once remembers messages for the whole process.
+    getattr(getattr(logging.Logger, "warning_once", None), "cache_clear", lambda: None)()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gen = DartGenerator(target, drafter, LocalPruner(sample_trie))
+            assert gen.generate(prompts[0], 8).output_ids == references[0][:8]
+            assert [r.output_ids for r in gen.generate(prompts[:2], 8)] == [r[:8] for r in references[:2]]
+            assert gen.autoregressive(prompts[0], 8).output_ids == references[0][:8]
+    finally:
+        hf_logger.removeHandler(handler)
+    messages = logged + [str(w.message) for w in caught]
+    assert not [m for m in messages if "past_key_values" in m], messages
+
+
 # ---- the command line ------------------------------------------------------------------------
 
 def test_cli_generates_and_reports(target_dir: Path, drafter_dir: Path, sample_trie: Path) -> None:
@@ -468,8 +502,52 @@ def test_cli_generates_and_reports(target_dir: Path, drafter_dir: Path, sample_t
     res = runner.invoke(main, [*args, "--host", f"127.0.0.1:{free_port()}", "--deadline-ms", "20"])
     assert res.exit_code == 0, res.output
     assert "mean accepted length" in res.output and "fallbacks" in res.output
+    assert "trees from the host   0/" in res.stderr
     res = runner.invoke(main, [*args])
     assert res.exit_code != 0 and "exactly one of --trie" in res.output
+
+
+def test_cli_prints_host_statistics_only_with_a_host(target_dir: Path, drafter_dir: Path, sample_trie: Path) -> None:
+    from dart_client.cli import main
+
+    res = CliRunner().invoke(main, [str(target_dir), str(drafter_dir), "--tokenizer", str(SAMPLE_TOKENIZER),
+                                    "-n", "6", "-p", PROMPTS[0], "--trie", str(sample_trie)])
+    assert res.exit_code == 0, res.output
+    assert "mean accepted length" in res.stderr
+    assert "trees from the host" not in res.stderr and "fallbacks" not in res.stderr
+
+
+def test_cli_says_the_model_folder_has_no_tokenizer(target_dir: Path, drafter_dir: Path, sample_trie: Path) -> None:
+    from dart_client.cli import main
+
+    assert not list(target_dir.glob("tokenizer*"))
+    args = [str(target_dir), str(drafter_dir), "--trie", str(sample_trie), "-n", "4", "-p", PROMPTS[0]]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert f"the model folder {target_dir} has no tokenizer" in res.output and "pass --tokenizer" in res.output
+    res = CliRunner().invoke(main, [*args, "--tokenizer", str(target_dir)])
+    assert res.exit_code == 2 and f"{target_dir}: the folder has no tokenizer" in res.output, res.output
+
+
+def test_cli_random_models_decode_with_the_sample_tokenizer_and_trie(sample_trie: Path) -> None:
+    from dart_client.cli import main
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["--random-models", "--trie", str(sample_trie), "-n", "8", "-p", PROMPTS[3],
+                               "--json", "--compare"])
+    assert res.exit_code == 0, res.output
+    assert "not checked" not in res.stderr  # the sample tokenizer is fingerprinted against the sample trie
+    out = json.loads(res.stdout)
+    assert out["model"] == "random (tiny)" and out["hosts"] == []
+    assert 1 <= out["new_tokens"] <= 8 and out["identical_to_target"] is True and out["text"]
+    assert out["eos"]["stop"] == [0]  # the sample tokenizer's <|endoftext|>
+    res = runner.invoke(main, ["--random-models", "-p", PROMPTS[3]])
+    assert res.exit_code == 2 and "ngram-build --out sample.ngt" in res.output, res.output
+    res = runner.invoke(main, ["--random-models", "--trie", str(sample_trie), "--tokenizer", str(SAMPLE_TOKENIZER),
+                               "-p", PROMPTS[3]])
+    assert res.exit_code == 2 and "drop --tokenizer" in res.output, res.output
+    res = runner.invoke(main, ["--trie", str(sample_trie), "-p", PROMPTS[3]])
+    assert res.exit_code == 2 and "give MODEL and DRAFTER folders (or --random-models" in res.output, res.output
 
 
 # ---- the Qwen3 vocabulary, the DART sample trie -------------------------------------------------

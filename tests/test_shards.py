@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import pickle
 from pathlib import Path
@@ -274,6 +275,25 @@ def test_gzip_truncated_is_detected(tmp_path: Path, skip_bad: bool) -> None:
     err = error_of(path, skip_bad=skip_bad)
     assert "truncated gzip stream" in str(err)
     assert err.line is not None and err.line > 1
+
+
+@pytest.mark.parametrize("skip_bad", [False, True])
+def test_small_gzip_truncated_inside_line_7_names_line_7(tmp_path: Path, skip_bad: bool) -> None:
+    # A shard much smaller than one read step: six complete lines, then the
+    # file ends inside the seventh (a sync flush there makes the cut exact).
+    data = jsonl_bytes([f"document {i}" for i in range(10)])
+    cut = data.index(b"document 6") + 4
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb") as gz:
+        gz.write(data[:cut])
+        gz.flush()
+        readable = out.tell()
+        gz.write(data[cut:])
+    path = tmp_path / "trunc.json.gz"
+    path.write_bytes(out.getvalue()[:readable])
+    err = error_of(path, skip_bad=skip_bad)
+    assert err.line == 7
+    assert str(err).startswith(f"{path}:7: truncated gzip stream")
 
 
 def test_gzip_corrupt_is_detected(tmp_path: Path) -> None:
