@@ -1,4 +1,6 @@
-#include "lookup_v2.h"
+// TrieV2's reads (trie_v2.h): each lookup follows a token down the chain
+// of its context's suffixes, shortest first.
+#include "trie_v2.h"
 
 #include <algorithm>
 #include <vector>
@@ -28,7 +30,7 @@ struct RunRef {
   uint64_t s = 0, base = 0;
 };
 
-RunRef open_run(const Level& L, uint64_t lo, uint64_t hi) {
+RunRef open_run(const LevelV2& L, uint64_t lo, uint64_t hi) {
   RunRef r;
   r.lo = lo;
   r.hi = hi;
@@ -41,7 +43,7 @@ RunRef open_run(const Level& L, uint64_t lo, uint64_t hi) {
 }
 
 // The entry of level L holding rank x in run r.
-bool find_rank(const Level& L, const RunRef& r, uint64_t x, uint64_t* pos) {
+bool find_rank(const LevelV2& L, const RunRef& r, uint64_t x, uint64_t* pos) {
   if (r.lo >= r.hi) return false;
   const uint64_t n = r.hi - r.lo;
   if (r.dense >= 0) {
@@ -57,7 +59,7 @@ bool find_rank(const Level& L, const RunRef& r, uint64_t x, uint64_t* pos) {
 }
 
 // The rank held by entry e of run r of level L.
-uint64_t rank_at(const Level& L, const RunRef& r, uint64_t e) {
+uint64_t rank_at(const LevelV2& L, const RunRef& r, uint64_t e) {
   if (r.dense >= 0) return L.dense.select(static_cast<uint64_t>(r.dense), e - r.lo);
   return L.token_ranks[r.s + (e - r.lo)] - r.base;
 }
@@ -66,11 +68,11 @@ uint64_t rank_at(const Level& L, const RunRef& r, uint64_t e) {
 // level j + 1, for j = 1..len - 1 (lo[j], hi[j]), and those suffixes'
 // entries (node[j], in level j); false when one is not stored (then neither
 // is the longer suffix).
-bool chain(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint64_t* lo, uint64_t* hi,
+bool chain(const TrieV2& t, const int32_t* suffix, uint32_t len, uint64_t* lo, uint64_t* hi,
            uint64_t* node = nullptr) {
   for (uint32_t j = 1; j < len; ++j) {
     uint64_t at;
-    if (!find_v2(t, suffix + (len - j), j, &at)) return false;
+    if (!t.find(suffix + (len - j), j, &at)) return false;
     t.children(j, at, &lo[j], &hi[j]);
     if (node) node[j] = at;
   }
@@ -78,14 +80,14 @@ bool chain(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint64_t* lo
 }
 
 // The runs lo[1..top], hi[1..top] (run j in level j + 1), ready to search.
-void open_runs(const TrieIndex& t, const uint64_t* lo, const uint64_t* hi, uint32_t top, RunRef* run) {
+void open_runs(const TrieV2& t, const uint64_t* lo, const uint64_t* hi, uint32_t top, RunRef* run) {
   for (uint32_t j = 1; j <= top; ++j) run[j] = open_run(t.level(j + 1), lo[j], hi[j]);
 }
 
 // Follows token w down the chain: its rank among the tokens that occur,
 // then its entry in each run run[1..top] of levels 2..top+1. The entry in
 // level top + 1, if every step finds it.
-bool descend(const TrieIndex& t, uint64_t w, const RunRef* run, uint32_t top, uint64_t* pos) {
+bool descend(const TrieV2& t, uint64_t w, const RunRef* run, uint32_t top, uint64_t* pos) {
   uint64_t x;
   if (!t.used_rank(w, &x)) return false;
   for (uint32_t j = 1; j <= top; ++j) {
@@ -96,7 +98,7 @@ bool descend(const TrieIndex& t, uint64_t w, const RunRef* run, uint32_t top, ui
 }
 
 // The token of entry e of level k (k >= 2) in the run run[k-1].
-uint64_t token_at(const TrieIndex& t, uint32_t k, uint64_t e, const RunRef* run) {
+uint64_t token_at(const TrieV2& t, uint32_t k, uint64_t e, const RunRef* run) {
   const uint64_t x = rank_at(t.level(k), run[k - 1], e);
   if (k == 2) return t.used_token(x);
   return token_at(t, k - 1, run[k - 2].lo + x, run);
@@ -104,40 +106,39 @@ uint64_t token_at(const TrieIndex& t, uint32_t k, uint64_t e, const RunRef* run)
 
 }  // namespace
 
-bool find_v2(const TrieIndex& t, const int32_t* toks, uint32_t len, uint64_t* index) {
-  if (len == 0 || len > t.order()) return false;
+bool TrieV2::find(const int32_t* toks, uint32_t len, uint64_t* index) const {
+  if (len == 0 || len > order()) return false;
   const uint64_t w0 = static_cast<uint32_t>(toks[0]);
   if (len == 1) {  // a token is stored when it occurs
     uint64_t rank;
     *index = w0;
-    return t.used_rank(w0, &rank);
+    return used_rank(w0, &rank);
   }
   // The prefix's entry, then the last token down the chain of the rest.
   uint64_t lo[kMaxOrder + 1], hi[kMaxOrder + 1], prefix;
-  if (!find_v2(t, toks, len - 1, &prefix)) return false;
-  if (!chain(t, toks, len - 1, lo, hi)) return false;
-  t.children(len - 1, prefix, &lo[len - 1], &hi[len - 1]);
+  if (!find(toks, len - 1, &prefix)) return false;
+  if (!chain(*this, toks, len - 1, lo, hi)) return false;
+  children(len - 1, prefix, &lo[len - 1], &hi[len - 1]);
   RunRef run[kMaxOrder + 1];
-  open_runs(t, lo, hi, len - 1, run);
-  return descend(t, static_cast<uint32_t>(toks[len - 1]), run, len - 1, index);
+  open_runs(*this, lo, hi, len - 1, run);
+  return descend(*this, static_cast<uint32_t>(toks[len - 1]), run, len - 1, index);
 }
 
-void run_tokens_v2(const TrieIndex& t, const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi,
-                   int32_t* out) {
+void TrieV2::run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, int32_t* out) const {
   uint64_t clo[kMaxOrder + 1], chi[kMaxOrder + 1];
-  if (!chain(t, suffix, len, clo, chi)) {
+  if (!chain(*this, suffix, len, clo, chi)) {
     std::fill(out, out + (hi - lo), -1);
     return;
   }
   clo[len] = lo;
   chi[len] = hi;
   RunRef run[kMaxOrder + 1];
-  open_runs(t, clo, chi, len, run);
-  for (uint64_t e = lo; e < hi; ++e) out[e - lo] = static_cast<int32_t>(token_at(t, len + 1, e, run));
+  open_runs(*this, clo, chi, len, run);
+  for (uint64_t e = lo; e < hi; ++e) out[e - lo] = static_cast<int32_t>(token_at(*this, len + 1, e, run));
 }
 
-void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
-                       const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched) {
+void TrieV2::lookup_in_runs(uint32_t len, const Run* runs, uint32_t n, const CandidateTable* const* tables,
+                            float* const* p, int32_t* const* m, uint32_t* matched) const {
   constexpr uint32_t kLanes = ChunkedEliasFanoView::kMaxLanes;
   // A run is decoded once (then bisected in memory) rather than searched
   // per candidate when it holds at most kDecodePerLane values per candidate
@@ -155,11 +156,11 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
   bool hit[kLanes];
   for (uint32_t i = 0; i < n; ++i) {
     matched[i] = 0;
-    if (!chain(t, runs[i].suffix, len, lo, hi, node)) continue;
+    if (!chain(*this, runs[i].suffix, len, lo, hi, node)) continue;
     lo[len] = runs[i].lo;
     hi[len] = runs[i].hi;
-    open_runs(t, lo, hi, len, run);
-    for (uint32_t j = 1; j < len; ++j) inv[j] = 1.0f / static_cast<float>(t.level(j).count(node[j]));
+    open_runs(*this, lo, hi, len, run);
+    for (uint32_t j = 1; j < len; ++j) inv[j] = 1.0f / static_cast<float>(count(j, node[j]));
     inv[len] = runs[i].inv;
     std::fill(decoded, decoded + len + 1, false);
     const CandidateTable& table = *tables[i];
@@ -168,8 +169,8 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
       uint32_t lanes = 0;
       for (; from < table.count && lanes < kLanes; ++from) {
         if (m[i][from] != 0) continue;
-        ++matched[i];  // resolved here, found or not (see lookup_v2.h)
-        if (!t.used_rank(static_cast<uint32_t>(table.tokens[from]), &x[lanes])) continue;
+        ++matched[i];  // resolved here, found or not (see TrieV2::lookup_in_runs)
+        if (!used_rank(static_cast<uint32_t>(table.tokens[from]), &x[lanes])) continue;
         cand[lanes] = from;
         deepest[lanes] = 0;
         ++lanes;
@@ -181,7 +182,7 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
       for (uint32_t l = 0; l < lanes; ++l) alive[l] = l;
       for (uint32_t j = 1; j <= len && live > 0; ++j) {
         const RunRef& r = run[j];
-        const Level& L = t.level(j + 1);
+        const LevelV2& L = level(j + 1);
         const uint64_t k = r.hi - r.lo;
         // Each live lane's entry in the run: pos[a] (an entry), hit[a].
         if (r.dense >= 0) {
@@ -230,7 +231,7 @@ void lookup_in_runs_v2(const TrieIndex& t, uint32_t len, const Run* runs, uint32
       }
       for (uint32_t f = 0; f < found; ++f) {
         const uint32_t l = alive[f], c = cand[l];
-        p[i][c] = static_cast<float>(t.level(deepest[l] + 1).count(at[l])) * inv[deepest[l]];
+        p[i][c] = static_cast<float>(count(deepest[l] + 1, at[l])) * inv[deepest[l]];
         m[i][c] = static_cast<int32_t>(deepest[l]);
       }
     }

@@ -147,7 +147,8 @@ __attribute__((target_clones("avx2", "default"))) NGRAM_NO_FP_CONTRACT void scor
 // (ws.run_found), run i answering into q and m at row ws.suffix_row[i] * k.
 // Returns how many were searched; they move to the front, with their rows
 // in ws.suffix_row and their match counts in ws.matched_count.
-uint32_t search_found_runs(const TrieIndex& t, PruneWorkspace& ws, uint32_t len, uint32_t n, uint32_t k, float* q,
+template <class Trie>
+uint32_t search_found_runs(const Trie& t, PruneWorkspace& ws, uint32_t len, uint32_t n, uint32_t k, float* q,
                            int32_t* m) {
   uint32_t searched = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -159,8 +160,8 @@ uint32_t search_found_runs(const TrieIndex& t, PruneWorkspace& ws, uint32_t len,
     ws.run_q[searched] = q + at;
     ws.run_matched[searched++] = m + at;
   }
-  lookup_in_runs(t, len, ws.runs.data(), searched, ws.run_tables.data(), ws.run_q.data(), ws.run_matched.data(),
-                 ws.matched_count.data());
+  t.lookup_in_runs(len, ws.runs.data(), searched, ws.run_tables.data(), ws.run_q.data(), ws.run_matched.data(),
+                   ws.matched_count.data());
   return searched;
 }
 
@@ -173,7 +174,8 @@ uint32_t search_found_runs(const TrieIndex& t, PruneWorkspace& ws, uint32_t len,
 // run searched), so that the memory reads of different rows overlap instead
 // of each row waiting for its own chain of them. A matched candidate's q is
 // count / count > 0, so q == 0 means unmatched.
-void level_ngram_terms(const TrieIndex& t, PruneWorkspace& ws, const uint32_t* order, uint32_t cap, uint32_t k,
+template <class Trie>
+void level_ngram_terms(const Trie& t, PruneWorkspace& ws, const uint32_t* order, uint32_t cap, uint32_t k,
                        float lambda, float zero_q_term) {
   const uint32_t rows = static_cast<uint32_t>(ws.row_entry.size());
   ws.row_q.assign(static_cast<size_t>(rows) * k, 0.0f);
@@ -555,7 +557,11 @@ void level_lookups(Search& s, uint32_t l, uint64_t off, uint32_t k) {
   level_contexts(s, b_count);
   const size_t rows = ws.row_entry.size();
   ws.ngram_terms.resize((rows + 1) * k);
-  level_ngram_terms(s.t, ws, order, s.cap, k, s.params.ngram_weight, s.zero_q_term);
+  // One visit per level: the lookups of all its contexts run on the trie's
+  // own representation.
+  s.t.visit([&](const auto& trie) {
+    level_ngram_terms(trie, ws, order, s.cap, k, s.params.ngram_weight, s.zero_q_term);
+  });
   std::fill_n(ws.ngram_terms.data() + rows * k, k, s.max_term);
   for (uint32_t b = 0; b < b_count; ++b)
     if (ws.entry_skip[b]) ws.entry_row[b] = static_cast<uint32_t>(rows);

@@ -5,13 +5,7 @@
 #include <queue>
 #include <type_traits>
 
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
-
 #include "errors.h"
-#include "lookup_v2.h"
-#include "search_simd.h"
 
 namespace ngram {
 
@@ -63,84 +57,23 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint64_t len) {
   check_tokens(t, toks, len, "ngram");
   int32_t buf[kMaxOrder];
   narrow(toks, static_cast<uint32_t>(len), buf);
-  uint64_t idx;
-  if (!t.find(buf, static_cast<uint32_t>(len), &idx)) return 0;
-  return t.level(static_cast<uint32_t>(len)).count(idx);
+  return t.visit([&](const auto& trie) -> uint64_t {
+    uint64_t idx;
+    if (!trie.find(buf, static_cast<uint32_t>(len), &idx)) return 0;
+    return trie.count(static_cast<uint32_t>(len), idx);
+  });
 }
 
-namespace {
+// Suffixes found at once: as many as a lookup step runs in lockstep.
+constexpr uint32_t kFindBatch = LevelV1::kMaxBatch;
 
-// For each set bit i of hits (candidate idx[i] found at pos[i] of `next`;
-// idx null: candidate i): p = its count / the context's, m = len. Returns
-// how many. Walking the set bits, not testing each: hits are a coin toss
-// for the predictor.
-// Inlined into each caller, so that the idx test folds away.
-inline __attribute__((always_inline)) uint32_t record_hits(const Level& next, uint64_t hits, const uint64_t* pos,
-                                                           const uint32_t* idx, float inv, uint32_t len, float* p,
-                                                           int32_t* m) {
-  uint32_t found = 0;
-  for (; hits != 0; hits &= hits - 1, ++found) {
-    const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(hits));
-    const uint32_t j = idx ? idx[i] : i;
-    p[j] = static_cast<float>(next.count_v1(pos[i])) * inv;
-    m[j] = static_cast<int32_t>(len);
-  }
-  return found;
-}
-
-// Bit j set for each of the k <= 64 candidates not matched yet (m[j] == 0):
-// four compares at once, where a loop of shifts costs a few instructions
-// per candidate on every run a lookup reads.
-inline uint64_t unmatched_mask(const int32_t* m, uint32_t k) {
-  uint64_t mask = 0;
-  uint32_t j = 0;
-#ifdef __SSE2__
-  const __m128i zero = _mm_setzero_si128();
-  for (; j + 4 <= k; j += 4) {
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m + j));
-    mask |= static_cast<uint64_t>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, zero)))) << j;
-  }
-#endif
-  for (; j < k; ++j) mask |= static_cast<uint64_t>(m[j] == 0) << j;
-  return mask;
-}
-
-// Searches every unmatched candidate in the run [lo, hi) of `next`.
-uint32_t search_run(const Level& next, uint64_t lo, uint64_t hi, uint32_t len, float inv, const int32_t* w,
-                    uint32_t k, float* p, int32_t* m) {
-  uint32_t found = 0;
-  // The first lookup of a query (nothing matched yet, the common case in
-  // tree pruning) searches the candidates where they lie.
-  if (k != 0 && k <= Level::kMaxBatch && unmatched_mask(m, k) == (~uint64_t{0} >> (64 - k))) {
-    uint64_t pos[Level::kMaxBatch];
-    const uint64_t hits = next.find_many(lo, hi, reinterpret_cast<const uint32_t*>(w), k, pos);
-    return record_hits(next, hits, pos, nullptr, inv, len, p, m);
-  }
-  // Unmatched candidates, searched in lockstep batches.
-  for (uint32_t start = 0; start < k;) {
-    uint32_t idx[Level::kMaxBatch], tok[Level::kMaxBatch];
-    uint64_t pos[Level::kMaxBatch];
-    uint32_t n = 0;
-    for (; start < k && n < Level::kMaxBatch; ++start) {
-      if (m[start] != 0) continue;
-      idx[n] = start;
-      tok[n++] = static_cast<uint32_t>(w[start]);
-    }
-    found += record_hits(next, next.find_many(lo, hi, tok, n, pos), pos, idx, inv, len, p, m);
-  }
-  return found;
-}
-
-}  // namespace
-
-void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, uint32_t len, Run* runs,
-               uint8_t* found) {
-  for (uint32_t done = 0; done < n; done += Level::kMaxBatch) {
-    const uint32_t m = std::min(n - done, Level::kMaxBatch);
-    uint64_t node[Level::kMaxBatch];
-    bool ok[Level::kMaxBatch];
+template <class Trie>
+void find_runs(const Trie& t, const int32_t* const* suffixes, uint32_t n, uint32_t len, Run* runs, uint8_t* found) {
+  for (uint32_t done = 0; done < n; done += kFindBatch) {
+    const uint32_t m = std::min(n - done, kFindBatch);
+    uint64_t node[kFindBatch];
+    bool ok[kFindBatch];
     t.find_many(suffixes + done, m, len, node, ok);
-    const Level& last = t.level(len);
     for (uint32_t i = 0; i < m; ++i) {
       Run& r = runs[done + i];
       r = Run{};
@@ -149,7 +82,7 @@ void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, u
       found[done + i] = ok[i] && r.lo < r.hi;
     }
     for (uint32_t i = 0; i < m; ++i)
-      if (found[done + i]) runs[done + i].inv = 1.0f / static_cast<float>(last.count(node[i]));
+      if (found[done + i]) runs[done + i].inv = 1.0f / static_cast<float>(t.count(len, node[i]));
   }
 }
 
@@ -170,96 +103,8 @@ void CandidateTable::hash() const {
   }
 }
 
-namespace {
-
-// One run of lookup_in_runs, alone: short runs scanned, long ones searched.
-uint32_t lookup_in_run(const TrieIndex& t, uint32_t len, const Run& run, const CandidateTable& table, float* p,
-                       int32_t* m) {
-  const uint64_t lo = run.lo, hi = run.hi;
-  const float inv = run.inv;
-  const Level& next = t.level(len + 1);
-  if (hi - lo > kScanFactor * uint64_t{table.count})
-    return search_run(next, lo, hi, len, inv, table.tokens, table.count, p, m);
-  if (table.count <= Level::kMaxBatch && simd_search() != SimdSearch::kNone) {
-    uint64_t pos[Level::kMaxBatch];
-    const uint64_t unmatched = unmatched_mask(m, table.count);
-    const uint64_t hits = scan_run_simd(next, lo, hi, reinterpret_cast<const uint32_t*>(table.tokens), table.count, pos);
-    return record_hits(next, hits & unmatched, pos, nullptr, inv, len, p, m);
-  }
-  // A short run: read each continuation once and look it up among the
-  // candidates, instead of a binary search per candidate.
-  if (!table.hashed) table.hash();
-  const uint32_t mask = static_cast<uint32_t>(table.key.size()) - 1;
-  uint32_t found = 0;
-  for (uint64_t i = lo; i < hi; ++i) {
-    const uint32_t tok = static_cast<uint32_t>(next.token(i));
-    for (uint32_t s = table.slot(tok); table.key[s] != CandidateTable::kEmpty; s = (s + 1) & mask) {
-      if (table.key[s] != tok) continue;
-      const uint32_t j = table.index[s];
-      if (m[j] == 0) {
-        p[j] = static_cast<float>(next.count_v1(i)) * inv;
-        m[j] = static_cast<int32_t>(len);
-        ++found;
-      }
-    }
-  }
-  return found;
-}
-
-}  // namespace
-
-void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
-                    const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched) {
-  if (t.version() == kFormatVersion2) return lookup_in_runs_v2(t, len, runs, n, tables, p, m, matched);
-  const Level& next = t.level(len + 1);
-  // Runs searched (not scanned) go two at a time in lockstep, each for all
-  // its candidates (a hit of one already matched is dropped), so that the
-  // cache misses of one overlap those of the other.
-  auto searched = [&](uint32_t i) {
-    const uint32_t k = tables[i]->count;
-    return k >= 8 && k <= Level::kMaxBatch &&
-           runs[i].hi - runs[i].lo > std::max<uint64_t>(kScanFactor * uint64_t{k}, 2 * kSampleEvery);
-  };
-  auto search_pair = [&](uint32_t a, uint32_t b) {
-    const uint32_t k = tables[a]->count;
-    const uint32_t pair[2] = {a, b};
-    uint64_t lo[2] = {runs[a].lo, runs[b].lo}, hi[2] = {runs[a].hi, runs[b].hi}, hits[2];
-    uint64_t pos[2 * Level::kMaxBatch];
-    // One list of candidates when the runs share it, else both side by side.
-    uint32_t v[2 * Level::kMaxBatch];
-    uint32_t stride = 0;
-    std::memcpy(v, tables[a]->tokens, k * sizeof(uint32_t));
-    if (tables[b]->tokens != tables[a]->tokens) {
-      std::memcpy(v + k, tables[b]->tokens, k * sizeof(uint32_t));
-      stride = k;
-    }
-    if (simd_search() == SimdSearch::kNone || !find_many_runs_simd(next, 2, lo, hi, v, k, pos, hits, stride))
-      for (uint32_t r = 0; r < 2; ++r) hits[r] = next.find_many(lo[r], hi[r], v + r * stride, k, pos + r * k);
-    for (uint32_t r = 0; r < 2; ++r) {
-      const uint32_t i = pair[r];
-      const uint64_t unmatched = unmatched_mask(m[i], k);
-      matched[i] = record_hits(next, hits[r] & unmatched, pos + r * k, nullptr, runs[i].inv, len, p[i], m[i]);
-    }
-  };
-  for (uint32_t i = 0; i < n; ++i) next.prefetch_run(runs[i].lo, runs[i].hi);
-  uint32_t waiting = n;  // a searched run without its partner yet; n: none
-  for (uint32_t i = 0; i < n; ++i) {
-    if (!searched(i)) {
-      matched[i] = lookup_in_run(t, len, runs[i], *tables[i], p[i], m[i]);
-    } else if (waiting == n) {
-      waiting = i;
-    } else if (tables[waiting]->count != tables[i]->count) {
-      matched[waiting] = lookup_in_run(t, len, runs[waiting], *tables[waiting], p[waiting], m[waiting]);
-      waiting = i;
-    } else {
-      search_pair(waiting, i);
-      waiting = n;
-    }
-  }
-  if (waiting != n) matched[waiting] = lookup_in_run(t, len, runs[waiting], *tables[waiting], p[waiting], m[waiting]);
-}
-
-void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_t n, uint32_t ctx_len,
+template <class Trie>
+void conditional_probs_many(const Trie& t, const int32_t* contexts, uint32_t n, uint32_t ctx_len,
                             const int32_t* candidates, uint32_t k, float* probs, int32_t* matched,
                             ProbsScratch& s) {
   std::fill(probs, probs + size_t{n} * k, 0.0f);
@@ -295,10 +140,20 @@ void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_
       s.p[searched] = probs + size_t{q} * k;
       s.m[searched++] = matched + size_t{q} * k;
     }
-    lookup_in_runs(t, len, s.runs.data(), searched, s.run_tables.data(), s.p.data(), s.m.data(), s.matched.data());
+    t.lookup_in_runs(len, s.runs.data(), searched, s.run_tables.data(), s.p.data(), s.m.data(), s.matched.data());
     for (uint32_t i = 0; i < searched; ++i) s.left[s.rows[i]] -= s.matched[i];
   }
 }
+
+// Each representation's instances (trie_index.h).
+#define NGRAM_LOOKUP_STEPS(Trie)                                                                                 \
+  template void find_runs<Trie>(const Trie&, const int32_t* const*, uint32_t, uint32_t, Run*, uint8_t*);        \
+  template void conditional_probs_many<Trie>(const Trie&, const int32_t*, uint32_t, uint32_t, const int32_t*,   \
+                                             uint32_t, float*, int32_t*, ProbsScratch&);
+NGRAM_LOOKUP_STEPS(TrieV1)
+NGRAM_LOOKUP_STEPS(TrieV1Ram)
+NGRAM_LOOKUP_STEPS(TrieV2)
+#undef NGRAM_LOOKUP_STEPS
 
 namespace {
 
@@ -312,32 +167,34 @@ void conditional_probs_of(const TrieIndex& t, const Id* contexts, uint64_t batch
   const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(t.order() - 1, ctx_len));
   // Queries a step runs over at once: enough for their memory reads to
   // overlap, few enough for their candidate tables to stay in cache.
-  const uint64_t chunk = std::clamp<uint64_t>(4096 / std::max<uint64_t>(k, 1), 1, Level::kMaxBatch);
+  const uint64_t chunk = std::clamp<uint64_t>(4096 / std::max<uint64_t>(k, 1), 1, kFindBatch);
   thread_local ProbsScratch scratch;
   thread_local std::vector<int32_t> ctx, cand;
-  for (uint64_t q0 = 0; q0 < batch; q0 += chunk) {
-    const uint32_t n = static_cast<uint32_t>(std::min(chunk, batch - q0));
-    // int32 ids are read where they lie when no context needs cutting.
-    const int32_t* c = nullptr;
-    const int32_t* w = nullptr;
-    if constexpr (std::is_same_v<Id, int32_t>) {
-      if (max_len == ctx_len) c = contexts + q0 * ctx_len;
-      w = candidates + q0 * k;
+  t.visit([&](const auto& trie) {
+    for (uint64_t q0 = 0; q0 < batch; q0 += chunk) {
+      const uint32_t n = static_cast<uint32_t>(std::min(chunk, batch - q0));
+      // int32 ids are read where they lie when no context needs cutting.
+      const int32_t* c = nullptr;
+      const int32_t* w = nullptr;
+      if constexpr (std::is_same_v<Id, int32_t>) {
+        if (max_len == ctx_len) c = contexts + q0 * ctx_len;
+        w = candidates + q0 * k;
+      }
+      if (!c) {
+        ctx.resize(size_t{n} * max_len);
+        for (uint32_t q = 0; q < n; ++q)
+          narrow(contexts + (q0 + q) * ctx_len + ctx_len - max_len, max_len, ctx.data() + size_t{q} * max_len);
+        c = ctx.data();
+      }
+      if (!w) {
+        cand.resize(size_t{n} * k);
+        narrow(candidates + q0 * k, static_cast<uint32_t>(n * k), cand.data());
+        w = cand.data();
+      }
+      conditional_probs_many(trie, c, n, max_len, w, static_cast<uint32_t>(k), probs + q0 * k, matched + q0 * k,
+                             scratch);
     }
-    if (!c) {
-      ctx.resize(size_t{n} * max_len);
-      for (uint32_t q = 0; q < n; ++q)
-        narrow(contexts + (q0 + q) * ctx_len + ctx_len - max_len, max_len, ctx.data() + size_t{q} * max_len);
-      c = ctx.data();
-    }
-    if (!w) {
-      cand.resize(size_t{n} * k);
-      narrow(candidates + q0 * k, static_cast<uint32_t>(n * k), cand.data());
-      w = cand.data();
-    }
-    conditional_probs_many(t, c, n, max_len, w, static_cast<uint32_t>(k), probs + q0 * k, matched + q0 * k,
-                           scratch);
-  }
+  });
 }
 
 }  // namespace
@@ -380,24 +237,22 @@ TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t 
   };
 
   uint64_t denom = 0;
-  for (uint32_t len = max_len; len >= 1; --len) {
-    uint64_t node, lo, hi;
-    if (!t.find(ctx + (max_len - len), len, &node)) continue;
-    t.children(len, node, &lo, &hi);
-    if (lo == hi) continue;
-    const Level& next = t.level(len + 1);
-    std::vector<int32_t> toks(hi - lo);
-    t.run_tokens(ctx + (max_len - len), len, lo, hi, toks.data());
-    for (uint64_t i = lo; i < hi; ++i) offer(next.count(i), toks[i - lo]);
-    denom = t.level(len).count(node);
-    out.matched = static_cast<int32_t>(len);
-    break;
-  }
-  if (out.matched == 0) {
-    const Level& uni = t.level(1);
-    for (uint64_t i = 0; i < uni.size; ++i) offer(uni.count(i), static_cast<int64_t>(i));
+  t.visit([&](const auto& trie) {
+    for (uint32_t len = max_len; len >= 1; --len) {
+      uint64_t node, lo, hi;
+      if (!trie.find(ctx + (max_len - len), len, &node)) continue;
+      trie.children(len, node, &lo, &hi);
+      if (lo == hi) continue;
+      std::vector<int32_t> toks(hi - lo);
+      trie.run_tokens(ctx + (max_len - len), len, lo, hi, toks.data());
+      for (uint64_t i = lo; i < hi; ++i) offer(trie.count(len + 1, i), toks[i - lo]);
+      denom = trie.count(len, node);
+      out.matched = static_cast<int32_t>(len);
+      return;
+    }
+    for (uint64_t i = 0; i < trie.size(1); ++i) offer(trie.count(1, i), static_cast<int64_t>(i));
     denom = t.total_tokens();
-  }
+  });
   std::vector<Item> items;
   while (!heap.empty()) {
     items.push_back(heap.top());

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runs.h"
 #include "trie_index.h"
 
 namespace ngram {
@@ -30,56 +31,15 @@ void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t bat
 void conditional_probs(const TrieIndex& t, const int32_t* contexts, uint64_t batch, uint64_t ctx_len,
                        const int32_t* candidates, uint64_t k, float* probs, int32_t* matched);
 
-// The candidates of lookups, and (made on the first scan that needs it) an
-// open-addressing table of them, so that a short run of continuations can be
-// read once and each entry looked up among them (where there is no vector
-// search, or more than Level::kMaxBatch candidates; else scan_run_simd
-// compares each entry with all candidates at once).
-struct CandidateTable {
-  static constexpr uint32_t kEmpty = 0xffffffffu;
-  const int32_t* tokens = nullptr;  // the k candidates (not copied: keep them alive)
-  uint32_t count = 0;
-  void build(const int32_t* candidates, uint32_t k) {
-    tokens = candidates;
-    count = k;
-    hashed = false;
-  }
-  // The table, built on first use (many lookups only search long runs).
-  void hash() const;
-  uint32_t slot(uint32_t token) const {
-    return static_cast<uint32_t>((uint64_t{token} * 0x9E3779B97F4A7C15ull) >> shift);
-  }
-  mutable bool hashed = false;
-  mutable uint32_t shift = 62;
-  mutable std::vector<uint32_t> key, index;
-};
-
-// The continuations of an n-gram `suffix` of `len` tokens: the run [lo, hi)
-// of level len + 1, and 1 / count(suffix).
-struct Run {
-  uint64_t lo = 0, hi = 0;
-  float inv = 0.0f;
-  const int32_t* suffix = nullptr;  // its n-gram (a version-2 lookup follows its shorter suffixes)
-};
-
 // The two steps every DART-compatible lookup is made of, each for many
-// suffixes at once so that their memory reads overlap. Step one, for n
-// suffixes of `len` tokens each (suffixes[i], validated ids): the run of
-// each (TrieIndex::find_many, then the child offsets and the counts), found[i]
-// false when the suffix does not occur or has no continuations.
-void find_runs(const TrieIndex& t, const int32_t* const* suffixes, uint32_t n, uint32_t len, Run* runs,
-               uint8_t* found);
-
-// Step two, for n runs found: for the candidates of tables[i] not yet matched
-// (m[i][j] == 0), those w in runs[i] get p[i][j] = count(suffix+w) *
-// runs[i].inv and m[i][j] = len; matched[i] = how many. Runs up to
-// kScanFactor times the candidates are scanned once (scan_run_simd, else
-// against the table);
-// longer ones are searched two at a time in lockstep, each for all its
-// candidates (find_many_runs_simd; a hit of one already matched is dropped).
-void lookup_in_runs(const TrieIndex& t, uint32_t len, const Run* runs, uint32_t n,
-                    const CandidateTable* const* tables, float* const* p, int32_t* const* m, uint32_t* matched);
-constexpr uint64_t kScanFactor = 2;
+// suffixes at once so that their memory reads overlap, over any
+// representation `Trie` (trie_index.h: TrieV1, TrieV1Ram or TrieV2). Step
+// one, for n suffixes of `len` tokens each (suffixes[i], validated ids): the
+// run of each (Trie::find_many, then the child offsets and the counts),
+// found[i] false when the suffix does not occur or has no continuations.
+// Step two is the representation's own: Trie::lookup_in_runs.
+template <class Trie>
+void find_runs(const Trie& t, const int32_t* const* suffixes, uint32_t n, uint32_t len, Run* runs, uint8_t* found);
 
 // The semantics of conditional_probs for n queries of validated int32 ids
 // (context q: ctx_len tokens at contexts + q * ctx_len, of which the last
@@ -89,7 +49,8 @@ constexpr uint64_t kScanFactor = 2;
 // queries still missing some. Tree pruning runs the same two steps over a
 // level's distinct contexts, sharing the one-token backoff step between them.
 struct ProbsScratch;
-void conditional_probs_many(const TrieIndex& t, const int32_t* contexts, uint32_t n, uint32_t ctx_len,
+template <class Trie>
+void conditional_probs_many(const Trie& t, const int32_t* contexts, uint32_t n, uint32_t ctx_len,
                             const int32_t* candidates, uint32_t k, float* probs, int32_t* matched,
                             ProbsScratch& scratch);
 struct ProbsScratch {

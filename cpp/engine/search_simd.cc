@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "trie_index.h"
+#include "trie_v1.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define NGRAM_HAVE_SIMD_SEARCH 1
@@ -20,11 +20,9 @@ const char* simd_search_name(SimdSearch s) {
 
 #ifdef NGRAM_HAVE_SIMD_SEARCH
 
-// The default is AVX2, and AVX-512 only on AMD's CPUs: per tree (the engine
-// alone, bench/bench_prune.py) AVX-512 took 84.8 us against AVX2's 88.9 on an
-// AMD Zen 5, but on an Intel Xeon AVX2 took 0.92 of AVX-512's time (its
-// sixteen-lane gathers cost more than two of eight lanes). CHANGELOG.md has
-// the runs.
+// The default is AVX2, and AVX-512 only on AMD's CPUs: there its
+// sixteen-lane gathers beat two of eight lanes, on Intel's they cost more
+// (CHANGELOG.md has the measurements).
 SimdSearch simd_search() {
   static const SimdSearch chosen = [] {
     const char* env = std::getenv("NGRAM_ENGINE_SIMD");
@@ -134,21 +132,21 @@ using Ops = Avx512Ops;
 
 }  // namespace
 
-bool find_many_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out,
+bool find_many_simd(const LevelV1& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out,
                     uint64_t* hits) {
   return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<1>(level, &lo, &hi, v, 0, m, out, hits)
                                               : avx2::find_runs<1>(level, &lo, &hi, v, 0, m, out, hits);
 }
 
-bool find_many_runs_simd(const Level& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
+bool find_many_runs_simd(const LevelV1& level, uint32_t runs, const uint64_t* lo, const uint64_t* hi, const uint32_t* v,
                          uint32_t m, uint64_t* out, uint64_t* hits, uint32_t v_stride) {
-  static_assert(Level::kMaxRuns == 2, "one instance per run count");
+  static_assert(LevelV1::kMaxRuns == 2, "one instance per run count");
   if (runs != 2) return false;
   return simd_search() == SimdSearch::kAvx512 ? avx512::find_runs<2>(level, lo, hi, v, v_stride, m, out, hits)
                                               : avx2::find_runs<2>(level, lo, hi, v, v_stride, m, out, hits);
 }
 
-uint64_t scan_run_simd(const Level& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) {
+uint64_t scan_run_simd(const LevelV1& level, uint64_t lo, uint64_t hi, const uint32_t* v, uint32_t m, uint64_t* out) {
   return simd_search() == SimdSearch::kAvx512 ? avx512::scan_run(level, lo, hi, v, m, out)
                                               : avx2::scan_run(level, lo, hi, v, m, out);
 }
@@ -156,12 +154,12 @@ uint64_t scan_run_simd(const Level& level, uint64_t lo, uint64_t hi, const uint3
 #else  // no vector search on this platform
 
 SimdSearch simd_search() { return SimdSearch::kNone; }
-bool find_many_simd(const Level&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*, uint64_t*) { return false; }
-bool find_many_runs_simd(const Level&, uint32_t, const uint64_t*, const uint64_t*, const uint32_t*, uint32_t,
+bool find_many_simd(const LevelV1&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*, uint64_t*) { return false; }
+bool find_many_runs_simd(const LevelV1&, uint32_t, const uint64_t*, const uint64_t*, const uint32_t*, uint32_t,
                          uint64_t*, uint64_t*, uint32_t) {
   return false;
 }
-uint64_t scan_run_simd(const Level&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*) { return 0; }
+uint64_t scan_run_simd(const LevelV1&, uint64_t, uint64_t, const uint32_t*, uint32_t, uint64_t*) { return 0; }
 
 #endif
 

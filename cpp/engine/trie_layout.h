@@ -1,16 +1,13 @@
-// The sections of each level, declared once: the writer lays out exactly
-// these and the reader requires exactly these (docs/FORMAT.md, "Section
-// kinds"). A level's sections, their element counts and their widths all
-// follow from a few numbers (LevelShape); level_sections() turns those into
-// the list, in file order.
+// What the section layouts of both versions share. A level's sections,
+// their element counts and their widths all follow from a few numbers
+// (LevelShape); each representation's level_sections() turns those into the
+// list, in file order (TrieV1 and TrieV2), declared once: the writer lays out
+// exactly these and the reader requires exactly these (docs/FORMAT.md,
+// "Section kinds").
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "chunked_elias_fano.h"
-#include "count_ranks.h"
-#include "dense_runs.h"
 #include "elias_fano.h"
 #include "packed_array.h"
 #include "trie_format.h"
@@ -30,9 +27,9 @@ inline ChildOffsetRep child_offset_rep(uint32_t level, uint32_t order) {
   return level == 1 ? ChildOffsetRep::kPlain : ChildOffsetRep::kEliasFano;
 }
 
-// What a level's section sizes depend on.
+// What the section sizes of a level depend on, in either version (version
+// 2 adds its own: LevelShapeV2, trie_v2.h).
 struct LevelShape {
-  uint32_t version = kFormatVersion;
   uint32_t level = 1, order = 1;
   uint64_t size = 0;          // entries (level 1: the vocabulary size)
   uint64_t next_size = 0;     // entries of level + 1 (0 for the last level)
@@ -40,14 +37,6 @@ struct LevelShape {
   uint64_t count_values = 0;  // distinct counts of the level
   uint32_t rank_width = 1;    // the primary count-rank width b (count_ranks.h)
   uint64_t escapes = 0;       // escaped count ranks (version 2: of the first tier)
-  // Version 2 only:
-  uint32_t rank2_width = 1;   // the second tier's width b2
-  uint64_t escapes2 = 0;      // entries escaped in the second tier too
-  uint64_t token_bits = 0;    // length of the token bit streams
-  uint32_t token_end_width = 1;  // width of the chunks' last values
-  uint64_t used_tokens = 0;   // tokens with a count > 0 (level 2's rank range)
-  uint64_t dense_runs = 0;    // level 2: runs stored as bitmaps (dense_runs.h)
-  uint64_t dense_entries = 0; // level 2: the entries of those runs
 };
 
 // One section as the layout requires it.
@@ -57,11 +46,9 @@ struct SectionShape {
   uint32_t width;  // bits per element
 };
 
-inline std::vector<SectionShape> level_sections_v2(const LevelShape& s);
-// The child offsets' sections of a level (none for the last).
-inline void append_child_offset_sections(const LevelShape& s, std::vector<SectionShape>& out) {
-  // Version 2's level 1 has children for the tokens that occur only.
-  const uint64_t n = s.version == kFormatVersion2 && s.level == 1 ? s.used_tokens : s.size;
+// The child offsets' sections of a level whose n entries have children
+// (none for the last level), in file order.
+inline void append_child_offset_sections(const LevelShape& s, uint64_t n, std::vector<SectionShape>& out) {
   switch (child_offset_rep(s.level, s.order)) {
     case ChildOffsetRep::kNone:
       break;
@@ -77,57 +64,6 @@ inline void append_child_offset_sections(const LevelShape& s, std::vector<Sectio
       break;
     }
   }
-}
-
-
-// The sections of one level, in file order, with their element counts and widths.
-inline std::vector<SectionShape> level_sections(const LevelShape& s) {
-  if (s.version == kFormatVersion2) return level_sections_v2(s);
-  std::vector<SectionShape> out;
-  const uint64_t n = s.size;
-  out.push_back({SectionKind::kCountValues, s.count_values, 64});
-  out.push_back({SectionKind::kCountRanks, n, s.rank_width});
-  out.push_back({SectionKind::kCountEscapes, s.escapes, bits_for(s.count_values ? s.count_values - 1 : 0)});
-  out.push_back({SectionKind::kCountEscapeIndex, (n + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes)});
-  if (s.level >= 2) {
-    out.push_back({SectionKind::kTokens, n, bits_for(s.vocab_size - 1)});
-    out.push_back({SectionKind::kTokenSamples, (n + kSampleEvery - 1) / kSampleEvery, 32});
-  }
-  append_child_offset_sections(s, out);
-  return out;
-}
-// Version 2 (docs/FORMAT.md, "Version 2"): two-tier count ranks; level 1
-// marks the tokens that occur, and its counts and child offsets are those
-// of these tokens only; levels >= 2 store each entry's token as a rank,
-// coded in chunked Elias-Fano, and their child offsets in Elias-Fano.
-inline std::vector<SectionShape> level_sections_v2(const LevelShape& s) {
-  std::vector<SectionShape> out;
-  const uint64_t n = s.size;
-  const uint64_t counted = s.level == 1 ? s.used_tokens : n;  // level 1: the tokens that occur
-  out.push_back({SectionKind::kCountValues, s.count_values, 64});
-  out.push_back({SectionKind::kCountRanks, counted, s.rank_width});
-  out.push_back({SectionKind::kCountEscapeIndex, (counted + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes)});
-  out.push_back({SectionKind::kCountRanks2, s.escapes, s.rank2_width});
-  out.push_back({SectionKind::kCountRanks2Index, (s.escapes + kEscapeBlock - 1) / kEscapeBlock, bits_for(s.escapes2)});
-  out.push_back({SectionKind::kCountEscapes, s.escapes2, bits_for(s.count_values ? s.count_values - 1 : 0)});
-  if (s.level == 1) {
-    out.push_back({SectionKind::kUsedTokens, s.vocab_size, 1});
-    out.push_back({SectionKind::kUsedTokenRanks, (s.vocab_size + 63) / 64, bits_for(s.vocab_size)});
-  } else {
-    // The sequence holds the entries of the runs that are not bitmaps.
-    const uint64_t values = n - std::min(n, s.dense_entries);
-    const uint64_t chunks = (values + ChunkedEliasFanoView::kChunk - 1) / ChunkedEliasFanoView::kChunk;
-    out.push_back({SectionKind::kTokenBits, s.token_bits, 1});
-    out.push_back({SectionKind::kTokenStarts, chunks + 1, bits_for(s.token_bits)});
-    out.push_back({SectionKind::kTokenEnds, chunks, s.token_end_width});
-    if (s.level == 2) {
-      out.push_back({SectionKind::kDenseRuns, s.dense_runs, bits_for(s.vocab_size - 1)});
-      out.push_back({SectionKind::kDenseBits, s.dense_runs * dense_bitmap_bits(s.used_tokens), 1});
-      out.push_back({SectionKind::kDenseRanks, s.dense_runs * dense_blocks(s.used_tokens), bits_for(s.used_tokens)});
-    }
-  }
-  append_child_offset_sections(s, out);
-  return out;
 }
 
 // Bytes of a section of `count` elements of `width` bits: count_values are

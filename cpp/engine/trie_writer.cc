@@ -15,6 +15,7 @@
 #include "packed_array.h"
 #include "trie_format.h"
 #include "trie_layout.h"
+#include "trie_v1.h"
 
 namespace ngram {
 
@@ -101,7 +102,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     sh.escapes = rl.escapes;
     shapes.push_back(sh);
     rank_layouts.push_back(rl);
-    nsec += level_sections(sh).size();
+    nsec += TrieV1::level_sections(sh).size();
   }
   uint64_t off = align_up(sizeof(FileHeader) + nsec * sizeof(SectionEntry));
   auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width) {
@@ -123,7 +124,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     const LevelSpec& spec = specs_[k - 1];
     auto st = std::make_unique<LevelStream>();
     std::vector<WordSink> child_sinks;
-    for (const SectionShape& sec : level_sections(shapes[k - 1])) {
+    for (const SectionShape& sec : TrieV1::level_sections(shapes[k - 1])) {
       SectionStream* s = add(sec.kind, k, sec.count, sec.width);
       auto packed = [&] { return std::make_unique<PackedWriter<WordSink>>(sec.width, WordSink{s}); };
       switch (sec.kind) {

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "chunked_elias_fano.h"
@@ -14,16 +15,16 @@
 #include "errors.h"
 #include "packed_array.h"
 #include "trie_layout.h"
+#include "trie_v1.h"
+#include "trie_v2.h"
 
 namespace ngram {
 namespace {
 
 // The byte budget of level 2's bitmaps (dense_runs.h): their extra bytes
-// over the sequence's, per stored n-gram of all levels. 0.06 bytes keeps the
-// shared corpus trie at 1.68 bytes per n-gram in the file and 1.69 in RAM
-// (the limit: 1.7) while its bitmaps hold the runs of the most
-// frequent context tokens (73 runs, the last token of 39 % of DART's golden
-// queries; 0.03 bought 41, and lookups 4 to 6 % slower).
+// over the sequence's, per stored n-gram of all levels. Enough for the runs
+// of the most frequent context tokens, which most lookups search, at a few
+// percent of the file's bytes (CHANGELOG.md has the measurements).
 constexpr double kDenseBudgetPerNgram = 0.06;
 
 // The file being written, streamed: sections one after another at 64-byte
@@ -142,15 +143,15 @@ struct VectorSink {
 };
 
 // The layout's shape of section `kind` of the level described by s.
-SectionShape layout_of(const LevelShape& s, SectionKind kind) {
-  for (const SectionShape& x : level_sections(s))
+SectionShape layout_of(const LevelShapeV2& s, SectionKind kind) {
+  for (const SectionShape& x : TrieV2::level_sections(s))
     if (x.kind == kind) return x;
   throw FormatError("internal error: level " + std::to_string(s.level) + " has no section " +
                     section_kind_name(static_cast<uint32_t>(kind)));
 }
 
 // Values packed with `width` bits each, written as section `kind`.
-void write_packed(SectionFile& f, const LevelShape& s, SectionKind kind, const std::vector<uint64_t>& values) {
+void write_packed(SectionFile& f, const LevelShapeV2& s, SectionKind kind, const std::vector<uint64_t>& values) {
   const SectionShape shape = layout_of(s, kind);
   f.begin(kind, s.level);
   PackedWriter<FileSink> w(shape.width, FileSink{&f});
@@ -165,7 +166,7 @@ void write_packed(SectionFile& f, const LevelShape& s, SectionKind kind, const s
 // own pass over the ranks, so that none is held.
 template <class ForEachRank>
 void write_count_sections(const uint64_t* values, uint64_t nvalues, uint64_t entries, ForEachRank for_each_rank,
-                          LevelShape& sh, SectionFile& f) {
+                          LevelShapeV2& sh, SectionFile& f) {
   std::vector<uint64_t> freq(nvalues, 0);
   for_each_rank([&](uint64_t r) {
     if (r >= freq.size()) throw FormatError("level " + std::to_string(sh.level) + ": a count rank out of range");
@@ -219,8 +220,8 @@ void write_count_sections(const uint64_t* values, uint64_t nvalues, uint64_t ent
 // Level 1's child offsets, plainly packed, for the tokens that occur (a
 // token that does not has no children): each one's first child, then the
 // size of level 2.
-void write_used_child_offsets(const TrieIndex& src, const LevelShape& sh, SectionFile& f) {
-  const Level& L = src.level(1);
+void write_used_child_offsets(const TrieV1& src, const LevelShapeV2& sh, SectionFile& f) {
+  const LevelV1& L = src.level(1);
   std::vector<uint64_t> offsets;
   for (uint64_t t = 0; t < L.size; ++t)
     if (L.count(t) != 0) offsets.push_back(L.child_offsets[t]);
@@ -229,8 +230,8 @@ void write_used_child_offsets(const TrieIndex& src, const LevelShape& sh, Sectio
 }
 
 // Level k's child offsets, Elias-Fano coded: one pass per section.
-void write_child_offsets(const TrieIndex& src, const LevelShape& sh, SectionFile& f) {
-  const Level& L = src.level(sh.level);
+void write_child_offsets(const TrieV1& src, const LevelShapeV2& sh, SectionFile& f) {
+  const LevelV1& L = src.level(sh.level);
   const uint64_t n = L.size + 1, u = src.level(sh.level + 1).size;
   const SectionKind kinds[3] = {SectionKind::kChildLow, SectionKind::kChildHigh, SectionKind::kChildSelect};
   for (int part = 0; part < 3; ++part) {
@@ -251,22 +252,17 @@ struct PackedVector {
   PackedView view() const { return PackedView(reinterpret_cast<const uint8_t*>(words.data()), size, width); }
 };
 
-}  // namespace
-
-uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std::string& meta_json) {
-  if (src.version() != kFormatVersion)
-    throw InvalidArgument(src.path() + ": format version " + std::to_string(src.version()) +
-                          ", write_trie_v2 reads a version-1 trie");
+// write_trie_v2 from a version-1 trie's arrays (mapped or decoded alike).
+uint64_t write_from_v1(const TrieV1& src, uint64_t vocab, int64_t eos_id, const std::string& path,
+                       const std::string& meta_json) {
   const uint32_t order = src.order();
-  const uint64_t vocab = src.vocab_size();
   // The sections each level has do not depend on its sizes: the table's length is known up front.
   uint64_t nsec = 1;
   for (uint32_t k = 1; k <= order; ++k) {
-    LevelShape s;
-    s.version = kFormatVersion2;
+    LevelShapeV2 s;
     s.level = k;
     s.order = order;
-    nsec += level_sections(s).size();
+    nsec += TrieV2::level_sections(s).size();
   }
   SectionFile f(path, nsec);
   f.begin(SectionKind::kMeta, 0);
@@ -274,7 +270,7 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
   f.end({SectionKind::kMeta, meta_json.size(), 8});
 
   // Which tokens occur, and each one's rank among them.
-  const Level& uni = src.level(1);
+  const LevelV1& uni = src.level(1);
   std::vector<uint64_t> used_rank(vocab);
   uint64_t used = 0;
   for (uint64_t t = 0; t < vocab; ++t) {
@@ -284,14 +280,13 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
   uint64_t ngrams = used;
   for (uint32_t k = 2; k <= order; ++k) ngrams += src.level(k).size;
 
-  std::vector<LevelShape> shapes(order);
+  std::vector<LevelShapeV2> shapes(order);
   // suffix: per entry of the level before, the index of its suffix (its
   // n-gram without the first token) in the level before that.
   PackedVector suffix;
   for (uint32_t k = 1; k <= order; ++k) {
-    const Level& L = src.level(k);
-    LevelShape& sh = shapes[k - 1];
-    sh.version = kFormatVersion2;
+    const LevelV1& L = src.level(k);
+    LevelShapeV2& sh = shapes[k - 1];
     sh.level = k;
     sh.order = order;
     sh.size = L.size;
@@ -332,7 +327,7 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
       if (k < order) write_used_child_offsets(src, sh, f);
       continue;
     }
-    const Level& parent = src.level(k - 1);
+    const LevelV1& parent = src.level(k - 1);
     // Level 2: the runs stored as bitmaps instead of in the sequence.
     std::vector<uint64_t> dense, dense_bits;
     const uint64_t bitmap_words = dense_bitmap_bits(used) / 64;
@@ -428,7 +423,7 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
   // The sections written must be the layout's, in its order.
   size_t at = 1;
   for (uint32_t k = 1; k <= order; ++k)
-    for (const SectionShape& s : level_sections(shapes[k - 1])) {
+    for (const SectionShape& s : TrieV2::level_sections(shapes[k - 1])) {
       const SectionEntry& e = f.table[at++];
       if (e.kind != static_cast<uint32_t>(s.kind) || e.level != k || e.count != s.count || e.width != s.width)
         throw FormatError(path + ": internal error: section " + std::to_string(at - 1) + " is not the layout's");
@@ -438,8 +433,21 @@ uint64_t write_trie_v2(const TrieIndex& src, const std::string& path, const std:
   h.version = kFormatVersion2;
   h.order = order;
   h.vocab_size = vocab;
-  h.eos_id = src.eos_id();
+  h.eos_id = eos_id;
   return f.commit(h);
+}
+
+}  // namespace
+
+uint64_t write_trie_v2(const TrieIndex& source, const std::string& path, const std::string& meta_json) {
+  return source.visit([&](const auto& trie) -> uint64_t {
+    if constexpr (std::is_base_of_v<TrieV1, std::decay_t<decltype(trie)>>) {
+      return write_from_v1(trie, source.vocab_size(), source.eos_id(), path, meta_json);
+    } else {
+      throw InvalidArgument(source.path() + ": format version " + std::to_string(source.version()) +
+                            ", write_trie_v2 reads a version-1 trie");
+    }
+  });
 }
 
 }  // namespace ngram

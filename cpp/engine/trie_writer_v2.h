@@ -1,5 +1,5 @@
-// Format version 2 (docs/FORMAT.md, "Version 2") written from a trie of any
-// version: each k-gram's last token becomes its rank among the
+// Format version 2 (docs/FORMAT.md, "Version 2") written from a version-1
+// trie (mapped or in RAM): each k-gram's last token becomes its rank among the
 // continuations of its own (k-1)-suffix context (level 2: among the tokens
 // that occur), coded in chunked Elias-Fano; counts get two tiers of
 // escapes; every level's child offsets are Elias-Fano coded. The input must

@@ -39,8 +39,10 @@ standard health service and server reflection.
   --metrics-port P         Prometheus /metrics on this port (default: off)
   --metrics-host H         metrics listen address (default: --host)
   --drain-seconds S        on SIGTERM, time for in-flight calls (default 30)
-  --ram                    read tries into RAM instead of mapping them (format 1:
-                           decoded for speed, about 2.5x the file's memory)
+  --ram                    read tries into RAM instead of mapping them: a format-1
+                           trie is also decoded for speed (the fastest representation,
+                           about 2.5x its file's bytes); a format-2 trie is held as
+                           its file is (docs/FORMAT.md, "Representations")
   --verify                 check every section's checksum when loading
   --admin                  serve ngram.v1.NgramAdmin (Reload)
   --log-requests           one log line per call (default: events only)
