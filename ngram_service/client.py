@@ -30,7 +30,7 @@ import grpc
 import numpy as np
 
 from ngram_service import _engine, tree
-from ngram_service.index import TopK
+from ngram_service.index import TopK, info_dict
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 
 __all__ = ["NgramClient", "AsyncNgramClient", "DEFAULT_TIMEOUT"]
@@ -162,21 +162,11 @@ def _prune_params(params: dict[str, Any]) -> pb.PruneParams:
 
 def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
     """The same dict as NgramIndex.info()."""
-    counts = list(resp.ngram_counts)
-    meta = json.loads(resp.meta_json) if resp.meta_json else {}
-    return {
-        "path": resp.path,
-        "order": resp.order,
-        "vocab_size": resp.vocab_size,
-        "eos_id": None if resp.eos_id < 0 else resp.eos_id,
-        "file_bytes": resp.file_bytes,
-        "ram_bytes": resp.ram_bytes,
-        "mapped": resp.mapped,
-        "ngrams": counts,
-        "ngrams_total": sum(counts),
-        "tokens": resp.total_tokens,
-        **meta,
-    }
+    return info_dict(path=resp.path, order=resp.order, vocab_size=resp.vocab_size,
+                     eos_id=None if resp.eos_id < 0 else resp.eos_id,
+                     sizes={"file_bytes": resp.file_bytes, "ram_bytes": resp.ram_bytes}, mapped=resp.mapped,
+                     ngrams=list(resp.ngram_counts), tokens=resp.total_tokens,
+                     meta=json.loads(resp.meta_json) if resp.meta_json else {})
 
 
 # Every call: method name -> (request serializer, response parser). PruneTree

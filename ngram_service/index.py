@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -14,7 +15,8 @@ from ngram_service import _engine
 from ngram_service._engine import TrieFormatError
 from ngram_service.tree import PrunedTree
 
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: A zstd-compressed trie's first bytes (``ngram-build --compress``): the engine's definition.
+ZSTD_MAGIC: bytes = _engine.ZSTD_MAGIC
 
 
 class TopK(NamedTuple):
@@ -33,17 +35,33 @@ class NgramIndex:
     whatever the file's size); ``mode="ram"`` reads it into memory instead.
     A zstd-compressed trie (``ngram-build --compress``) is always
     decompressed into RAM.
+
+    The two per-query methods are the engine's own, bound to each instance
+    at open, so that a call runs no Python frame (``prune``'s overhead is
+    part of every draft step):
+
+    ``conditional_probs(contexts, candidates)``: DART-compatible conditional
+    probabilities. contexts: int [B, C] (C >= 1); candidates: int [B, K].
+    Returns (probs float32 [B, K], matched int32 [B, K]): for each query, the
+    longest suffix s of the context (at most order-1 tokens) that occurs and
+    is followed by the candidate w gives p = float32(count(s+w)) * (1 /
+    float32(count(s))) and matched = len(s); a candidate never seen after any
+    suffix gets 0 and 0.
+
+    ``prune(prefix, topk_tokens, topk_probs, **params)``: DART tree pruning of
+    one draft lattice, a PrunedTree; parameters and errors as
+    ``ngram_service.tree.prune``.
     """
+
+    conditional_probs: Callable[[Any, Any], tuple[np.ndarray, np.ndarray]]
+    prune: Callable[..., PrunedTree]
 
     def __init__(self, engine: "_engine.Trie", compressed_bytes: int | None = None) -> None:
         """engine: an opened ``_engine.Trie``; compressed_bytes: the size of
         the zstd file it was decompressed from, if it was."""
         self._t = engine
         self._compressed_bytes = compressed_bytes
-        # The per-query methods are the engine's own (bound here, so that a
-        # call runs no Python frame: prune()'s overhead is part of every
-        # draft step); the definitions below document them.
-        self.prune = engine.prune
+        self.prune = engine.prune  # the engine's methods: see the class docstring
         self.conditional_probs = engine.conditional_probs
         try:
             self._meta: dict[str, Any] = json.loads(engine.meta_json.decode("utf-8"))
@@ -86,18 +104,6 @@ class NgramIndex:
         e = self._t.eos_id
         return None if e < 0 else e
 
-    def conditional_probs(self, contexts: Any, candidates: Any) -> tuple[np.ndarray, np.ndarray]:
-        """DART-compatible conditional probabilities.
-
-        contexts: int [B, C] (C >= 1); candidates: int [B, K].
-        Returns (probs float32 [B, K], matched int32 [B, K]): for each query,
-        the longest suffix s of the context (at most order-1 tokens) that
-        occurs and is followed by the candidate w gives
-        p = float32(count(s+w)) * (1 / float32(count(s))) and matched = len(s);
-        a candidate never seen after any suffix gets 0 and 0.
-        """
-        return self._t.conditional_probs(contexts, candidates)
-
     def count(self, ngram: Any) -> int:
         """Occurrences of an n-gram of 1..order tokens in the corpus (0 if absent)."""
         return self._t.count(ngram)
@@ -108,10 +114,6 @@ class NgramIndex:
         none, the k most frequent tokens (matched = 0)."""
         tokens, probs, counts, matched = self._t.topk(context, k)
         return TopK(tokens, probs, counts, matched)
-
-    def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> PrunedTree:
-        """DART tree pruning of one draft lattice; see ngram_service.tree.prune."""
-        return _engine.prune(self._t, prefix, topk_tokens, topk_probs, **params)
 
     def prune_batch(self, requests: Any, *, threads: int | None = None, **params: Any) -> list[PrunedTree]:
         """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch."""
@@ -126,22 +128,13 @@ class NgramIndex:
         (with their count ranks) and child offsets decoded at open for speed
         (docs/FORMAT.md, "In RAM")."""
         counts = [self._t.ngram_count(k) for k in range(1, self.order + 1)]
-        sizes = {"file_bytes": self._t.file_size}
+        sizes: dict[str, Any] = {"file_bytes": self._t.file_size}
         if self._compressed_bytes is not None:  # file_bytes is the file's; image_bytes what it holds
             sizes = {"file_bytes": self._compressed_bytes, "image_bytes": self._t.file_size, "compressed": True}
         sizes["ram_bytes"] = self._t.ram_bytes
-        return {
-            "path": self._t.path,
-            "order": self.order,
-            "vocab_size": self.vocab_size,
-            "eos_id": self.eos_id,
-            **sizes,
-            "mapped": self._t.mapped,
-            "ngrams": counts,
-            "ngrams_total": sum(counts),
-            "tokens": self._t.total_tokens,
-            **self._meta,
-        }
+        return info_dict(path=self._t.path, order=self.order, vocab_size=self.vocab_size, eos_id=self.eos_id,
+                         sizes=sizes, mapped=self._t.mapped, ngrams=counts, tokens=self._t.total_tokens,
+                         meta=self._meta)
 
     def sections(self) -> list[dict[str, Any]]:
         """The section table: kind, level, offset, length, count, width, crc32c."""
@@ -155,11 +148,36 @@ class NgramIndex:
         return f"NgramIndex({self._t.path!r}, order={self.order}, vocab_size={self.vocab_size})"
 
 
-def _decompress(path: str) -> bytes:
+def info_dict(*, path: str, order: int, vocab_size: int, eos_id: int | None, sizes: dict[str, Any], mapped: bool,
+              ngrams: list[int], tokens: int, meta: dict[str, Any]) -> dict[str, Any]:
+    """The info dictionary of a trie, one definition for NgramIndex.info()
+    and NgramClient.info() (from GetInfo): header fields, sizes (file_bytes,
+    ram_bytes, and for a compressed trie image_bytes and compressed), n-gram
+    counts per order and their total, corpus tokens, then the trie's meta
+    section (tokenizer, corpus, build)."""
+    return {"path": path, "order": order, "vocab_size": vocab_size, "eos_id": eos_id, **sizes, "mapped": mapped,
+            "ngrams": ngrams, "ngrams_total": sum(ngrams), "tokens": tokens, **meta}
+
+
+def decompress_trie(src: BinaryIO, dest: BinaryIO) -> None:
+    """A zstd-compressed trie's plain bytes, every frame, from ``src`` into
+    ``dest``; zstandard.ZstdError for a corrupted stream."""
+    import shutil
+
     import zstandard
 
+    shutil.copyfileobj(zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True), dest, 1 << 20)
+
+
+def _decompress(path: str) -> bytes:
+    import io
+
+    import zstandard
+
+    out = io.BytesIO()
     try:
         with open(path, "rb") as f:
-            return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read()
+            decompress_trie(f, out)
     except zstandard.ZstdError as e:
         raise TrieFormatError(f"{path}: corrupted zstd-compressed trie: {e}") from e
+    return out.getvalue()

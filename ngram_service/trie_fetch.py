@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from ngram_service.index import ZSTD_MAGIC, NgramIndex, TrieFormatError
+from ngram_service.index import ZSTD_MAGIC, NgramIndex, TrieFormatError, decompress_trie
 
 __all__ = ["REMOTE_SCHEMES", "TrieFetchError", "is_remote", "cache_path", "fetch_trie"]
 
@@ -146,8 +145,7 @@ def _decompress_into(src: Path, dest: BinaryIO, location: str) -> None:
 
     try:
         with open(src, "rb") as f:
-            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-            shutil.copyfileobj(reader, dest, CHUNK)
+            decompress_trie(f, dest)
     except zstandard.ZstdError as e:
         raise TrieFetchError(f"{location}: corrupted zstd-compressed trie: {e}") from e
 

@@ -32,7 +32,7 @@ def test_every_route_gives_the_same_tree(golden) -> None:
     idx, reqs, params = golden
     batch = idx.prune_batch(reqs, threads=1, **params)
     for r, want in zip(reqs, batch):
-        for tree in (idx.prune(*r, **params), NgramIndex.prune(idx, *r, **params), tree_prune(idx._t, *r, **params),
+        for tree in (idx.prune(*r, **params), tree_prune(idx._t, *r, **params),
                      _engine.prune(idx._t, *r, **params), idx._t.prune(*r, **params),
                      idx.prune(prefix=r[0], topk_tokens=r[1], topk_probs=r[2], **params)):
             assert same_tree(tree, want)

@@ -6,6 +6,9 @@
 namespace ngram {
 
 constexpr char kMagic[8] = {'N', 'G', 'T', 'R', 'I', 'E', '\r', '\n'};
+// A zstd frame's first bytes: a trie compressed for shipping (ngram-build
+// --compress), which must be decompressed before it can be mapped.
+constexpr uint8_t kZstdMagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
 constexpr uint32_t kFormatVersion = 1;    // the first format; still read and written
 constexpr uint32_t kFormatVersion2 = 2;   // tokens as ranks in chunked Elias-Fano, two-tier count ranks
 constexpr uint32_t kMaxOrder = 16;

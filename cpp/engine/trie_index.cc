@@ -103,7 +103,6 @@ std::shared_ptr<TrieIndex> TrieIndex::from_buffer(std::string bytes, const std::
 }
 
 void TrieIndex::parse(Load load, bool verify) {
-  static constexpr uint8_t kZstdMagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
   if (std::memcmp(base_, kZstdMagic, sizeof(kZstdMagic)) == 0)
     throw FormatError("a zstd-compressed trie (ngram-build --compress, for shipping): it must be "
                       "decompressed before it can be mapped (zstd -d " + path_ + " -o PLAIN.ngt, then serve "

@@ -85,6 +85,7 @@ PYBIND11_MODULE(_engine, m) {
         return write_trie_v2(source, path, meta);
       }, py::arg("source"), py::arg("path"), py::arg("meta_json"),
       "Writes a format-version-2 trie (docs/FORMAT.md) from an open trie; returns its size.");
+  m.attr("ZSTD_MAGIC") = py::bytes(reinterpret_cast<const char*>(kZstdMagic), sizeof(kZstdMagic));
   m.attr("MAX_ORDER") = kMaxOrder;            // the longest n-gram a trie may store
 
   m.def("token_ids", [](const py::handle& ids, const std::string& field, int rank) {
