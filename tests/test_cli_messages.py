@@ -293,3 +293,29 @@ def test_tokenizer_of_another_trie_is_refused(sample_trie: Path, other_tokenizer
     assert code == 1 and out is None
     e = json.loads(err)
     assert e["error"] == "FAILED_PRECONDITION" and "--tokenizer" in e["message"]
+
+
+# ---- PruneTree's limits are the engine's, at most -------------------------------------
+
+@needs_server
+def test_prune_limits_above_the_engines_are_refused_at_start(sample_trie: Path) -> None:
+    r = run_native(str(sample_trie), "--port", "0", "--max-nodes", "5000")
+    assert r.returncode == 2 and r.stderr.splitlines()[-1] == "Error: --max-nodes 5000: at most the engine's 4096"
+
+
+@needs_server
+def test_a_prune_level_over_the_engines_limit_is_the_servers_refusal(sample_trie: Path) -> None:
+    """1,025 candidates in a level: within --max-candidates (4,096) but past the
+    engine's 1,024: the server refuses it as over a limit, naming the bound."""
+    import grpc
+
+    from ngram_service.client import NgramClient
+    from test_server import ServerProcess
+
+    k = 1025
+    with ServerProcess([sample_trie]) as s, NgramClient(s.target, retry_attempts=1) as c:
+        with pytest.raises(grpc.RpcError) as e:
+            c.prune([1, 2], [np.arange(k)], [np.full(k, 1.0 / k, np.float32)])
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.details() == ("inputs[0].level_sizes[0]: 1025 candidates, the server's limit is 1024 "
+                                     "(the engine's limit)")

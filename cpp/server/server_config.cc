@@ -28,11 +28,11 @@ standard health service and server reflection.
   --max-message-bytes N    request/response size limit (default 67108864)
   --max-batch N            queries per ConditionalProbs, trees per PruneTree (65536)
   --max-context N          context/prefix tokens per query (4096)
-  --max-candidates N       candidates per query (4096)
+  --max-candidates N       candidates per query (4096; a PruneTree level: at most 1024)
   --max-topk N             TopK k (65536)
-  --max-levels N           PruneTree levels per lattice (64)
-  --max-beam N             PruneTree beam_width (1024)
-  --max-nodes N            PruneTree nodes per tree (4096)
+  --max-levels N           PruneTree levels per lattice (64, at most)
+  --max-beam N             PruneTree beam_width (1024, at most)
+  --max-nodes N            PruneTree nodes per tree (4096, at most)
   --tls-cert PEM           server certificate chain (enables TLS)
   --tls-key PEM            server private key
   --tls-client-ca PEM      require client certificates signed by this CA (mTLS)
@@ -141,6 +141,16 @@ ServerConfig parse_args(int argc, char** argv) {
   if (c.limits.max_batch == 0 || c.limits.max_context == 0 || c.limits.max_candidates == 0 ||
       c.limits.max_levels == 0 || c.limits.max_beam == 0 || c.limits.max_nodes == 0)
     die("limits must be >= 1");
+  // The engine's bounds (cpp/engine/prune_tree.h, PruneLimits) cap PruneTree's limits.
+  const struct {
+    const char* flag;
+    uint64_t value, most;
+  } engine_bounds[] = {{"--max-levels", c.limits.max_levels, PruneLimits::kMaxDepth},
+                       {"--max-beam", c.limits.max_beam, PruneLimits::kMaxBeamWidth},
+                       {"--max-nodes", c.limits.max_nodes, PruneLimits::kMaxNodes}};
+  for (const auto& b : engine_bounds)
+    if (b.value > b.most)
+      die(std::string(b.flag) + " " + std::to_string(b.value) + ": at most the engine's " + std::to_string(b.most));
   if (c.metrics_host.empty()) c.metrics_host = c.host;
   return c;
 }

@@ -4,17 +4,27 @@
 #include <string>
 #include <vector>
 
+#include "prune_tree.h"
+
 namespace ngram::server {
 
+// The request limits. Those of PruneTree start at the engine's own bounds
+// (PruneLimits, the one definition) and may only be lowered: a request the
+// server admits is never refused by the engine for its size.
 struct Limits {
   uint64_t max_message_bytes = 64ull << 20;  // per request and per response
   uint64_t max_batch = 65536;       // queries per ConditionalProbs, trees per PruneTree
   uint64_t max_context = 4096;      // context / prefix tokens per query
-  uint64_t max_candidates = 4096;   // candidates per query (ConditionalProbs K, PruneTree K)
+  uint64_t max_candidates = 4096;   // candidates per query (ConditionalProbs K; PruneTree K: also <= the engine's)
   uint64_t max_topk = 65536;        // TopK k
-  uint64_t max_levels = 64;         // PruneTree levels per lattice
-  uint64_t max_beam = 1024;         // PruneTree beam_width
-  uint64_t max_nodes = 4096;        // PruneTree nodes per tree (remain_total)
+  uint64_t max_levels = PruneLimits::kMaxDepth;     // PruneTree levels per lattice
+  uint64_t max_beam = PruneLimits::kMaxBeamWidth;   // PruneTree beam_width
+  uint64_t max_nodes = PruneLimits::kMaxNodes;      // PruneTree nodes per tree (remain_total)
+
+  // PruneTree's candidates per level: --max-candidates within the engine's bound.
+  uint64_t max_prune_candidates() const {
+    return max_candidates < PruneLimits::kMaxCandidates ? max_candidates : PruneLimits::kMaxCandidates;
+  }
 };
 
 // The listen port without --port: the one ngram-query (ngram_service/query_cli.py,

@@ -324,9 +324,10 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
     offsets.assign(1, 0);
     for (uint64_t l = 0; l < depth; ++l) {
       const uint64_t k = in.level_sizes(static_cast<int>(l));
-      if (k > lim.max_candidates)
+      if (k > lim.max_prune_candidates())
         return over_limit((field + ".level_sizes[" + std::to_string(l) + "]").c_str(), k, "candidates",
-                          "--max-candidates", lim.max_candidates);
+                          lim.max_candidates < PruneLimits::kMaxCandidates ? "--max-candidates" : "the engine's limit",
+                          lim.max_prune_candidates());
       offsets.push_back(offsets.back() + k);
     }
     if (static_cast<uint64_t>(in.tokens_size()) != offsets.back())
