@@ -14,6 +14,8 @@ PKGS=(
   libprotobuf-dev
   protobuf-compiler
   prometheus-cpp-dev
+  # the server reads the trie's meta JSON with it (cpp/server/meta_json.cc)
+  nlohmann-json3-dev
   zlib1g-dev
   libssl-dev
   libc-ares-dev
@@ -42,6 +44,10 @@ check_build_inputs() {
       ok=1
     fi
   done
+  if [ ! -f /usr/include/nlohmann/json.hpp ]; then
+    echo "install-system-deps: nlohmann/json.hpp is missing (nlohmann-json3-dev)" >&2
+    ok=1
+  fi
   for tool in protoc grpc_cpp_plugin; do
     if ! command -v "$tool" >/dev/null; then
       echo "install-system-deps: $tool is not on PATH" >&2
