@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ngram_service import NgramIndex, _engine
-from ngram_service.fingerprint import tokenizer_json_fingerprint
+from ngram_service.fingerprint import tokenizer_json_fingerprint, trie_fingerprint
 from ngram_service.tree import DEFAULTS
 
 __all__ = [
@@ -237,7 +237,7 @@ def model_fingerprint(tokenizer: Any) -> str:
 def _check_fingerprint(info: dict[str, Any], expected: str | None, where: str) -> None:
     if not expected:
         return
-    have = (info.get("tokenizer") or {}).get("fingerprint") or info.get("tokenizer_fingerprint") or ""
+    have = trie_fingerprint(info)
     if not have:
         log.warning("%s: the trie records no tokenizer fingerprint; cannot check it against the model's", where)
         return

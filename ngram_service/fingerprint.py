@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_sha256", "hf_fingerprint", "tiktoken_fingerprint", "tokenizer_json_fingerprint"]
+__all__ = ["canonical_sha256", "hf_fingerprint", "tiktoken_fingerprint", "tokenizer_json_fingerprint", "trie_fingerprint"]
 
 
 def canonical_sha256(obj: Any) -> str:
@@ -81,3 +81,11 @@ def tokenizer_json_fingerprint(spec: str | Path) -> str:
     if not isinstance(cfg, dict) or "model" not in cfg:
         raise ValueError(f"{path}: not a Hugging Face tokenizer.json (no 'model')")
     return hf_fingerprint(cfg)
+
+
+def trie_fingerprint(info: dict[str, Any]) -> str:
+    """The tokenizer fingerprint a trie records (``info["tokenizer"]["fingerprint"]``
+    of NgramIndex.info() or NgramClient.info()); "" when it records none."""
+    tokenizer = info.get("tokenizer")
+    fp = tokenizer.get("fingerprint") if isinstance(tokenizer, dict) else None
+    return fp if isinstance(fp, str) else ""

@@ -30,7 +30,7 @@ import grpc
 import numpy as np
 
 from ngram_service.client import DEFAULT_TIMEOUT, NgramClient
-from ngram_service.fingerprint import tokenizer_json_fingerprint
+from ngram_service.fingerprint import tokenizer_json_fingerprint, trie_fingerprint
 from ngram_service.index import NgramIndex, TrieFormatError
 from ngram_service.tree import DEFAULTS
 
@@ -74,7 +74,7 @@ class Session:
         else:
             return
         info = self.index.info() if info is None else info
-        have = (info.get("tokenizer") or {}).get("fingerprint") or ""
+        have = trie_fingerprint(info)
         if not have:
             if what == "--tokenizer":  # text can still be encoded; the ids are unchecked
                 click.echo(f"ngram-query: {self.where} records no tokenizer fingerprint; "
