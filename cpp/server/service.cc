@@ -155,8 +155,7 @@ grpc::ServerUnaryReactor* NgramServiceImpl::unary(const char* method, grpc::Call
   metrics_.in_flight(+1);
   // The body runs on this gRPC thread (the one that read the request) when a
   // compute slot is free, and the reply goes out from there: no hand-over to
-  // another thread (measured: about a tenth less server CPU per PruneTree
-  // call than the synchronous API's pool).
+  // another thread (CHANGELOG.md: what that saves).
   admission_.run([this, ctx, body = std::move(body), finish = std::move(finish)] {
     Status st;
     // The deadline first: gRPC also marks a call whose deadline passed as cancelled.
