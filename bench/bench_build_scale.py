@@ -69,7 +69,7 @@ class RssMeter:
 
 
 def timed_build(cfg, work: Path) -> dict:
-    from indexer.build_tasks import DiskMeter
+    from indexer.task_resources import DiskMeter
     from indexer.pipeline import build
 
     work.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,8 @@ def run_build(args: list[str]) -> dict:
 
 
 def tokenizer_alone(corpus: Path, tokenizer: str) -> dict:
-    from indexer.shards import ShardReader, expand_inputs
+    from indexer.shard_discovery import expand_inputs
+    from indexer.shards import ShardReader
     from indexer.tokenizer import load_tokenizer
 
     texts = [t for s in expand_inputs([str(corpus)]) for batch in ShardReader(s) for t in batch]

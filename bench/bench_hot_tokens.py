@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from indexer.kgrams import kgram_table, tokens_left
-from indexer.shards import ShardReader, find_shards
+from indexer.shard_discovery import find_shards
+from indexer.shards import ShardReader
 from indexer.tokenizer import load_tokenizer
 
 

@@ -36,7 +36,8 @@ def main() -> None:
 
     from tokenizers import Tokenizer as HFTokenizer
 
-    from indexer.shards import ShardReader, expand_inputs
+    from indexer.shard_discovery import expand_inputs
+    from indexer.shards import ShardReader
     from indexer.tokenizer import load_tokenizer
 
     # The build's batches: what ShardReader gives a map task.

@@ -131,7 +131,8 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
         from indexer.allocator import restart_under_mimalloc
 
         restart_under_mimalloc()  # see indexer/allocator.py (NGRAM_BUILD_ALLOCATOR=system: glibc's)
-    from indexer.pipeline import BuildConfig, BuildError, build
+    from indexer.build_config import BuildConfig, BuildError, work_dir
+    from indexer.pipeline import build
     from indexer.progress import ProgressPrinter
     from indexer.shards import ShardError
 
@@ -163,7 +164,6 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
                           ray_address=ray_address, add_special_tokens=add_special_tokens,
                           format_version=int(format_version))
         if not resume:
-            from indexer.pipeline import work_dir
             from indexer.storage import Store
 
             # Only this tool's work folders: a --tmp-dir is the user's folder and may hold other files.

@@ -72,7 +72,7 @@ def convert_dart_trie(
     size = write_trie(plain, order=order, vocab_size=vocab_size, eos_id=eos_id, meta=meta, plans=plans,
                       chunks=chunks())
     if compress:
-        from indexer.pipeline import compress_file
+        from indexer.trie_output import compress_file
 
         size = compress_file(plain, out)
         plain.unlink()

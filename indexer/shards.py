@@ -16,7 +16,7 @@ Supported files (by name, case-insensitive):
 ==============================  ===============================================
 
 Shards may be local or in object storage (``s3://``, ``gs://``, through
-``indexer.storage``); ``find_shards`` expands both.
+``indexer.storage``); ``indexer.shard_discovery`` finds them.
 
 Errors name the place: ``ShardError`` prints as ``path:line: message`` where
 ``line`` is 1-based (for Parquet it is the 1-based row number).
@@ -24,18 +24,15 @@ Errors name the place: ``ShardError`` prints as ``path:line: message`` where
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
-import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import zstandard
-
+from indexer.compressed_lines import READ_SIZE, StreamBroken, chunk_source, split_lines
 from indexer.storage import filesystem, is_uri
 
 __all__ = [
@@ -44,9 +41,6 @@ __all__ = [
     "ShardError",
     "ShardReader",
     "ShardStats",
-    "Shard",
-    "expand_inputs",
-    "find_shards",
     "iter_text_batches",
     "shard_format",
 ]
@@ -71,9 +65,6 @@ SUPPORTED_SUFFIXES: dict[str, str] = {
 # itself is exact.
 _MAX_KEPT_ERRORS = 10
 
-# Compressed bytes read per step. Small enough that the decompressed output of
-# one step stays a few MB for text, large enough that per-call overhead is noise.
-_READ_SIZE = 1 << 18
 
 # JSON escapes of UTF-16 surrogates (\ud800..\udfff). json.loads turns a *lone*
 # one into a Python str that cannot be encoded as UTF-8, which would crash the
@@ -127,270 +118,13 @@ def shard_format(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def _supported_list() -> str:
+def supported_list() -> str:
+    """The supported file endings, for messages."""
     return ", ".join(SUPPORTED_SUFFIXES)
 
 
-def _walk_dir(root: Path) -> list[Path]:
-    # Hidden files (".DS_Store", "._x.jsonl" from macOS tar) are never shards.
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            if not name.startswith(".") and shard_format(name) is not None:
-                found.append(Path(dirpath) / name)
-    return found
-
-
-def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Turn files, directories and glob patterns into a sorted list of shard files.
-
-    - a file must have a supported ending, else ``ShardError``;
-    - a directory is searched recursively; files with other endings (README,
-      checksums) and hidden files are ignored;
-    - a glob (``*``, ``?``, ``[``; ``**`` recurses) keeps the supported files
-      it matches, and expands directories it matches as above;
-    - an input that yields no shard at all is an error, so a typo never
-      silently builds from less data than intended.
-
-    The result is sorted by path and free of duplicates (the same file reached
-    twice, even spelt differently, appears once). Local inputs only:
-    ``find_shards`` takes URIs too.
-    """
-    by_real: dict[str, Path] = {}
-    for raw in inputs:
-        text = os.fspath(raw)
-        if "://" in text:
-            raise ShardError(text, None, "remote URLs are expanded by find_shards, not here")
-        path = Path(text)
-        if path.is_file():
-            if shard_format(path) is None:
-                raise ShardError(text, None, f"unsupported file type (expected one of {_supported_list()})")
-            files = [path]
-        elif path.is_dir():
-            files = _walk_dir(path)
-            if not files:
-                raise ShardError(text, None, f"directory holds no shard files ({_supported_list()})")
-        elif any(ch in text for ch in "*?["):
-            import glob
-
-            files = []
-            for match in glob.glob(text, recursive=True):
-                m = Path(match)
-                if m.is_dir():
-                    files.extend(_walk_dir(m))
-                elif m.is_file() and shard_format(m) is not None:
-                    files.append(m)
-            if not files:
-                raise ShardError(text, None, f"pattern matches no shard files ({_supported_list()})")
-        else:
-            raise ShardError(text, None, "no such file or directory")
-        for f in files:
-            by_real.setdefault(os.path.realpath(f), f)
-    return sorted(by_real.values(), key=lambda p: str(p))
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One input file: where it is, and its name relative to the INPUT argument
-    that found it (what the trie's manifest records, so the same shards at
-    another path or in a bucket give the same manifest)."""
-
-    location: str  # local path or URI
-    name: str
-    size: int
-    mtime_ns: int
-
-
-def _relative_name(root: str, found: str, is_file_arg: bool) -> str:
-    if is_file_arg:
-        return found.rstrip("/").rsplit("/", 1)[-1]
-    return os.path.relpath(found, root).replace(os.sep, "/") if not is_uri(root) else found[len(root):].lstrip("/")
-
-
-def _glob_root(pattern: str) -> str:
-    """The folder a glob is relative to: its part before the first wildcard."""
-    head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-    return head[: head.rfind("/") + 1]
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """A glob as a regex over '/'-separated keys: ``*`` and ``?`` stay within
-    one folder, ``**`` crosses folders, ``[...]`` is a character class."""
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):  # zero or more folders
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 1:]:
-            j = pattern.index("]", i + 1)
-            out.append("[" + pattern[i + 1:j].replace("!", "^", 1) + "]")
-            i = j + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
-def find_shards(inputs: Iterable[str | os.PathLike[str]]) -> list[Shard]:
-    """``expand_inputs`` for local paths and object-storage URIs alike.
-
-    A URI names an object, a prefix (a "folder", searched recursively) or a
-    glob (``s3://bucket/dolma/*.json.gz``; ``**`` matches across folders).
-    Sorted by location, duplicates removed; an input that finds nothing is an
-    error, as for local paths.
-    """
-    found: dict[str, Shard] = {}
-    for raw in inputs:
-        text = os.fspath(raw)
-        if not is_uri(text):
-            root = text if Path(text).is_dir() else (_glob_root(text) or ".")
-            for p in expand_inputs([text]):
-                st = p.stat()
-                name = _relative_name(root, str(p), Path(text).is_file())
-                found.setdefault(os.path.realpath(p), Shard(str(p), name, st.st_size, st.st_mtime_ns))
-            continue
-        for shard in _find_remote(text):
-            found.setdefault(shard.location, shard)
-    return sorted(found.values(), key=lambda s: s.location)
-
-
-def _find_remote(uri: str) -> list[Shard]:
-    import pyarrow.fs as pafs
-
-    scheme = uri.split("://", 1)[0] + "://"
-    try:
-        fs, path = filesystem(uri)
-        if any(ch in path for ch in "*?["):
-            root = _glob_root(path).rstrip("/")
-            base = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-            regex = _glob_regex(path)
-            infos = [i for i in base if regex.match(i.path) or any(regex.match(p) for p in _parents(i.path, root))]
-            kind = "pattern matches no shard files"
-        else:
-            info = fs.get_file_info(path)
-            root = path
-            if info.type == pafs.FileType.File:
-                infos, root = [info], path.rsplit("/", 1)[0]
-            else:
-                infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-            kind = "no shard files under this prefix" if not infos or info.type != pafs.FileType.File else ""
-    except OSError as e:
-        raise ShardError(uri, None, f"cannot list ({e})") from e
-    shards = []
-    for info in infos:
-        if info.type != pafs.FileType.File or info.base_name.startswith(".") or shard_format(info.path) is None:
-            continue
-        mtime = info.mtime_ns or 0
-        shards.append(Shard(scheme + info.path, info.path[len(root):].lstrip("/"), info.size, mtime))
-    if not shards:
-        if len(infos) == 1 and infos[0].type == pafs.FileType.File:
-            raise ShardError(uri, None, f"unsupported file type (expected one of {_supported_list()})")
-        raise ShardError(uri, None, kind or f"no shard files ({_supported_list()})")
-    return shards
-
-
-def _parents(path: str, root: str) -> Iterator[str]:
-    """The folders between root and path (a glob that matches a folder takes
-    everything below it)."""
-    parts = path[len(root):].strip("/").split("/")[:-1]
-    for i in range(1, len(parts) + 1):
-        yield root + "/" + "/".join(parts[:i])
-
-
 # --------------------------------------------------------------------------
-# Byte streams
-
-
-class _StreamBroken(Exception):
-    """Raised by a chunk source when the compressed stream is cut or corrupt.
-
-    The line iterator turns it into a ShardError carrying the line number.
-    """
-
-
-def _plain_chunks(f: BinaryIO) -> Iterator[bytes]:
-    while chunk := f.read(_READ_SIZE):
-        yield chunk
-
-
-def _gzip_chunks(f: BinaryIO) -> Iterator[bytes]:
-    # GzipFile checks each member's CRC and length and raises EOFError when
-    # the file ends inside a member, which is what we want. read1, not read:
-    # read gathers several decompression steps and drops what it gathered
-    # when one raises, so the lines before a break would never reach the
-    # line counter and the error would name line 1.
-    gz = gzip.GzipFile(fileobj=f, mode="rb")
-    try:
-        while chunk := gz.read1(_READ_SIZE):
-            yield chunk
-    except EOFError as e:
-        raise _StreamBroken(f"truncated gzip stream ({e})") from e
-    except (OSError, zlib.error) as e:  # BadGzipFile is an OSError
-        raise _StreamBroken(f"corrupt gzip stream ({e})") from e
-
-
-def _zstd_chunks(f: BinaryIO) -> Iterator[bytes]:
-    # Not ZstdDecompressor.stream_reader: when the file ends inside a frame it
-    # just returns EOF, so a truncated shard would read as a shorter valid one.
-    # A decompressobj per frame exposes `eof`, so an unfinished frame at the
-    # end of the file is detected; `unused_data` carries us into the next
-    # frame (Dolma shards may be several frames concatenated).
-    # max_window_size admits files written with `zstd --long`.
-    dctx = zstandard.ZstdDecompressor(max_window_size=1 << 31)
-    dobj = None
-    try:
-        while data := f.read(_READ_SIZE):
-            while data:
-                if dobj is None:
-                    dobj = dctx.decompressobj()
-                out = dobj.decompress(data)
-                if out:
-                    yield out
-                if dobj.eof:
-                    data, dobj = dobj.unused_data, None
-                else:
-                    data = b""
-    except zstandard.ZstdError as e:
-        raise _StreamBroken(f"corrupt zstd stream ({e})") from e
-    if dobj is not None:
-        raise _StreamBroken("truncated zstd stream (the file ends inside a frame)")
-
-
-def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Split a byte stream on b"\\n" only.
-
-    Never str.splitlines(): texts hold U+2028/U+2029 (and \\x1c..\\x1e, \\x85),
-    which it treats as line ends. A line longer than a chunk is gathered in a
-    list and joined once, so huge documents cost linear, not quadratic, time.
-    """
-    pending: list[bytes] = []
-    for chunk in chunks:
-        parts = chunk.split(b"\n")
-        if len(parts) == 1:
-            pending.append(chunk)
-            continue
-        if pending:
-            pending.append(parts[0])
-            parts[0] = b"".join(pending)
-            pending = []
-        last = parts.pop()
-        if last:
-            pending.append(last)
-        yield from parts
-    if pending:
-        yield b"".join(pending)
-
-
+# Documents
 def _describe(value: object) -> str:
     if value is None:
         return "null"
@@ -451,7 +185,7 @@ class ShardReader:
         self.path: str | Path = path if isinstance(path, str) and is_uri(path) else Path(path)
         fmt = shard_format(self.path)
         if fmt is None:
-            raise ShardError(self.path, None, f"unsupported file type (expected one of {_supported_list()})")
+            raise ShardError(self.path, None, f"unsupported file type (expected one of {supported_list()})")
         self.format = fmt
         self.text_field = text_field
         self.batch_chars = batch_chars
@@ -469,11 +203,11 @@ class ShardReader:
             return done / total if total else 1.0
         if not self._counter or not self._counter.size:
             return 1.0
-        # The byte stream is read a step (_READ_SIZE) ahead of the documents
+        # The byte stream is read a step (READ_SIZE) ahead of the documents
         # yielded: count half a step as not yet used (a sample reads little).
         used = self._counter.consumed
         if used < self._counter.size:
-            used = max(used - _READ_SIZE // 2, 1)
+            used = max(used - READ_SIZE // 2, 1)
         return min(used / self._counter.size, 1.0)
 
     def __iter__(self) -> Iterator[list[str]]:
@@ -522,12 +256,12 @@ class ShardReader:
         return self._counter  # type: ignore[return-value]
 
     def _jsonl_texts(self) -> Iterator[str]:
-        chunk_source = {"jsonl": _plain_chunks, "jsonl.gz": _gzip_chunks, "jsonl.zst": _zstd_chunks}[self.format]
+        chunks = chunk_source(self.format)
         field_name = self.text_field
         lineno = 0
         with self._open() as f:
             try:
-                for raw in _split_lines(chunk_source(f)):
+                for raw in split_lines(chunks(f)):
                     lineno += 1
                     if not raw or raw.isspace():
                         continue
@@ -561,7 +295,7 @@ class ShardReader:
                         self._bad(lineno, f"field {field_name!r} holds a lone UTF-16 surrogate escape")
                         continue
                     yield text
-            except _StreamBroken as e:
+            except StreamBroken as e:
                 raise ShardError(self.path, lineno + 1, str(e)) from e
             except OSError as e:  # read errors of the file itself
                 raise ShardError(self.path, lineno + 1, f"read error ({e})") from e
@@ -658,14 +392,14 @@ class _CountingReader:
     def close(self) -> None:
         self._raw.close()
 
-    def __enter__(self) -> "_CountingReader":
+    def __enter__(self) -> _CountingReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_parquet(path: str | Path) -> "pq.ParquetFile":  # noqa: F821
+def open_parquet(path: str | Path) -> pq.ParquetFile:  # noqa: F821
     """A ParquetFile for a local path or URI; ShardError if unreadable."""
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -61,7 +61,8 @@ def load_documents(paths: Sequence[str], tokenizer: str, text_field: str = "text
     """Tokenizes the documents of shard files or folders (the formats
     ngram-build reads), each followed by the tokenizer's EOS as in a build.
     Returns the token arrays and the texts' total UTF-8 bytes."""
-    from indexer.shards import ShardReader, expand_inputs
+    from indexer.shard_discovery import expand_inputs
+    from indexer.shards import ShardReader
     from indexer.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tokenizer)

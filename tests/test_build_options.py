@@ -98,9 +98,9 @@ def test_small_memory_limit_and_tmp_dir(shards: Path, tmp_path: Path) -> None:
 def test_duckdb_spills_to_the_work_directory_under_its_memory_limit(tmp_path: Path) -> None:
     """The connection the build tasks use (memory_limit, temp_directory) spills an aggregation larger than its
     limit to files in the task's folder and still answers exactly."""
-    from indexer.build_tasks import _connect
+    from indexer.task_resources import duckdb_connection
 
-    con = _connect(64 << 20, tmp_path / "spill")
+    con = duckdb_connection(64 << 20, tmp_path / "spill")
     seen: set[str] = set()
     stop = threading.Event()
 

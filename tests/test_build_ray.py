@@ -10,7 +10,7 @@ import pytest
 from conftest import require_module
 
 from tests.random_corpus import write_shards
-from indexer.build_tasks import PermanentFault
+from indexer.fault_injection import PermanentFault
 from indexer.executor import TaskDiedError
 from indexer.pipeline import BuildConfig, build
 from indexer.cli import SAMPLE_DIR

@@ -9,18 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SAMPLE_TOKENIZER
+from test_build import brute_counts, check_exact, random_texts, write_jsonl_zst
 
-import indexer.build_tasks
 import indexer.executor
 import indexer.pipeline
 import indexer.shards
-from indexer.build_tasks import PermanentFault, sample_ids_key
+from indexer.fault_injection import PermanentFault
 from indexer.pipeline import BuildConfig, build
 from indexer.storage import Store
 from indexer.tokenizer import load_tokenizer
-
-from conftest import SAMPLE_TOKENIZER
-from test_build import brute_counts, check_exact, random_texts, write_jsonl_zst
+from indexer.work_store import sample_ids_key
 
 
 def small_batches(monkeypatch: pytest.MonkeyPatch, sample_tokens: int) -> None:
@@ -35,7 +34,8 @@ def cores(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
 
 
 def reader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "shard-reader"]
+    """The threads reading a shard ahead, named ``shard-reader PATH``."""
+    return [t for t in threading.enumerate() if t.name.startswith("shard-reader")]
 
 
 def test_map_starts_after_the_sampled_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,23 +87,28 @@ def test_a_failed_map_stops_the_read_ahead(tmp_path: Path, monkeypatch: pytest.M
 def test_reads_ahead_only_with_a_core_to_spare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spare: bool) -> None:
     small_batches(monkeypatch, sample_tokens=300)
     cores(monkeypatch, 2 if spare else 1)
-    started: list[str] = []
-    real_start = indexer.build_tasks._TextDocuments.start
-
-    def start(self: indexer.build_tasks._TextDocuments) -> None:
-        real_start(self)
-        if self._thread is not None:
-            started.append(self._reader.path)
-
-    monkeypatch.setattr(indexer.build_tasks._TextDocuments, "start", start)
     rng = random.Random(8)
     shards = [random_texts(rng, 120) for _ in range(3)]
     for i, texts in enumerate(shards):
         write_jsonl_zst(tmp_path / f"s{i}.jsonl.zst", texts)
     out = tmp_path / "t.ngt"
-    build(BuildConfig(inputs=[str(tmp_path)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3, workers=1),
-          progress=lambda _m: None)
+    # The build runs in this process (-j 1): watch which shards get a reader thread.
+    read_ahead: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.001):
+            read_ahead.update(t.name.split(" ", 1)[1] for t in reader_threads())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        build(BuildConfig(inputs=[str(tmp_path)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3, workers=1),
+              progress=lambda _m: None)
+    finally:
+        done.set()
+        watcher.join()
     flat, lengths = load_tokenizer(str(SAMPLE_TOKENIZER)).encode_to_arrays([t for s in shards for t in s])
     check_exact(out, brute_counts(flat, lengths, 3), 3)
-    assert len(set(started)) == (3 if spare else 0)
+    assert read_ahead == ({str(tmp_path / f"s{i}.jsonl.zst") for i in range(3)} if spare else set())
     assert not reader_threads()

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import indexer.pipeline as pipeline
+import indexer.range_planning as range_planning
 from tests.random_corpus import write_shards
-from indexer.build_tasks import RangeLookup, SampleResult, edge_keys, range_keys
 from indexer.cli import SAMPLE_DIR
-from indexer.pipeline import BuildConfig, build, plan_ranges
+from indexer.pipeline import BuildConfig, build
+from indexer.range_planning import RangeLookup, RangePlan, SampleResult, edge_keys, plan_ranges, range_keys
 from ngram_service import NgramIndex
 
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
@@ -37,7 +38,7 @@ def test_same_bytes_whatever_the_ranges(tmp_path: Path, monkeypatch: pytest.Monk
     corpus = make_corpus(tmp_path / "c")
     reports, files = [], []
     for i, (workers, max_ranges) in enumerate([(1, 1), (1, 8192), (3, 8192)]):
-        monkeypatch.setattr(pipeline, "MAX_RANGES", max_ranges)
+        monkeypatch.setattr(range_planning, "MAX_RANGES", max_ranges)
         out = tmp_path / str(i) / "t.ngt"
         reports.append(build(cfg(corpus, out, workers=workers), progress=quiet))
         files.append(out.read_bytes())
@@ -114,7 +115,7 @@ def test_a_hot_first_token_is_split_by_its_second_token() -> None:
     without = SampleResult("s", 16_000, 1.0, unigrams, [1000, 8000, 12000])
     budget = 64 << 20
 
-    def plan(s: SampleResult) -> pipeline.RangePlan:
+    def plan(s: SampleResult) -> RangePlan:
         return plan_ranges([s], 1 << 20, 1 << 30, vocab_size=1000, order=3, workers=2, reduce_memory_bytes=budget)
 
     floor, split = plan(without), plan(with_pairs)
@@ -152,10 +153,10 @@ def test_hot_token_split_gives_the_unsplit_bytes_and_resumes_the_same_way(
         return BuildConfig(inputs=[str(corpus)], out=str(out), tokenizer=None, vocab_size=64, eos=0, order=3,
                            name="h", workers=1, **kw)
 
-    monkeypatch.setattr(pipeline, "MAX_RANGES", 1)
+    monkeypatch.setattr(range_planning, "MAX_RANGES", 1)
     unsplit = build(config(tmp_path / "1.ngt"), progress=quiet)
     assert unsplit.ranges == 1
-    monkeypatch.setattr(pipeline, "MAX_RANGES", 8192)
+    monkeypatch.setattr(range_planning, "MAX_RANGES", 8192)
     # A tiny per-task budget: the estimated reduce memory needs several ranges, token 5 alone many.
     monkeypatch.setattr(pipeline, "MIN_TASK_MEMORY", 1)
     work = tmp_path / "work"

@@ -51,15 +51,15 @@ def test_prune_docstrings_state_the_engine_s_defaults() -> None:
 
 def test_maximum_order_is_the_engine_s(tmp_path: Path) -> None:
     from dart_client.lattice_log import DEFAULT_TAIL
+    from indexer.build_config import BuildConfig, BuildError, check_config
     from indexer.cli import main as ngram_build
-    from indexer.pipeline import BuildConfig, BuildError, _check_config
 
     assert DEFAULT_TAIL >= _engine.MAX_ORDER - 1  # a logged lattice keeps the context of any trie
     out = str(tmp_path / "t.ngt")
     r = CliRunner().invoke(ngram_build, ["--order", str(_engine.MAX_ORDER + 1), "--out", out])
     assert r.exit_code == 2 and f"1<=x<={_engine.MAX_ORDER}" in r.output
     try:
-        _check_config(BuildConfig(inputs=[], out=out, tokenizer="t", order=_engine.MAX_ORDER + 1))
+        check_config(BuildConfig(inputs=[], out=out, tokenizer="t", order=_engine.MAX_ORDER + 1))
     except BuildError as e:
         assert str(e) == f"--order must be in 1..{_engine.MAX_ORDER}, got {_engine.MAX_ORDER + 1}"
     else:

@@ -13,7 +13,7 @@ import pytest
 import zstandard
 from click.testing import CliRunner
 
-from conftest import GOLDEN, QWEN, SAMPLE_CORPUS, SAMPLE_TOKENIZER
+from conftest import GOLDEN, SAMPLE_CORPUS, SAMPLE_TOKENIZER
 from dart_client.lattice_log import LATTICE_SCHEMA, LatticeFormatError, LatticeSet, LatticeWriter, read_lattices
 from ngram_eval.cli import main as eval_main
 from ngram_eval.replay import (PruneSetting, accepted_length, accepted_lengths, hit_rates, prune_lattices,

@@ -19,7 +19,8 @@ from conftest import require_module
 from tests.random_corpus import write_shards
 from indexer.cli import SAMPLE_DIR
 from indexer.pipeline import BuildConfig, build
-from indexer.shards import ShardError, find_shards
+from indexer.shard_discovery import find_shards
+from indexer.shards import ShardError
 
 TOKENIZER = SAMPLE_DIR / "tokenizer.json"
 
@@ -48,6 +49,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_shards(tmp_path_factory.mktemp("s3-corpus"), seed=12, shards=3, docs=100, first_in_sub=True)
 
 
+@pytest.fixture(scope="module")
+def local_trie(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus built from local files: what every object-storage build must equal, byte for byte."""
+    out = tmp_path_factory.mktemp("local") / "t.ngt"
+    build(cfg([str(corpus)], str(out), workers=1), progress=quiet)
+    return out
+
+
 def upload(fs: pafs.S3FileSystem, local: Path, prefix: str) -> None:
     pafs.copy_files(str(local), prefix, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
 
@@ -65,14 +74,12 @@ def quiet(_m: str) -> None:
     pass
 
 
-def test_s3_inputs_work_dir_and_output_give_the_local_bytes(s3, corpus: Path, tmp_path: Path) -> None:
+def test_s3_inputs_work_dir_and_output_give_the_local_bytes(s3, corpus: Path, local_trie: Path) -> None:
     upload(s3, corpus, "bkt/corpus")
-    local = tmp_path / "t.ngt"
-    build(cfg([str(corpus)], str(local), workers=1), progress=quiet)
     report = build(cfg(["s3://bkt/corpus/"], "s3://bkt/out/t.ngt", workers=2, tmp_dir="s3://bkt/work"),
                    progress=quiet)
     with s3.open_input_stream("bkt/out/t.ngt") as f:
-        assert f.read() == local.read_bytes()  # the manifest names the shards as below the prefix
+        assert f.read() == local_trie.read_bytes()  # the manifest names the shards as below the prefix
     assert keys(s3, "bkt/out") == ["bkt/out/t.ngt"]
     assert keys(s3, "bkt/work") == []  # the build's work folder is removed after success
     assert report.peak_work_bytes > 0 and report.ranges == 8
@@ -153,16 +160,14 @@ def gcs():
             server.kill()
 
 
-def test_gcs_inputs_work_dir_and_output_give_the_local_bytes(gcs, corpus: Path, tmp_path: Path) -> None:
+def test_gcs_inputs_work_dir_and_output_give_the_local_bytes(gcs, corpus: Path, local_trie: Path) -> None:
     upload(gcs, corpus, "bkt/corpus")
-    local = tmp_path / "t.ngt"
-    build(cfg([str(corpus)], str(local), workers=1), progress=quiet)
     assert [s.name for s in find_shards(["gs://bkt/corpus/**/*.zst"])] == [
         "part-1.jsonl.zst", "part-2.jsonl.zst", "sub/part-0.jsonl.zst"]
     report = build(cfg(["gs://bkt/corpus/"], "gs://bkt/out/t.ngt", workers=2, tmp_dir="gs://bkt/work"),
                    progress=quiet)
     with gcs.open_input_stream("bkt/out/t.ngt") as f:
-        assert f.read() == local.read_bytes()
+        assert f.read() == local_trie.read_bytes()
     assert keys(gcs, "bkt/out") == ["bkt/out/t.ngt"]
     assert keys(gcs, "bkt/work") == []  # the build's work folder is removed after success
     assert report.peak_work_bytes > 0 and report.ranges == 8

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from indexer.pipeline import compress_file
+from indexer.trie_output import compress_file
 from ngram_service import NgramIndex
 from ngram_service.serve import NATIVE_SWITCHES, ServeArgs, find_native_binary, index_name
 from ngram_service.trie_fetch import cache_path

@@ -13,13 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from indexer.shards import (
-    ShardError,
-    ShardReader,
-    expand_inputs,
-    iter_text_batches,
-    shard_format,
-)
+from indexer.shard_discovery import expand_inputs
+from indexer.shards import ShardError, ShardReader, iter_text_batches, shard_format
 
 from conftest import CORPUS as SHARED_CORPUS  # noqa: E402
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED
 from tokenizers import (
     AddedToken,
     Regex,
@@ -24,11 +25,8 @@ from tokenizers import (
 )
 from tokenizers import Tokenizer as HFTokenizer
 
-import indexer.tokenizer as tokenizer_module
 from indexer.shards import ShardReader
 from indexer.tokenizer import TRICKY_TEXTS, Tokenizer, TokenizerError, load_tokenizer
-
-from conftest import SHARED  # noqa: E402
 
 SHARED_DATA = SHARED / "data"
 QWEN = SHARED_DATA / "qwen3-tokenizer.json"
@@ -302,7 +300,7 @@ def test_fingerprint_is_backend_independent_and_content_sensitive(gpt2_style: Pa
 
 
 def write_rank_file(tokenizer_json: Path, path: Path) -> Path:
-    from indexer.tokenizer import _BYTE_OF_CHAR
+    from indexer.tiktoken_conversion import BYTE_OF_CHAR
 
     cfg = json.loads(tokenizer_json.read_text())
     specials = {t["content"] for t in cfg["added_tokens"]}
@@ -310,7 +308,7 @@ def write_rank_file(tokenizer_json: Path, path: Path) -> Path:
     for token, rank in sorted(cfg["model"]["vocab"].items(), key=lambda kv: kv[1]):
         if token in specials:
             continue  # special tokens are not ranks; they are passed separately
-        raw = bytes(_BYTE_OF_CHAR[c] for c in token)
+        raw = bytes(BYTE_OF_CHAR[c] for c in token)
         lines.append(f"{base64.b64encode(raw).decode()} {rank}")
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -384,28 +382,40 @@ def _encode_in_worker(tok: Tokenizer, texts: list[str]) -> tuple[str, list[list[
     return tok.backend, tok.encode_batch(texts)
 
 
-def test_pickles_small_and_rebuilds_in_a_worker(
-    gpt2_style: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _encode_as_two_tasks(blob: bytes, texts: list[str]) -> tuple[list[list[int]], int]:
+    """What a pool worker does for two shards: unpickles the tokenizer for
+    each and encodes; the ids and how many tiktoken encodings it then holds."""
+    import gc
+
+    import tiktoken
+
+    tokenizers = [pickle.loads(blob) for _ in range(2)]
+    ids = [t.encode_batch(texts) for t in tokenizers]
+    gc.collect()
+    return ids[1], sum(isinstance(o, tiktoken.Encoding) for o in gc.get_objects())
+
+
+def test_pickles_small_and_rebuilds_in_a_worker(gpt2_style: Path, tmp_path: Path) -> None:
     tok = load_tokenizer(gpt2_style)
     blob = pickle.dumps(tok)
     assert len(blob) < 5000  # the spec and facts, not the vocabulary
     texts = CHECK_TEXTS[:10]
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         backend, ids = pool.submit(_encode_in_worker, tok, texts).result()
-    assert backend == "tiktoken" and ids == tok.encode_batch(texts)
-    # Unpickled again in one process (a task per shard): built once.
-    assert pickle.loads(blob)._backend() is pickle.loads(blob)._backend()
+        # Unpickled again in the same process (a task per shard): its backend is built once.
+        twice, encodings = pool.submit(_encode_as_two_tasks, blob, texts).result()
+    assert backend == "tiktoken" and ids == twice == tok.encode_batch(texts)
+    assert encodings == 1
 
-    # A tokenizer file replaced under a running build is caught (in a fresh
-    # process: empty the per-process backend cache to act as one).
+    # A tokenizer file replaced under a running build is caught by a process
+    # that builds the backend afterwards.
     path = tmp_path / "tokenizer.json"
     path.write_bytes(gpt2_style.read_bytes())
-    moved = pickle.loads(pickle.dumps(load_tokenizer(path)))
-    monkeypatch.setattr(tokenizer_module, "_BACKENDS", {})
+    moved = load_tokenizer(path)
     path.write_text(path.read_text().replace('"<|im_end|>"', '"<|im_END|>"'))
-    with pytest.raises(TokenizerError, match="changed since it was loaded"):
-        moved.encode_batch(["x"])
+    with (ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool,
+          pytest.raises(TokenizerError, match="changed since it was loaded")):
+        pool.submit(_encode_in_worker, moved, ["x"]).result()
 
 
 # --------------------------------------------------------------------------
