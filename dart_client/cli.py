@@ -197,8 +197,6 @@ def main(model: str | None, drafter: str | None, random_models: bool, trie: str 
             raise click.UsageError("--random-models decodes over the bundled sample tokenizer: drop --tokenizer")
     elif not (model and drafter):
         raise click.UsageError("give MODEL and DRAFTER folders (or --random-models to try without checkpoints)")
-    else:
-        tok_spec = _tokenizer_spec(model, tokenizer)
     if bool(trie) == bool(hosts):
         hint = " (the sample trie: ngram-build --out sample.ngt)" if random_models else ""
         raise click.UsageError(f"give exactly one of --trie FILE or --host HOST:PORT{hint}")
@@ -208,6 +206,8 @@ def main(model: str | None, drafter: str | None, random_models: bool, trie: str 
 
     if missing():
         raise click.ClickException(f"missing {', '.join(missing())}.\n{INSTALL_HINT}")
+    if not random_models:
+        tok_spec = _tokenizer_spec(model, tokenizer)
     if prompt is None:
         prompt = (prompt_file or click.get_text_stream("stdin")).read()
     import torch
