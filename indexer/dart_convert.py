@@ -13,7 +13,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, count_histogram, write_trie
+from indexer.trie_assembly import LevelChunk, LevelPlan, count_histogram, write_trie
+from indexer.trie_meta import tokenizer_meta, trie_meta
 from ngram_service import _engine
 
 
@@ -39,7 +40,7 @@ def convert_dart_trie(
         tok = load_tokenizer(tokenizer, eos=eos)
         vocab_size = vocab_size or tok.vocab_size
         eos_id = tok.eos_id
-        tok_meta = {"name": tok.name, "fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size}
+        tok_meta = tokenizer_meta(tok.name, tok.fingerprint, tok.vocab_size)
     elif isinstance(eos, str):
         raise ValueError("--eos as a token string needs --tokenizer")
     nodes = np.arange(1, len(token))
@@ -54,14 +55,10 @@ def convert_dart_trie(
 
     levels = _levels(order, token, parent, freq, depth, src)
     plans = [LevelPlan(len(c), count_histogram(c)) for _, c, _ in levels]
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "name": name or Path(out).name.split(".")[0],
-        "tokenizer": tok_meta,
-        "corpus": {"converted_from": {"dart_trie": Path(src).name, "bytes": Path(src).stat().st_size,
-                                      "nodes": len(token)}},
-        "build": {"tool": "ngram-build --from-dart-trie", "order": order, "eos_id": eos_id},
-    }
+    meta = trie_meta(name=name or Path(out).name.split(".")[0], tokenizer=tok_meta,
+                     corpus={"converted_from": {"dart_trie": Path(src).name, "bytes": Path(src).stat().st_size,
+                                                "nodes": len(token)}},
+                     build={"tool": "ngram-build --from-dart-trie", "order": order, "eos_id": eos_id})
 
     def chunks() -> Iterator[tuple[int, LevelChunk]]:
         for k, (t, c, n) in enumerate(levels, start=1):

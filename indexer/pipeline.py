@@ -37,6 +37,7 @@ from indexer.reduce_task import ReduceResult, ReduceTask, run_reduce
 from indexer.shard_discovery import Shard, find_shards
 from indexer.storage import Store, join
 from indexer.trie_assembly import FORMAT_VERSION, LevelPlan
+from indexer.trie_meta import tokenizer_meta, trie_meta
 from indexer.trie_output import compress_file, split_children, write_output
 from indexer.vocabulary import Vocabulary, load_vocabulary
 from indexer.work_store import PLAN_KEY
@@ -269,23 +270,18 @@ def _trie_meta(cfg: BuildConfig, vocab: Vocabulary, map_results: list[MapResult]
         build_meta["token_field"] = cfg.token_field
     if cfg.add_special_tokens:
         build_meta["add_special_tokens"] = True
-    return {
-        "format_version": FORMAT_VERSION,
-        "name": cfg.name or cfg.out.rstrip("/").rsplit("/", 1)[-1].split(".")[0],
-        "tokenizer": {"name": vocab.name, "fingerprint": vocab.fingerprint, "vocab_size": vocab.vocab_size},
-        "corpus": {
-            "documents": sum(r.documents for r in map_results),
-            "tokens": sum(r.tokens for r in map_results),
-            "skipped_documents": sum(r.skipped for r in map_results),
-            # Names relative to the INPUT that found them: the same shards
-            # elsewhere (another folder, node or bucket) give the same file.
-            "shards": [
-                {"path": r.name, "bytes": r.bytes, "documents": r.documents, "tokens": r.tokens}
-                for r in map_results
-            ],
-        },
-        "build": build_meta,
+    # Names relative to the INPUT that found them: the same shards elsewhere
+    # (another folder, node or bucket) give the same file.
+    corpus = {
+        "documents": sum(r.documents for r in map_results),
+        "tokens": sum(r.tokens for r in map_results),
+        "skipped_documents": sum(r.skipped for r in map_results),
+        "shards": [{"path": r.name, "bytes": r.bytes, "documents": r.documents, "tokens": r.tokens}
+                   for r in map_results],
     }
+    return trie_meta(name=cfg.name or cfg.out.rstrip("/").rsplit("/", 1)[-1].split(".")[0],
+                     tokenizer=tokenizer_meta(vocab.name, vocab.fingerprint, vocab.vocab_size), corpus=corpus,
+                     build=build_meta)
 
 
 def _report(out: str, size: int, map_results: list[MapResult], reduces: list[ReduceResult], plans: list[LevelPlan],

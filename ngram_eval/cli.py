@@ -19,6 +19,7 @@ from ngram_eval.replay import PruneSetting
 from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
 from ngram_service import NgramIndex, TrieFormatError
+from ngram_service.fingerprint import trie_fingerprint
 from ngram_service.tree import DEFAULTS, LIMITS
 
 
@@ -78,7 +79,7 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...])
     """Every TRIE opens, and (with a tokenizer) was built with that tokenizer."""
     for t in tries:
         info = _trie_info(t, tries, texts)
-        have = (info.get("tokenizer") or {}).get("fingerprint")
+        have = trie_fingerprint(info)
         if tokenizer is not None and have and have != tokenizer.fingerprint:
             raise click.BadParameter(f"{t}: built with tokenizer {have[:12]}..., not {tokenizer.spec} "
                                      f"({tokenizer.fingerprint[:12]}...): its n-grams are other token ids",
