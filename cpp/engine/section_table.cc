@@ -107,4 +107,19 @@ const uint64_t* SectionTable::count_values(uint32_t k, const SectionEntry* value
   return v;
 }
 
+ChildOffsets read_child_offsets(const SectionTable& t, uint32_t k, uint32_t n) {
+  switch (child_offset_rep(k, n)) {
+    case ChildOffsetRep::kNone:
+      return ChildOffsets();
+    case ChildOffsetRep::kPlain:
+      return ChildOffsets(PlainOffsetsView(t.packed(k, SectionKind::kChildOffsets)));
+    case ChildOffsetRep::kEliasFano: {
+      const SectionEntry *low = t.find(k, SectionKind::kChildLow), *high = t.find(k, SectionKind::kChildHigh);
+      return ChildOffsets(EliasFanoView(t.packed(low), t.bytes(high), high->count,
+                                        t.packed(k, SectionKind::kChildSelect), low->width));
+    }
+  }
+  return ChildOffsets();
+}
+
 }  // namespace ngram

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "child_offsets.h"
 #include "packed_array.h"
 #include "trie_format.h"
 #include "trie_layout.h"
@@ -66,6 +67,11 @@ class SectionTable {
   // Per level, per kind: the index of its section in sections_, -1 if none.
   std::vector<std::array<int32_t, kKinds>> by_kind_;
 };
+
+// Level k's child offsets (of an order-n trie) as its sections store them,
+// in the representation trie_layout.h's child_offset_rep gives it; the
+// sections were checked by check_level. Both file versions share it.
+ChildOffsets read_child_offsets(const SectionTable& t, uint32_t k, uint32_t n);
 
 // "level k", how errors about a level start.
 inline std::string level_name(uint32_t k) { return "level " + std::to_string(k); }

@@ -74,19 +74,7 @@ TrieV1::TrieV1(const SectionTable& t) {
       L.token_samples = reinterpret_cast<const uint32_t*>(t.bytes(samples));
       L.sample_count = samples->count;
     }
-    switch (child_offset_rep(k, n)) {
-      case ChildOffsetRep::kNone:
-        break;
-      case ChildOffsetRep::kPlain:
-        L.child_offsets = ChildOffsets(PlainOffsetsView(t.packed(k, SectionKind::kChildOffsets)));
-        break;
-      case ChildOffsetRep::kEliasFano: {
-        const SectionEntry *low = t.find(k, SectionKind::kChildLow), *high = t.find(k, SectionKind::kChildHigh);
-        L.child_offsets = ChildOffsets(EliasFanoView(t.packed(low), t.bytes(high), high->count,
-                                                     t.packed(k, SectionKind::kChildSelect), low->width));
-        break;
-      }
-    }
+    L.child_offsets = read_child_offsets(t, k, n);
   }
   for (uint32_t k = 1; k < n; ++k) {
     const LevelV1& L = levels_[k - 1];

@@ -50,19 +50,7 @@ TrieV2::TrieV2(const SectionTable& t) {
     if (bits)
       L.token_ranks = ChunkedEliasFanoView(L.size - std::min(L.size, shape.dense_entries), t.bytes(bits), bits->count,
                                            t.packed(k, SectionKind::kTokenStarts), t.packed(ends));
-    switch (child_offset_rep(k, n)) {
-      case ChildOffsetRep::kNone:
-        break;
-      case ChildOffsetRep::kPlain:
-        L.child_offsets = ChildOffsets(PlainOffsetsView(t.packed(k, SectionKind::kChildOffsets)));
-        break;
-      case ChildOffsetRep::kEliasFano: {
-        const SectionEntry *low = t.find(k, SectionKind::kChildLow), *high = t.find(k, SectionKind::kChildHigh);
-        L.child_offsets = ChildOffsets(EliasFanoView(t.packed(low), t.bytes(high), high->count,
-                                                     t.packed(k, SectionKind::kChildSelect), low->width));
-        break;
-      }
-    }
+    L.child_offsets = read_child_offsets(t, k, n);
   }
   for (uint32_t k = 1; k < n; ++k) {
     const LevelV2& L = levels_[k - 1];
