@@ -122,4 +122,15 @@ ChildOffsets read_child_offsets(const SectionTable& t, uint32_t k, uint32_t n) {
   return ChildOffsets();
 }
 
+void SectionTable::fill_common_shape(uint32_t k, uint64_t size, const CountSections& c, LevelShape& shape) const {
+  shape.level = k;
+  shape.order = order();
+  shape.size = size;
+  const SectionEntry* next_ranks = k < order() ? find(k + 1, SectionKind::kCountRanks) : nullptr;
+  shape.next_size = next_ranks ? next_ranks->count : 0;
+  shape.vocab_size = vocab_size();
+  shape.count_values = c.values->count;
+  shape.rank_width = c.ranks->width;
+}
+
 }  // namespace ngram

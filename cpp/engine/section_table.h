@@ -50,6 +50,11 @@ class SectionTable {
   };
   CountSections count_sections(uint32_t k, bool tiered) const;
 
+  // The shape fields every version reads the same way, into `shape`: level
+  // k of this order, `size` entries, the next level's size, the vocabulary,
+  // the count values and the (first-tier) rank width.
+  void fill_common_shape(uint32_t k, uint64_t size, const CountSections& c, LevelShape& shape) const;
+
   // Throws unless level k has exactly the sections `want` lists, each with
   // its count and width.
   void require_layout(uint32_t k, const std::vector<SectionShape>& want) const;

@@ -55,14 +55,7 @@ TrieV1::TrieV1(const SectionTable& t) {
     L.size = c.ranks->count;
     if (k == 1 && L.size != t.vocab_size()) throw FormatError(level_name(k) + ": size differs from vocab_size");
     LevelShape shape;
-    shape.level = k;
-    shape.order = n;
-    shape.size = L.size;
-    const SectionEntry* next_ranks = k < n ? t.find(k + 1, SectionKind::kCountRanks) : nullptr;
-    shape.next_size = next_ranks ? next_ranks->count : 0;
-    shape.vocab_size = t.vocab_size();
-    shape.count_values = c.values->count;
-    shape.rank_width = c.ranks->width;
+    t.fill_common_shape(k, L.size, c, shape);
     shape.escapes = c.escapes->count;
     // Exactly the layout's sections, each with the layout's count and width.
     t.require_layout(k, level_sections(shape));

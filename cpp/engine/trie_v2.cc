@@ -17,15 +17,8 @@ TrieV2::TrieV2(const SectionTable& t) {
     L.size = k == 1 ? t.vocab_size() : c.ranks->count;
     LevelShapeV2 shape;
     std::vector<uint64_t> dense_first, dense_before;  // level 2 (read_dense_runs)
-    shape.level = k;
-    shape.order = n;
-    shape.size = L.size;
-    const SectionEntry* next_ranks = k < n ? t.find(k + 1, SectionKind::kCountRanks) : nullptr;
-    shape.next_size = next_ranks ? next_ranks->count : 0;
-    shape.vocab_size = t.vocab_size();
-    shape.count_values = c.values->count;
-    // The layout's free parameters, from the sections that carry them.
-    shape.rank_width = c.ranks->width;
+    t.fill_common_shape(k, L.size, c, shape);
+    // The layout's other free parameters, from the sections that carry them.
     shape.escapes = c.ranks2->count;
     shape.rank2_width = c.ranks2->width;
     shape.escapes2 = c.escapes->count;
