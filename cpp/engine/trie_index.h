@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "anonymous_memory.h"
+#include "run_top_cache.h"
 #include "section_table.h"
 #include "trie_format.h"
 #include "trie_v1.h"
@@ -69,6 +70,10 @@ class TrieIndex {
   // Recomputes every section's CRC; throws FormatError naming the first bad one.
   void verify_checksums() const;
 
+  // The most frequent continuations of the long runs that proposals have
+  // read, kept while the trie is open (run_top_cache.h).
+  RunTopCache& run_tops() const { return run_tops_; }
+
  private:
   using Representation = std::variant<TrieV1, TrieV1Ram, TrieV2>;
 
@@ -88,6 +93,7 @@ class TrieIndex {
   mutable std::once_flag totals_once_;
   mutable uint64_t total_tokens_ = 0;
   mutable uint64_t distinct_unigrams_ = 0;
+  mutable RunTopCache run_tops_;
 };
 
 }  // namespace ngram

@@ -63,6 +63,7 @@ PyObject* conditional_probs_fastcall(PyObject* self, PyObject* const* in, Py_ssi
 
 void bind_prune(py::module_& m);  // prune_bindings.cc
 void bind_offload(py::module_& m);  // offload_bindings.cc
+void bind_propose(py::module_& m);  // propose_bindings.cc
 
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "The n-gram trie engine (C++). Use ngram_service.NgramIndex.";
@@ -188,6 +189,7 @@ PYBIND11_MODULE(_engine, m) {
   add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
   bind_offload(m);
   bind_prune(m);  // after Trie, whose method prune becomes
+  bind_propose(m);  // after Trie and PrunedTree
 
   py::class_<TrieWriter>(m, "TrieWriter")
       .def(py::init([](const std::string& path, uint32_t order, uint64_t vocab_size, int64_t eos_id,

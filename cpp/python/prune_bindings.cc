@@ -20,6 +20,7 @@
 #include "prune_params.h"
 #include "prune_wire.h"
 #include "prune_tree.h"
+#include "tree_object.h"
 #include "trie_index.h"
 
 namespace py = pybind11;
@@ -198,32 +199,6 @@ std::string request_error(size_t i, const std::string& msg) {
   return "requests[" + std::to_string(i) + "]" + (msg.rfind("must be", 0) == 0 ? " " : ": ") + msg;
 }
 
-// The Python PrunedTree: the engine's tree and, made on first use, numpy
-// views of its arrays (each property returns the same array every time). The
-// views' base is a capsule sharing the tree, not this object, so that no
-// reference cycle keeps either alive.
-struct TreeObject {
-  std::shared_ptr<PrunedTree> tree = std::make_shared<PrunedTree>();
-  py::object owner;  // the capsule
-  py::object arrays[6];
-
-  template <class T>
-  py::object& view(int slot, std::vector<T>& v, std::vector<py::ssize_t> shape) {
-    if (!arrays[slot]) {
-      if (!owner)
-        owner = py::capsule(new std::shared_ptr<PrunedTree>(tree),
-                            [](void* p) { delete static_cast<std::shared_ptr<PrunedTree>*>(p); });
-      if constexpr (std::is_same_v<T, uint8_t>)
-        arrays[slot] = py::array(py::dtype::of<bool>(), std::move(shape), v.data(), owner);
-      else
-        arrays[slot] = py::array_t<T>(std::move(shape), v.data(), owner);
-    }
-    return arrays[slot];
-  }
-  py::ssize_t n() const { return static_cast<py::ssize_t>(tree->size()); }
-};
-
-std::unique_ptr<TreeObject> new_tree() { return std::make_unique<TreeObject>(); }
 
 }  // namespace
 

@@ -1,0 +1,500 @@
+#include "propose.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "errors.h"
+#include "queries.h"
+
+namespace ngram {
+
+namespace {
+
+std::string number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+void check_range(int64_t v, int64_t lo, int64_t hi, const char* field) {
+  if (v < lo || v > hi)
+    throw InvalidArgument(std::string(field) + " = " + std::to_string(v) + ": must be in " + std::to_string(lo) +
+                          ".." + std::to_string(hi));
+}
+
+void check_unit(float v, const char* field) {
+  if (!(v >= 0.0f && v <= 1.0f))  // NaN fails too
+    throw InvalidArgument(std::string(field) + " = " + number(v) + ": must be in [0, 1]");
+}
+
+using Node = ProposeWorkspace::Node;
+using Candidate = ProposeWorkspace::Candidate;
+using Scored = ProposeWorkspace::Scored;
+constexpr uint64_t kAbsent = ProposeWorkspace::kAbsent;
+constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
+
+// The best-first order: higher path probability first; ties by smaller
+// depth, then the earlier chosen parent, then the smaller token. true when
+// a comes after b (the heaps' "less").
+bool after(const Candidate& a, const Candidate& b) {
+  if (a.prob != b.prob) return a.prob < b.prob;
+  if (a.depth != b.depth) return a.depth > b.depth;
+  if (a.parent != b.parent) return a.parent > b.parent;
+  return a.token > b.token;
+}
+
+// Count order within one source: more frequent first, ties by smaller token.
+bool more_frequent(uint64_t ca, int32_t ta, uint64_t cb, int32_t tb) { return ca != cb ? ca > cb : ta < tb; }
+
+// Keeps the `cap` most frequent of the offered (count, token) pairs, sorted,
+// in counts/tokens (size *n).
+inline void offer_top(uint64_t c, int32_t tok, uint32_t cap, uint64_t* counts, int32_t* tokens, uint32_t* n) {
+  if (c == 0) return;
+  uint32_t i = *n;
+  if (i == cap) {
+    if (!more_frequent(c, tok, counts[cap - 1], tokens[cap - 1])) return;
+    --i;
+  } else {
+    ++*n;
+  }
+  while (i > 0 && more_frequent(c, tok, counts[i - 1], tokens[i - 1])) {
+    counts[i] = counts[i - 1];
+    tokens[i] = tokens[i - 1];
+    --i;
+  }
+  counts[i] = c;
+  tokens[i] = tok;
+}
+
+// Adds a continuation's score from one source: a token scored twice keeps
+// the larger.
+inline void offer_score(std::vector<Scored>& scored, int32_t tok, float score) {
+  for (Scored& s : scored)
+    if (s.token == tok) {
+      s.score = std::max(s.score, score);
+      return;
+    }
+  scored.push_back({tok, score});
+}
+
+// One proposal's search over the representation Trie.
+template <class Trie>
+class Grower {
+ public:
+  Grower(const Trie& trie, const TrieIndex& index, const int64_t* context, uint64_t n, const ProposeParams& p,
+         ProposeWorkspace& ws)
+      : trie_(trie), index_(index), ctx_(context), n_(n), p_(p), ws_(ws),
+        max_len_(trie.order() - 1), branch_(static_cast<uint32_t>(p.max_branch)) {}
+
+  void run(ProposedTree& out);
+
+ private:
+  void start();
+  void expand(uint32_t v);
+  void find_occurrences(uint32_t v);
+  void score_corpus(uint32_t v, uint32_t L);
+  void score_document(uint32_t v);
+  const RunTop& long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi, const int32_t* suffix);
+  uint64_t hint_for(int32_t tok, uint32_t len) const;
+  uint32_t suffix_len(uint32_t depth) const {
+    return static_cast<uint32_t>(std::min<uint64_t>(max_len_, n_ + depth));
+  }
+  void write(ProposedTree& out);
+
+  const Trie& trie_;
+  const TrieIndex& index_;
+  const int64_t* ctx_;
+  const uint64_t n_;
+  const ProposeParams& p_;
+  ProposeWorkspace& ws_;
+  const uint32_t max_len_;  // the longest suffix the trie conditions on
+  const uint32_t branch_;
+};
+
+template <class Trie>
+void Grower<Trie>::start() {
+  ProposeWorkspace& ws = ws_;
+  ws.nodes.clear();
+  ws.frontier.clear();
+  ws.unexpanded.clear();
+  ws.positions.clear();
+  ws.occurrences.clear();
+  ws.weights[0] = 1.0f;
+  for (uint32_t d = 1; d < kMaxOrder; ++d) ws.weights[d] = ws.weights[d - 1] * p_.backoff;
+  // The root: the context's last token; its suffixes looked up in full.
+  const uint32_t L = suffix_len(0);
+  Node root{};
+  root.token = static_cast<int32_t>(ctx_[n_ - 1]);
+  root.parent = -1;
+  root.prob = 1.0f;
+  root.pos = static_cast<uint32_t>(ws.positions.size());
+  ws.positions.assign(kMaxOrder, kAbsent);
+  if (p_.corpus) {
+    int32_t tail[kMaxOrder];
+    for (uint32_t i = 0; i < L; ++i) tail[i] = static_cast<int32_t>(ctx_[n_ - L + i]);
+    for (uint32_t len = 1; len <= L; ++len) {
+      uint64_t idx;
+      if (trie_.find(tail + (L - len), len, &idx)) ws.positions[root.pos + len] = idx;
+    }
+  }
+  root.occ_begin = 0;
+  root.occ_size = 0;
+  ws.nodes.push_back(root);
+  if (p_.lookup) find_occurrences(0);
+}
+
+// The document source's state at node v: the positions i of the context
+// where the longest match of the sequence's suffix ends (followed by a
+// token, so i <= n-2). The root measures every match; a child keeps the
+// matches of its parent that its token continues.
+template <class Trie>
+void Grower<Trie>::find_occurrences(uint32_t v) {
+  ProposeWorkspace& ws = ws_;
+  Node& node = ws.nodes[v];
+  node.occ_begin = static_cast<uint32_t>(ws.occurrences.size());
+  node.occ_size = 0;
+  if (n_ < 2) return;
+  if (v == 0) {
+    uint32_t best = 0;
+    std::vector<uint32_t>& lens = ws.match_lens;
+    lens.assign(n_ - 1, 0);
+    for (uint64_t i = 0; i + 1 < n_; ++i) {
+      uint32_t l = 0;
+      while (l < ProposeLimits::kMaxMatch && l <= i && ctx_[i - l] == ctx_[n_ - 1 - l]) ++l;
+      lens[i] = l;
+      best = std::max(best, l);
+    }
+    if (best < static_cast<uint32_t>(p_.lookup_min_match)) return;
+    uint32_t kept = 0;
+    for (uint64_t i = n_ - 1; i-- > 0 && kept < ProposeLimits::kMaxOccurrences;)
+      if (lens[i] == best) {
+        ws.occurrences.push_back(static_cast<uint32_t>(i));
+        ++kept;
+      }
+    std::reverse(ws.occurrences.begin() + node.occ_begin, ws.occurrences.end());
+    node.occ_size = kept;
+    return;
+  }
+  const Node& parent = ws.nodes[node.parent];
+  for (uint32_t k = 0; k < parent.occ_size; ++k) {
+    const uint64_t i = ws.occurrences[parent.occ_begin + k] + uint64_t{1};
+    if (i + 1 < n_ && ctx_[i] == node.token) ws.occurrences.push_back(static_cast<uint32_t>(i));
+  }
+  ws.nodes[v].occ_size = static_cast<uint32_t>(ws.occurrences.size()) - ws.nodes[v].occ_begin;
+}
+
+// A long run's most frequent continuations: from the trie's cache, else read
+// whole (and kept when the cache has room).
+template <class Trie>
+const RunTop& Grower<Trie>::long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi,
+                                          const int32_t* suffix) {
+  RunTopCache& cache = index_.run_tops();
+  if (const RunTop* kept = cache.find(len, node)) return *kept;
+  RunTop& top = ws_.local_top[len];
+  top.size = 0;
+  std::vector<int32_t>& toks = ws_.next_tokens;
+  toks.resize(hi - lo);
+  trie_.run_tokens(suffix, len, lo, hi, toks.data());
+  uint64_t counts[RunTop::kTop];
+  int32_t tokens[RunTop::kTop];
+  uint32_t n = 0;
+  for (uint64_t i = lo; i < hi; ++i) offer_top(trie_.count(len + 1, i), toks[i - lo], RunTop::kTop, counts, tokens, &n);
+  top.size = n;
+  for (uint32_t j = 0; j < n; ++j) {
+    top.tokens[j] = tokens[j];
+    top.counts[j] = counts[j];
+    // Tokens are sorted within the run: the entry's index by bisection.
+    top.index[j] = lo + static_cast<uint64_t>(std::lower_bound(toks.begin(), toks.end(), tokens[j]) - toks.begin());
+  }
+  if (const RunTop* kept = cache.insert(len, node, top)) return *kept;
+  return top;
+}
+
+// The corpus source at a node whose sequence ends in tail (L tokens): every
+// stored suffix s of length len (L down to 1) scores its continuations w as
+// backoff^(L-len) * count(s+w) / count(s); a continuation takes its best
+// score over the lengths. Only each run's branch_ most frequent can be among
+// the node's branch_ best, and a length whose best possible score cannot
+// reach them is not read.
+template <class Trie>
+void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
+  ProposeWorkspace& ws = ws_;
+  const Node& node = ws.nodes[v];
+  const int32_t* tail = ws.tail.data();
+  for (uint32_t len = L; len >= 1; --len) {
+    ws.run_kind[len] = 0;
+    const uint64_t at = ws.positions[node.pos + len];
+    if (at == kAbsent) continue;
+    uint64_t lo, hi;
+    trie_.children(len, at, &lo, &hi);
+    if (lo >= hi) continue;
+    const float w = ws.weights[L - len];
+    uint32_t above = 0;
+    for (const Scored& s : ws.scored) above += s.score > w;
+    if (above >= branch_) {
+      for (uint32_t l = len; l >= 1; --l) ws.run_kind[l] = 3;  // not read: the lookups are the child's
+      return;
+    }
+    const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
+    const int32_t* suffix = tail + (L - len);
+    if (hi - lo < RunTopCache::kMinRun) {
+      std::vector<int32_t>& toks = ws.run_tokens[len];
+      toks.resize(hi - lo);
+      trie_.run_tokens(suffix, len, lo, hi, toks.data());
+      ws.run_kind[len] = 1;
+      ws.run_lo[len] = lo;
+      uint64_t counts[ProposeLimits::kMaxBranch];
+      int32_t tokens[ProposeLimits::kMaxBranch];
+      uint32_t n = 0;
+      for (uint64_t i = lo; i < hi; ++i) offer_top(trie_.count(len + 1, i), toks[i - lo], branch_, counts, tokens, &n);
+      for (uint32_t j = 0; j < n; ++j) offer_score(ws.scored, tokens[j], static_cast<float>(counts[j]) * inv * w);
+    } else {
+      const RunTop& top = long_run_top(len, at, lo, hi, suffix);
+      ws.run_kind[len] = 2;
+      ws.run_top[len] = &top;
+      const uint32_t n = std::min(top.size, branch_);
+      for (uint32_t j = 0; j < n; ++j)
+        offer_score(ws.scored, top.tokens[j], static_cast<float>(top.counts[j]) * inv * w);
+    }
+  }
+}
+
+// The document source: the tokens that follow the node's occurrences,
+// each scored lookup_weight * (its occurrences) / (all occurrences).
+template <class Trie>
+void Grower<Trie>::score_document(uint32_t v) {
+  ProposeWorkspace& ws = ws_;
+  const Node& node = ws.nodes[v];
+  if (node.occ_size == 0) return;
+  std::vector<int32_t>& next = ws.next_tokens;
+  next.resize(node.occ_size);
+  for (uint32_t k = 0; k < node.occ_size; ++k)
+    next[k] = static_cast<int32_t>(ctx_[ws.occurrences[node.occ_begin + k] + 1]);
+  std::sort(next.begin(), next.end());
+  uint64_t counts[ProposeLimits::kMaxBranch];
+  int32_t tokens[ProposeLimits::kMaxBranch];
+  uint32_t n = 0;
+  for (size_t i = 0; i < next.size();) {
+    size_t j = i + 1;
+    while (j < next.size() && next[j] == next[i]) ++j;
+    offer_top(j - i, next[i], branch_, counts, tokens, &n);
+    i = j;
+  }
+  const float inv = 1.0f / static_cast<float>(node.occ_size);
+  for (uint32_t j = 0; j < n; ++j)
+    offer_score(ws.scored, tokens[j], static_cast<float>(counts[j]) * inv * p_.lookup_weight);
+}
+
+// Where a continuation tok of the node just scored lies in level len + 1:
+// its entry after the node's suffix of length len, kAbsent when it does not
+// follow it, kUnknown when that run was not read whole.
+template <class Trie>
+uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
+  switch (ws_.run_kind[len]) {
+    case 1: {
+      const std::vector<int32_t>& toks = ws_.run_tokens[len];
+      auto it = std::lower_bound(toks.begin(), toks.end(), tok);
+      return it != toks.end() && *it == tok ? ws_.run_lo[len] + static_cast<uint64_t>(it - toks.begin()) : kAbsent;
+    }
+    case 2: {
+      const RunTop& top = *ws_.run_top[len];
+      for (uint32_t j = 0; j < top.size; ++j)
+        if (top.tokens[j] == tok) return top.index[j];
+      return kUnknown;
+    }
+    case 3:
+      return kUnknown;
+    default:
+      return kAbsent;
+  }
+}
+
+template <class Trie>
+void Grower<Trie>::expand(uint32_t v) {
+  ProposeWorkspace& ws = ws_;
+  const uint32_t depth = ws.nodes[v].depth;
+  const uint32_t L = p_.corpus ? suffix_len(depth) : 0;
+  // The sequence's last L tokens: the path up to the root, then the context.
+  ws.tail.resize(std::max<uint32_t>(L, 1));
+  {
+    uint32_t i = L;
+    uint32_t u = v;
+    while (i > 0 && u != 0) {
+      ws.tail[--i] = ws.nodes[u].token;
+      u = static_cast<uint32_t>(ws.nodes[u].parent);
+    }
+    for (uint64_t c = n_; i > 0;) ws.tail[--i] = static_cast<int32_t>(ctx_[--c]);
+  }
+  // The suffixes the parent's runs did not place.
+  const uint32_t pos = ws.nodes[v].pos;
+  for (uint32_t len = 1; len <= L; ++len) {
+    if (ws.positions[pos + len] != kUnknown) continue;
+    uint64_t idx;
+    ws.positions[pos + len] = trie_.find(ws.tail.data() + (L - len), len, &idx) ? idx : kAbsent;
+  }
+  if (p_.lookup && v != 0) find_occurrences(v);
+
+  ws.scored.clear();
+  if (L > 0) score_corpus(v, L);
+  if (p_.lookup) score_document(v);
+  if (ws.scored.empty()) return;
+  const uint32_t keep = std::min<uint32_t>(branch_, static_cast<uint32_t>(ws.scored.size()));
+  std::partial_sort(ws.scored.begin(), ws.scored.begin() + keep, ws.scored.end(), [](const Scored& a, const Scored& b) {
+    return a.score != b.score ? a.score > b.score : a.token < b.token;
+  });
+  const float prob = ws.nodes[v].prob;
+  const uint32_t child_len = p_.corpus ? suffix_len(depth + 1) : 0;
+  for (uint32_t j = 0; j < keep; ++j) {
+    const float child = prob * ws.scored[j].score;
+    if (!(child >= p_.min_prob) || child <= 0.0f) break;  // the rest score no higher
+    const int32_t tok = ws.scored[j].token;
+    Candidate c;
+    c.prob = child;
+    c.depth = depth + 1;
+    c.parent = v;
+    c.token = tok;
+    c.hints = static_cast<uint32_t>(ws.positions.size());
+    ws.positions.resize(ws.positions.size() + kMaxOrder, kAbsent);
+    if (child_len >= 1) ws.positions[c.hints + 1] = static_cast<uint64_t>(tok);  // level 1 is indexed by token
+    for (uint32_t len = 1; len + 1 <= child_len; ++len)
+      ws.positions[c.hints + len + 1] = len <= L ? hint_for(tok, len) : kUnknown;
+    ws.frontier.push_back(c);
+    std::push_heap(ws.frontier.begin(), ws.frontier.end(), after);
+  }
+}
+
+template <class Trie>
+void Grower<Trie>::run(ProposedTree& out) {
+  ProposeWorkspace& ws = ws_;
+  start();
+  const uint32_t max_nodes = static_cast<uint32_t>(p_.max_nodes);
+  const uint32_t max_depth = static_cast<uint32_t>(p_.max_depth);
+  auto lower_prob = [&](uint32_t a, uint32_t b) {
+    const float pa = ws.nodes[a].prob, pb = ws.nodes[b].prob;
+    return pa != pb ? pa < pb : a > b;
+  };
+  if (max_depth > 0 && max_nodes > 0) ws.unexpanded.push_back(0);
+  while (ws.nodes.size() - 1 < max_nodes) {
+    // A chosen node is expanded once the best candidate no longer beats it:
+    // its children's probabilities are at most its own.
+    while (!ws.unexpanded.empty() &&
+           (ws.frontier.empty() || ws.nodes[ws.unexpanded.front()].prob >= ws.frontier.front().prob)) {
+      std::pop_heap(ws.unexpanded.begin(), ws.unexpanded.end(), lower_prob);
+      const uint32_t v = ws.unexpanded.back();
+      ws.unexpanded.pop_back();
+      expand(v);
+    }
+    if (ws.frontier.empty()) break;
+    std::pop_heap(ws.frontier.begin(), ws.frontier.end(), after);
+    const Candidate c = ws.frontier.back();
+    ws.frontier.pop_back();
+    Node node{};
+    node.token = c.token;
+    node.parent = static_cast<int32_t>(c.parent);
+    node.depth = c.depth;
+    node.prob = c.prob;
+    node.pos = c.hints;
+    ws.nodes.push_back(node);
+    if (c.depth < max_depth) {
+      ws.unexpanded.push_back(static_cast<uint32_t>(ws.nodes.size() - 1));
+      std::push_heap(ws.unexpanded.begin(), ws.unexpanded.end(), lower_prob);
+    }
+  }
+  write(out);
+}
+
+// The chosen nodes by depth, within one depth in the order chosen.
+template <class Trie>
+void Grower<Trie>::write(ProposedTree& out) {
+  ProposeWorkspace& ws = ws_;
+  const uint32_t n = static_cast<uint32_t>(ws.nodes.size());
+  std::vector<uint32_t>& order = ws.order;
+  order.resize(n);
+  for (uint32_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return ws.nodes[a].depth < ws.nodes[b].depth; });
+  std::vector<int32_t>& place = ws.encode.dfs_stack;  // chosen index -> output index
+  place.assign(n, 0);
+  for (uint32_t i = 0; i < n; ++i) place[order[i]] = static_cast<int32_t>(i);
+  out.tokens.resize(n);
+  out.parents.resize(n);
+  out.scores.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const Node& node = ws.nodes[order[i]];
+    out.tokens[i] = node.token;
+    out.parents[i] = node.parent < 0 ? -1 : place[node.parent];
+    out.scores[i] = node.prob;
+  }
+  encode_tree(out, ws.encode);
+}
+
+}  // namespace
+
+void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& p) {
+  if (n == 0) throw InvalidArgument("context: empty; its last token is the tree's root");
+  if (n > ProposeLimits::kMaxContext)
+    throw InvalidArgument("context: " + std::to_string(n) + " tokens, limit " +
+                          std::to_string(ProposeLimits::kMaxContext));
+  check_tokens(t, context, n, "context");
+  check_range(p.max_nodes, 0, ProposeLimits::kMaxNodes, "max_nodes");
+  check_range(p.max_depth, 0, ProposeLimits::kMaxDepth, "max_depth");
+  check_range(p.max_branch, 1, ProposeLimits::kMaxBranch, "max_branch");
+  check_range(p.lookup_min_match, 1, ProposeLimits::kMaxMatch, "lookup_min_match");
+  check_unit(p.min_prob, "min_prob");
+  check_unit(p.backoff, "backoff");
+  check_unit(p.lookup_weight, "lookup_weight");
+}
+
+void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
+                  ProposeWorkspace& ws, ProposedTree& out) {
+  validate_propose(t, context, n, params);
+  t.visit([&](const auto& trie) {
+    using Trie = std::decay_t<decltype(trie)>;
+    Grower<Trie>(trie, t, context, n, params, ws).run(out);
+  });
+}
+
+void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, const ProposeParams& params,
+                   uint32_t threads, std::vector<ProposedTree>& out) {
+  const size_t n = in.size();
+  out.resize(n);
+  if (n == 0) return;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<uint32_t>(std::min<size_t>(threads, n));
+  std::atomic<size_t> next{0};
+  std::mutex err_mu;
+  size_t err_index = n;
+  std::string err_msg;
+  std::exception_ptr err_other;
+  auto work = [&]() {
+    ProposeWorkspace ws;
+    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      try {
+        propose_tree(t, in[i].context, in[i].size, params, ws, out[i]);
+      } catch (const InvalidArgument& e) {
+        std::lock_guard<std::mutex> g(err_mu);
+        if (i < err_index) {
+          err_index = i;
+          err_msg = e.what();
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> g(err_mu);
+        if (!err_other) err_other = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (uint32_t i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& th : pool) th.join();
+  if (err_other) std::rethrow_exception(err_other);
+  if (err_index < n) throw InvalidArgument("contexts[" + std::to_string(err_index) + "]: " + err_msg);
+}
+
+}  // namespace ngram

@@ -1,0 +1,117 @@
+// Corpus proposals: a draft tree grown from the trie alone, for models with
+// no drafter. From the sequence so far, the tree holds the likeliest
+// continuations, best-first by path probability, where a continuation's
+// probability combines the trie's counts after every stored suffix length
+// of the sequence (the corpus source) and the sequence's own earlier
+// occurrences (the prompt-lookup source). docs/PROPOSALS.md is the
+// specification (scores, tie rules, node order, limits); this file is its
+// single definition in code.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "prune_tree.h"
+#include "run_top_cache.h"
+#include "trie_index.h"
+
+namespace ngram {
+
+// Every bound on a proposal request, in one place (checked by validate_propose).
+struct ProposeLimits {
+  static constexpr uint32_t kMaxNodes = PruneLimits::kMaxNodes;  // nodes kept, root excluded
+  static constexpr uint32_t kMaxDepth = PruneLimits::kMaxDepth;
+  static constexpr uint32_t kMaxBranch = 32;            // continuations per node
+  static constexpr uint64_t kMaxContext = 1u << 20;     // tokens of one sequence
+  static constexpr uint32_t kMaxMatch = 32;             // lookup_min_match's bound
+  // The document source keeps the most recent occurrences of the matched
+  // suffix only: recent text predicts better, and the count bounds the work.
+  static constexpr uint32_t kMaxOccurrences = 256;
+};
+
+// The parameters of a proposal. The defaults are the measured best of
+// docs/PROPOSALS.md, the only definition of them: the Python module exports
+// them (PROPOSE_DEFAULTS) and the server leaves unset fields at these values.
+struct ProposeParams {
+  int64_t max_nodes = 64;
+  int64_t max_depth = 8;
+  int64_t max_branch = 8;      // each node's best continuations considered
+  float min_prob = 1e-4f;      // nodes whose path probability is below are not kept
+  float backoff = 0.4f;        // a suffix one token shorter weighs this much less
+  bool corpus = true;          // continuations from the trie
+  bool lookup = true;          // continuations from the sequence's own earlier occurrences
+  float lookup_weight = 1.0f;  // the document source's probabilities are scaled by this
+  int64_t lookup_min_match = 2;  // the shortest suffix the document source matches
+};
+
+// The kept tree, in PrunedTree's layout (prune_tree.h): node 0 is the root
+// (the sequence's last token); the others follow by depth, within one depth
+// in the order they were chosen; scores are path probabilities (1 for the
+// root).
+using ProposedTree = PrunedTree;
+
+struct ProposeWorkspace;
+
+// Throws InvalidArgument naming the field at fault: an empty or too long
+// context, ids outside [0, vocab), integers or floats outside their range.
+void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params);
+
+// Validates, then proposes. `ws` may be reused across calls (one per thread).
+void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
+                  ProposeWorkspace& ws, ProposedTree& out);
+
+// Many sequences on `threads` threads (0: the hardware's); out[i] answers
+// contexts[i]. An invalid request raises InvalidArgument prefixed
+// "contexts[i]: " (the lowest such i) after every thread has finished.
+struct ProposeInput {
+  const int64_t* context = nullptr;
+  uint64_t size = 0;
+};
+void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, const ProposeParams& params,
+                   uint32_t threads, std::vector<ProposedTree>& out);
+
+// Scratch space of one proposing thread.
+struct ProposeWorkspace {
+  static constexpr uint64_t kAbsent = ~uint64_t{0};  // a suffix that is not stored
+  static constexpr uint64_t kUnknown = kAbsent - 1;  // not yet looked up
+
+  struct Node {          // a node of the tree, in the order chosen
+    int32_t token;
+    int32_t parent;      // index into nodes, -1 for the root
+    uint32_t depth;
+    float prob;          // path probability
+    uint32_t pos;        // its suffixes' entries: positions[pos + len], len 1..order-1
+    uint32_t occ_begin;  // its document occurrences: occurrences[occ_begin, + occ_size)
+    uint32_t occ_size;
+  };
+  struct Candidate {     // a continuation not yet chosen
+    float prob;
+    uint32_t depth;
+    uint32_t parent;     // index into nodes
+    int32_t token;
+    uint32_t hints;      // its suffixes' entries as far as known: positions[hints + len]
+  };
+  struct Scored {        // one continuation of the node being expanded
+    int32_t token;
+    float score;
+  };
+
+  std::vector<Node> nodes;
+  std::vector<Candidate> frontier;     // a heap (best on top)
+  std::vector<uint32_t> unexpanded;    // chosen nodes not expanded yet: a heap by probability
+  std::vector<uint64_t> positions;
+  std::vector<uint32_t> occurrences;   // positions i in the context, the match ending at i
+  std::vector<Scored> scored, doc;
+  std::vector<int32_t> run_tokens[kMaxOrder];  // the short runs read at this node, by suffix length
+  uint64_t run_lo[kMaxOrder];
+  uint8_t run_kind[kMaxOrder];         // 0: no run; 1: read whole (run_tokens); 2: a RunTop
+  const RunTop* run_top[kMaxOrder];
+  RunTop local_top[kMaxOrder];         // a long run's list when the cache is full, by suffix length
+  std::vector<int32_t> tail;           // the sequence's last order-1 tokens at the node
+  std::vector<int32_t> next_tokens;
+  std::vector<uint32_t> match_lens;     // the root's match length at each position of the context
+  std::vector<uint32_t> order;
+  float weights[kMaxOrder];            // backoff ** d
+  PruneWorkspace encode;
+};
+
+}  // namespace ngram

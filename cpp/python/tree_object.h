@@ -1,0 +1,45 @@
+// The Python PrunedTree object, shared by the bindings that return trees
+// (prune, propose, the wire decoder).
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "prune_tree.h"
+
+namespace ngram_py {
+
+namespace py = pybind11;
+using ngram::PrunedTree;
+
+// The Python PrunedTree: the engine's tree and, made on first use, numpy
+// views of its arrays (each property returns the same array every time). The
+// views' base is a capsule sharing the tree, not this object, so that no
+// reference cycle keeps either alive.
+struct TreeObject {
+  std::shared_ptr<PrunedTree> tree = std::make_shared<PrunedTree>();
+  py::object owner;  // the capsule
+  py::object arrays[6];
+
+  template <class T>
+  py::object& view(int slot, std::vector<T>& v, std::vector<py::ssize_t> shape) {
+    if (!arrays[slot]) {
+      if (!owner)
+        owner = py::capsule(new std::shared_ptr<PrunedTree>(tree),
+                            [](void* p) { delete static_cast<std::shared_ptr<PrunedTree>*>(p); });
+      if constexpr (std::is_same_v<T, uint8_t>)
+        arrays[slot] = py::array(py::dtype::of<bool>(), std::move(shape), v.data(), owner);
+      else
+        arrays[slot] = py::array_t<T>(std::move(shape), v.data(), owner);
+    }
+    return arrays[slot];
+  }
+  py::ssize_t n() const { return static_cast<py::ssize_t>(tree->size()); }
+};
+
+inline std::unique_ptr<TreeObject> new_tree() { return std::make_unique<TreeObject>(); }
+
+}  // namespace ngram_py
