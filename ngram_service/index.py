@@ -51,10 +51,15 @@ class NgramIndex:
     ``prune(prefix, topk_tokens, topk_probs, **params)``: DART tree pruning of
     one draft lattice, a PrunedTree; parameters and errors as
     ``ngram_service.tree.prune``.
+
+    ``propose(context, **params)``: a draft tree grown from the trie and the
+    context alone (no drafter), a PrunedTree whose scores are path
+    probabilities; parameters and errors as ``ngram_service.proposals.propose``.
     """
 
     conditional_probs: Callable[[Any, Any], tuple[np.ndarray, np.ndarray]]
     prune: Callable[..., PrunedTree]
+    propose: Callable[..., PrunedTree]
 
     def __init__(self, engine: "_engine.Trie", compressed_bytes: int | None = None) -> None:
         """engine: an opened ``_engine.Trie``; compressed_bytes: the size of
@@ -63,6 +68,7 @@ class NgramIndex:
         self._compressed_bytes = compressed_bytes
         self.prune = engine.prune  # the engine's methods: see the class docstring
         self.conditional_probs = engine.conditional_probs
+        self.propose = engine.propose
         try:
             self._meta: dict[str, Any] = json.loads(engine.meta_json.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -118,6 +124,10 @@ class NgramIndex:
     def prune_batch(self, requests: Any, *, threads: int | None = None, **params: Any) -> list[PrunedTree]:
         """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch."""
         return _engine.prune_batch(self._t, requests, threads=threads, **params)
+
+    def propose_batch(self, contexts: Any, *, threads: int | None = None, **params: Any) -> list[PrunedTree]:
+        """Many proposals on all cores, GIL released; see ngram_service.proposals.propose_batch."""
+        return _engine.propose_batch(self._t, contexts, threads=threads, **params)
 
     def info(self) -> dict[str, Any]:
         """Header, metadata (tokenizer, corpus manifest, build parameters) and

@@ -1,0 +1,55 @@
+"""Corpus proposals: a draft tree from the trie and the context alone.
+
+The search runs in the C++ engine (``cpp/engine/propose.cc``), which also
+checks every request and owns the defaults; docs/PROPOSALS.md specifies the
+semantics: how the trie's suffix lengths and the context's own earlier
+occurrences are combined, the best-first order and its ties, the limits.
+
+    tree = propose(trie, context)                    # one sequence
+    trees = propose_batch(trie, [ctx_a, ctx_b])      # all cores
+
+``trie`` is the engine's ``_engine.Trie`` (``NgramIndex.propose`` passes its own).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ngram_service import _engine
+from ngram_service.tree import PrunedTree
+
+__all__ = ["DEFAULTS", "LIMITS", "propose", "propose_batch"]
+
+#: The engine's bounds on a request (cpp/engine/propose.h, ProposeLimits).
+LIMITS = {name: getattr(_engine.ProposeLimits, name) for name in
+          ("max_nodes", "max_depth", "max_branch", "max_context", "max_match", "max_occurrences")}
+
+#: The engine's defaults (cpp/engine/propose.h, ProposeParams).
+DEFAULTS: dict[str, Any] = dict(_engine.PROPOSE_DEFAULTS)
+
+
+def propose(trie: _engine.Trie, context: Any, **params: Any) -> PrunedTree:
+    """A draft tree of the likeliest continuations of ``context``.
+
+    context: int [N] (N >= 1), the whole sequence so far; its last token is
+    the root. Keyword parameters (DEFAULTS): max_nodes (nodes kept, root
+    excluded), max_depth, max_branch (continuations considered per node),
+    min_prob (path-probability floor), backoff (weight of a suffix one token
+    shorter), corpus / lookup (the trie's and the context's own
+    continuations; either may be turned off), lookup_weight,
+    lookup_min_match (the shortest suffix matched in the context).
+
+    The tree's scores are path probabilities (1 for the root). Raises
+    ValueError naming the field for malformed input (an empty context, ids
+    outside the vocabulary, a parameter outside its range) and TypeError for
+    an unknown keyword.
+    """
+    return _engine.propose(trie, context, **params)
+
+
+def propose_batch(trie: _engine.Trie, contexts: Iterable[Any], *, threads: int | None = None,
+                  **params: Any) -> list[PrunedTree]:
+    """propose for many contexts on ``threads`` threads (None: all cores),
+    the GIL released; one set of parameters for all. An invalid context
+    raises ValueError prefixed ``contexts[i]:``."""
+    return _engine.propose_batch(trie, contexts, threads=threads, **params)

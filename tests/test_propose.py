@@ -1,0 +1,269 @@
+"""Corpus proposals (NgramIndex.propose) against a brute-force enumeration of
+docs/PROPOSALS.md's semantics, on small random corpora: the same tree, the
+same node order, the same float32 scores, for every representation."""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
+from ngram_service import NgramIndex
+from ngram_service.proposals import DEFAULTS, LIMITS
+
+F = np.float32
+
+
+class Corpus:
+    """Random documents over a Zipf-like vocabulary: some contexts have runs
+    of continuations longer than the engine reads whole (64), most do not."""
+
+    def __init__(self, seed: int, order: int, vocab: int = 160, docs: int = 60, length: int = 300) -> None:
+        rng = np.random.default_rng(seed)
+        weights = 1.0 / np.arange(1, vocab + 1) ** 1.1
+        weights /= weights.sum()
+        self.order, self.vocab = order, vocab
+        self.docs = [list(rng.choice(vocab, size=rng.integers(2, length), p=weights)) for _ in range(docs)]
+        # Repeated phrases, so that long suffixes recur.
+        phrase = list(rng.choice(vocab, size=12, p=weights))
+        for d in self.docs[::3]:
+            at = int(rng.integers(0, len(d)))
+            d[at:at] = phrase
+        self.counts: Counter = Counter(
+            tuple(int(t) for t in d[i:i + k]) for d in self.docs for k in range(1, order + 1)
+            for i in range(len(d) - k + 1))
+        self.after: dict[tuple, dict[int, int]] = {}
+        for g, c in self.counts.items():
+            if len(g) >= 2:
+                self.after.setdefault(g[:-1], {})[g[-1]] = c
+
+    def write(self, path: Path, version: int) -> Path:
+        levels = []
+        for k in range(1, self.order + 1):
+            grams = sorted(g for g in self.counts if len(g) == k)
+            levels.append((np.array(grams, dtype=np.int64).reshape(-1, k),
+                           np.array([self.counts[g] for g in grams], dtype=np.uint64)))
+        write_trie(path, order=self.order, vocab_size=self.vocab, eos_id=None, meta={"name": "propose-test"},
+                   plans=plans_from_ngrams(levels), chunks=levels_from_ngrams(levels), format_version=version)
+        return path
+
+
+def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int, float]]:
+    """[(token, parent, score)] in the engine's node order, root first: every
+    continuation of every node scored from the raw counts, the tree chosen
+    one node at a time as docs/PROPOSALS.md says."""
+    p = {**DEFAULTS, **given}
+    weights = [F(1)]
+    for _ in range(16):
+        weights.append(F(weights[-1] * F(p["backoff"])))
+    n = len(context)
+
+    def corpus_scores(seq: list[int]) -> dict[int, np.float32]:
+        L = min(data.order - 1, len(seq))
+        out: dict[int, np.float32] = {}
+        for ln in range(L, 0, -1):
+            s = tuple(seq[-ln:])
+            inv = F(1) / F(data.counts.get(s, 0)) if data.counts.get(s) else None
+            for w, c in data.after.get(s, {}).items():
+                sc = F(F(F(c) * inv) * weights[L - ln])
+                out[w] = max(out.get(w, F(0)), sc)
+        return out
+
+    # The document source: where the context's longest suffix match ends.
+    root_occ: list[int] = []
+    lens = []
+    for i in range(n - 1):
+        ln = 0
+        while ln < LIMITS["max_match"] and ln <= i and context[i - ln] == context[n - 1 - ln]:
+            ln += 1
+        lens.append(ln)
+    best = max(lens, default=0)
+    if n >= 2 and best >= p["lookup_min_match"]:
+        root_occ = [i for i in range(n - 1) if lens[i] == best][-LIMITS["max_occurrences"]:]
+
+    def doc_scores(path: tuple[int, ...]) -> dict[int, np.float32]:
+        d = len(path)
+        occ = [i + d for i in root_occ if i + d <= n - 2 and tuple(context[i + 1:i + 1 + d]) == path]
+        if not occ:
+            return {}
+        nxt = Counter(context[j + 1] for j in occ)
+        inv = F(1) / F(len(occ))
+        return {w: F(F(F(c) * inv) * F(p["lookup_weight"])) for w, c in nxt.items()}
+
+    def children(path: tuple[int, ...]) -> list[tuple[int, np.float32]]:
+        scores: dict[int, np.float32] = {}
+        if p["corpus"]:
+            scores = corpus_scores(list(context) + list(path))
+        if p["lookup"]:
+            for w, s in doc_scores(path).items():
+                scores[w] = max(scores.get(w, F(0)), s)
+        ranked = sorted(scores.items(), key=lambda ws: (-ws[1], ws[0]))
+        return [(w, s) for w, s in ranked[:p["max_branch"]] if s > 0]
+
+    chosen = [(context[-1], -1, 0, F(1), ())]  # token, parent, depth, prob, path
+    kids: dict[int, list] = {}
+    while len(chosen) - 1 < p["max_nodes"]:
+        taken = {c[4] for c in chosen}
+        options = []
+        for v, (_, _, depth, prob, path) in enumerate(chosen):
+            if depth >= p["max_depth"]:
+                continue
+            if v not in kids:
+                kids[v] = children(path)
+            for w, s in kids[v]:
+                child = F(prob * s)
+                if child >= F(p["min_prob"]) and child > 0 and path + (w,) not in taken:
+                    options.append((-child, depth + 1, v, w))
+        if not options:
+            break
+        negp, depth, v, w = min(options)
+        chosen.append((w, v, depth, F(-negp), chosen[v][4] + (w,)))
+    order = sorted(range(len(chosen)), key=lambda i: (chosen[i][2], i))
+    place = {old: new for new, old in enumerate(order)}
+    return [(chosen[i][0], -1 if chosen[i][1] < 0 else place[chosen[i][1]], float(chosen[i][3])) for i in order]
+
+
+def assert_same(tree, ref) -> None:
+    got = list(zip(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist()))
+    assert got == ref
+    # The encoding: every node's mask row marks exactly its ancestors and itself.
+    for i, par in enumerate(tree.parents.tolist()):
+        want = {i}
+        while par >= 0:
+            want.add(par)
+            par = tree.parents[par]
+        assert set(np.flatnonzero(tree.tree_mask[i]).tolist()) == want
+    assert tree.depths[0] == 0 and all(tree.depths[i] == tree.depths[tree.parents[i]] + 1
+                                       for i in range(1, len(tree.tokens)))
+
+
+REPRESENTATIONS = [(1, "mmap"), (1, "ram"), (2, "mmap")]
+
+
+@pytest.fixture(scope="module", params=[2, 3, 5], ids=lambda o: f"order{o}")
+def corpus(request: pytest.FixtureRequest) -> Corpus:
+    return Corpus(seed=request.param * 7, order=request.param)
+
+
+@pytest.fixture(scope="module")
+def tries(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], NgramIndex]:
+    root = tmp_path_factory.mktemp(f"propose{corpus.order}")
+    files = {v: corpus.write(root / f"v{v}.ngt", v) for v in (1, 2)}
+    return {(v, mode): NgramIndex.open(files[v], mode=mode, verify=True) for v, mode in REPRESENTATIONS}
+
+
+PARAMS = [
+    {},
+    {"max_nodes": 16, "max_depth": 3},
+    {"max_nodes": 200, "max_depth": 12, "max_branch": 3, "min_prob": 0.0},
+    {"backoff": 1.0, "max_branch": 32, "max_nodes": 120},
+    {"backoff": 0.0},
+    {"lookup": False},
+    {"corpus": False, "lookup_min_match": 1},
+    {"lookup_weight": 0.3, "lookup_min_match": 3, "min_prob": 0.01},
+    {"max_nodes": 0},
+    {"max_depth": 0},
+]
+
+
+def contexts(corpus: Corpus, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(6):
+        d = corpus.docs[int(rng.integers(len(corpus.docs)))]
+        end = int(rng.integers(1, len(d) + 1))
+        out.append([int(t) for t in d[max(0, end - int(rng.integers(1, 120))):end]])
+    out.append([int(rng.integers(corpus.vocab))])  # one token: no lookup, short suffixes only
+    out.append([int(t) for t in rng.integers(0, corpus.vocab, size=40)])  # mostly unseen suffixes
+    return out
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "defaults")
+def test_matches_brute_force(corpus: Corpus, tries: dict, params: dict) -> None:
+    for ctx in contexts(corpus, seed=len(params)):
+        ref = reference(corpus, ctx, **params)
+        for key, index in tries.items():
+            tree = index.propose(np.array(ctx), **params)
+            try:
+                assert_same(tree, ref)
+            except AssertionError:
+                raise AssertionError(f"{key}, context {ctx}: {tree.tokens.tolist()} != {[r[0] for r in ref]}")
+
+
+def test_trees_are_the_same_warm_and_cold(corpus: Corpus, tries: dict, tmp_path: Path) -> None:
+    """The long runs' lists are kept once read: a fresh open answers alike."""
+    ctxs = contexts(corpus, seed=99)
+    warm = tries[(1, "mmap")]
+    for ctx in ctxs:
+        warm.propose(ctx)
+    fresh = NgramIndex.open(corpus.write(tmp_path / "fresh.ngt", 1))
+    for ctx in ctxs:
+        a, b = warm.propose(ctx), fresh.propose(ctx)
+        assert a.tokens.tolist() == b.tokens.tolist() and a.scores.tolist() == b.scores.tolist()
+
+
+def test_batch_equals_one_at_a_time(corpus: Corpus, tries: dict) -> None:
+    index = tries[(1, "ram")]
+    ctxs = contexts(corpus, seed=5) * 3
+    for threads in (None, 1, 2):
+        batch = index.propose_batch(ctxs, threads=threads, max_nodes=32)
+        for ctx, tree in zip(ctxs, batch):
+            one = index.propose(ctx, max_nodes=32)
+            assert tree.tokens.tolist() == one.tokens.tolist() and tree.parents.tolist() == one.parents.tolist()
+
+
+def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
+    """corpus=False: only the context's own earlier occurrences propose."""
+    c = Corpus(seed=1, order=3, vocab=20, docs=3, length=10)
+    index = NgramIndex.open(c.write(tmp_path / "t.ngt", 1))
+    ctx = [1, 2, 3, 4, 5, 6, 9, 9, 1, 2, 3]
+    tree = index.propose(ctx, corpus=False, max_nodes=10)
+    # "1 2 3" occurred before, followed by 4 5 6 9 9 1 2 3: one chain, each step certain.
+    assert tree.tokens.tolist() == [3, 4, 5, 6, 9, 9, 1, 2, 3]  # max_depth 8
+    assert tree.parents.tolist() == [-1, 0, 1, 2, 3, 4, 5, 6, 7]
+    assert tree.scores.tolist() == [1.0] * 9
+    # Two earlier matches that differ split the probability.
+    tree = index.propose([7, 1, 8, 7, 1, 9, 7, 1], corpus=False, max_nodes=2, max_depth=1, lookup_min_match=2)
+    assert tree.tokens.tolist() == [1, 8, 9] and tree.scores.tolist() == [1.0, 0.5, 0.5]
+    # A match shorter than lookup_min_match proposes nothing.
+    assert index.propose([5, 1, 6, 1], corpus=False, lookup_min_match=2).tokens.tolist() == [1]
+    assert index.propose([5, 1, 6, 1], corpus=False, lookup_min_match=1, max_depth=1).tokens.tolist() == [1, 6]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda t: t.propose([]), "context: empty"),
+    (lambda t: t.propose([1, 2, 999]), "context[2] = 999 is not a token id: must be in [0, 160)"),
+    (lambda t: t.propose([1, -1]), "context[1] = -1 is not a token id"),
+    (lambda t: t.propose([[1, 2]]), "context must be 1-D [N], got shape (1, 2)"),
+    (lambda t: t.propose([1.5]), "context: token ids must be integers"),
+    (lambda t: t.propose([1], max_nodes=4097), "max_nodes = 4097: must be in 0..4096"),
+    (lambda t: t.propose([1], max_depth=65), "max_depth = 65: must be in 0..64"),
+    (lambda t: t.propose([1], max_branch=0), "max_branch = 0: must be in 1..32"),
+    (lambda t: t.propose([1], lookup_min_match=33), "lookup_min_match = 33: must be in 1..32"),
+    (lambda t: t.propose([1], min_prob=float("nan")), "min_prob = nan: must be in [0, 1]"),
+    (lambda t: t.propose([1], backoff=1.5), "backoff = 1.5: must be in [0, 1]"),
+    (lambda t: t.propose([1], lookup_weight=-0.1), "lookup_weight = -0.1: must be in [0, 1]"),
+    (lambda t: t.propose([1], max_nodes=True), "max_nodes must be an integer, got True"),
+    (lambda t: t.propose([1], lookup=1), "lookup must be True or False, got 1"),
+    (lambda t: t.propose_batch([[1], [], [2]]), "contexts[1]: context: empty"),
+    (lambda t: t.propose_batch([[1], [[2]]]), "contexts[1]: context must be 1-D"),
+])
+def test_bad_input_is_named(tries: dict, call, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        call(tries[(1, "mmap")])
+    assert message in str(e.value)
+
+
+def test_unknown_keyword_is_a_type_error(tries: dict) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword 'nodes'; parameters are max_nodes"):
+        tries[(1, "mmap")].propose([1], nodes=3)
+
+
+def test_limits_and_defaults_are_the_engines() -> None:
+    assert LIMITS["max_nodes"] == 4096 and LIMITS["max_depth"] == 64 and LIMITS["max_branch"] == 32
+    assert DEFAULTS == {"max_nodes": 64, "max_depth": 8, "max_branch": 8, "min_prob": 1e-4, "backoff": 0.4,
+                        "corpus": True, "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 2}
+    assert list(itertools.islice(DEFAULTS, 1)) == ["max_nodes"]
