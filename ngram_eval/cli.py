@@ -2,6 +2,7 @@
 
     ngram-eval a.ngt b.ngt --lattices run.parquet --json out.json --plot out.png
     ngram-eval a.ngt --text heldout/ --tokenizer qwen3-tokenizer.json --ngram-weight 0,0.5,1
+    ngram-eval o3.ngt o5.ngt --proposals --text heldout/ --tokenizer qwen3-tokenizer.json --max-nodes 16,64
 """
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Any
 import click
 
 from dart_client.lattice_log import LatticeFormatError, read_lattices
+from ngram_eval.proposals import SOURCES, ProposeSetting, evaluate_proposals, format_proposals
 from ngram_eval.replay import PruneSetting
 from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
 from ngram_service import NgramIndex, TrieFormatError
 from ngram_service.fingerprint import trie_fingerprint
+from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
 from ngram_service.tree import DEFAULTS, LIMITS
 
 
@@ -100,8 +103,20 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...])
 @click.option("--beam-width", default=str(DEFAULTS["beam_width"]), show_default=True, callback=_list(int, "--beam-width"),
               help="Beam widths to try, comma-separated (the grid is every combination of the three "
                    "lists).")
-@click.option("--max-nodes", default=str(DEFAULTS["max_nodes"]), show_default=True, callback=_list(int, "--max-nodes"),
-              help="Tree sizes (nodes without the root) to try, comma-separated.")
+@click.option("--proposals", is_flag=True,
+              help="Evaluate the tries' own draft trees (NgramIndex.propose: no drafter, no lattices) on --text, "
+                   "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md). Uses --max-nodes, --sources "
+                   "and --backoff; the lattice options do not apply.")
+@click.option("--sources", default="both,corpus", show_default=True, callback=_list(str, "--sources"),
+              help="--proposals: which continuations to propose, comma-separated: both (trie and the document "
+                   "so far), corpus (trie only), lookup (the document only; prompt lookup alone is always "
+                   "reported).")
+@click.option("--backoff", default=str(PROPOSE_DEFAULTS["backoff"]), show_default=True,
+              callback=_list(float, "--backoff"),
+              help="--proposals: weights of a context one token shorter to try, comma-separated.")
+@click.option("--max-nodes", default=None, callback=lambda c, p, v: None if v is None else _list(int, "--max-nodes")(c, p, v),
+              help=f"Tree sizes (nodes without the root) to try, comma-separated.  [default: {DEFAULTS['max_nodes']}; "
+                   f"with --proposals 16,{PROPOSE_DEFAULTS['max_nodes']}]")
 @click.option("--ngram-weight", default=str(DEFAULTS["ngram_weight"]), show_default=True, callback=_list(float, "--ngram-weight"),
               help="n-gram weights (lambda) to try, comma-separated; 0 is the tree without the n-gram.")
 @click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
@@ -126,7 +141,8 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...])
                    "pip install matplotlib; checked before the evaluation starts).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], tokenizer: str | None,
-         text_field: str, beam_width: list[int], max_nodes: list[int], ngram_weight: list[float], steps: int,
+         text_field: str, proposals: bool, sources: list[str], backoff: list[float], beam_width: list[int],
+         max_nodes: list[int] | None, ngram_weight: list[float], steps: int,
          depth: int, topk: int, hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int,
          json_out: str | None, plot_out: str | None, quiet: bool) -> None:
     """Replays draft lattices through each TRIE's DART pruning and reports the
@@ -139,8 +155,15 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
     vs first, the JSON's top-level figures) are those of DART's default
     setting (the defaults of the three grid options below) when the grid
     holds it, else of the trie's best setting in the grid."""
+    if proposals and not texts:
+        raise click.UsageError("--proposals needs --text FILE [--text FILE ...] (held-out documents to replay)")
     if bool(lattices) == bool(texts):
         raise click.UsageError("give exactly one of --lattices FILE or --text FILE [--text FILE ...]")
+    unknown = [x for x in sources if x not in SOURCES]
+    if unknown:
+        raise click.BadParameter(f"{unknown[0]!r}: sources are {', '.join(SOURCES)}", param_hint="--sources")
+    if max_nodes is None:
+        max_nodes = [16, PROPOSE_DEFAULTS["max_nodes"]] if proposals else [DEFAULTS["max_nodes"]]
     if texts and not tokenizer:
         raise click.UsageError("--text needs --tokenizer (the tokenizer the tries were built with)")
     if plot_out:  # before any work: a missing matplotlib would otherwise fail after the whole evaluation
@@ -160,6 +183,9 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
         except (TokenizerError, OSError) as e:
             raise click.BadParameter(str(e), param_hint="--tokenizer") from None
     _check_tries(tries, tok, texts)
+    if proposals:
+        _evaluate_proposals(tries, texts, tokenizer, text_field, sources, backoff, max_nodes, json_out, plot_out, say)
+        return
     info: dict[str, Any]
     if lattices:
         try:
@@ -192,6 +218,35 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
 
         try:
             plot_grid(result, plot_out)
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from None
+
+
+def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenizer: str, text_field: str,
+                        sources: list[str], backoff: list[float], max_nodes: list[int], json_out: str | None,
+                        plot_out: str | None, say: Any) -> None:
+    from indexer.shards import ShardError
+
+    try:
+        docs, nbytes = load_documents(list(texts), tokenizer, text_field)
+    except (ShardError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    say(f"{len(docs)} documents ({nbytes:,} bytes, {sum(len(d) for d in docs):,} tokens)")
+    settings = [ProposeSetting(n, src, b) for n, src, b in itertools.product(max_nodes, sources, backoff)]
+    try:
+        result = evaluate_proposals(list(tries), docs, settings, progress=say)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    result["texts"] = list(texts)
+    result["text_bytes"] = nbytes
+    click.echo(format_proposals(result))
+    if json_out:
+        _write_json(json_out, result)
+    if plot_out:
+        from ngram_eval.plot import plot_proposals
+
+        try:
+            plot_proposals(result, plot_out)
         except RuntimeError as e:
             raise click.ClickException(str(e)) from None
 

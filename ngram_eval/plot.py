@@ -1,7 +1,8 @@
 """PNG plots of ngram-eval results (matplotlib, optional: ``pip install matplotlib``).
 
 ``plot_grid``: mean accepted length per pruning setting, one series per trie,
-95 % confidence intervals as error bars. ``plot_against_bytes``: accepted
+95 % confidence intervals as error bars. ``plot_proposals``: tokens per step
+of each trie's proposals per node budget, beside prompt lookup alone. ``plot_against_bytes``: accepted
 length against trie size, for studies over many tries (bench/eval_study.py).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_against_bytes", "plot_grid", "require_matplotlib"]
+__all__ = ["plot_against_bytes", "plot_grid", "plot_proposals", "require_matplotlib"]
 
 
 def require_matplotlib() -> None:
@@ -101,6 +102,34 @@ def plot_against_bytes(series: Sequence[dict[str, Any]], out: str | os.PathLike[
     ax.set_xlabel("trie file size (MB, log scale)")
     ax.set_ylabel("mean accepted length (tokens/step)")
     ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+
+
+def plot_proposals(result: dict[str, Any], out: str | os.PathLike[str]) -> None:
+    """Tokens per step (teacher forced) against the node budget: one line per
+    trie and setting, prompt lookup alone dashed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    look = sorted((int(k), v["tokens_per_step"]) for k, v in result["lookup_alone"].items())
+    ax.plot([k for k, _ in look], [v for _, v in look], "k--o", markersize=4, label="prompt lookup alone")
+    for t in result["tries"]:
+        series: dict[tuple[str, Any], list[tuple[int, float]]] = {}
+        for r in t["rows"]:
+            series.setdefault((r["sources"], r["backoff"]), []).append((r["max_nodes"], r["tokens_per_step"]))
+        for (sources, backoff), pts in series.items():
+            pts.sort()
+            label = f"{Path(t['path']).name} (order {t['order']}), {sources}"
+            if backoff is not None:
+                label += f", backoff {backoff:g}"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", markersize=4, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("nodes per tree (root excluded)")
+    ax.set_ylabel("tokens per step (teacher forced)")
+    ax.set_title(f"{result['documents']} held-out documents from {source_label(result)}", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()

@@ -18,7 +18,7 @@ from typing import Any
 from ngram_service import _engine
 from ngram_service.tree import PrunedTree
 
-__all__ = ["DEFAULTS", "LIMITS", "propose", "propose_batch"]
+__all__ = ["DEFAULTS", "LIMITS", "propose", "propose_batch", "propose_lookup"]
 
 #: The engine's bounds on a request (cpp/engine/propose.h, ProposeLimits).
 LIMITS = {name: getattr(_engine.ProposeLimits, name) for name in
@@ -53,3 +53,11 @@ def propose_batch(trie: _engine.Trie, contexts: Iterable[Any], *, threads: int |
     the GIL released; one set of parameters for all. An invalid context
     raises ValueError prefixed ``contexts[i]:``."""
     return _engine.propose_batch(trie, contexts, threads=threads, **params)
+
+
+def propose_lookup(context: Any, vocab_size: int, **params: Any) -> PrunedTree:
+    """Prompt lookup alone, with no trie: ``propose``'s tree from the
+    context's own earlier occurrences (ids in [0, vocab_size)), the same
+    keywords (``corpus`` is ignored). What a client proposes while its trie
+    host is out of reach."""
+    return _engine.propose_lookup(context, vocab_size, **params)

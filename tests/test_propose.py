@@ -267,3 +267,21 @@ def test_limits_and_defaults_are_the_engines() -> None:
     assert DEFAULTS == {"max_nodes": 64, "max_depth": 8, "max_branch": 8, "min_prob": 1e-4, "backoff": 0.4,
                         "corpus": True, "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 2}
     assert list(itertools.islice(DEFAULTS, 1)) == ["max_nodes"]
+
+
+def test_lookup_without_a_trie_is_the_document_source(corpus: Corpus, tries: dict) -> None:
+    """propose_lookup (no trie: a client whose host is down) proposes what
+    propose does with the corpus source off."""
+    from ngram_service.proposals import propose_lookup
+
+    index = tries[(1, "mmap")]
+    for ctx in contexts(corpus, seed=3):
+        for params in ({}, {"lookup_min_match": 1, "max_nodes": 8}):
+            a = propose_lookup(ctx, corpus.vocab, **params)
+            b = index.propose(ctx, corpus=False, **params)
+            assert a.tokens.tolist() == b.tokens.tolist() and a.scores.tolist() == b.scores.tolist()
+            assert a.tokens.tolist() == [r[0] for r in reference(corpus, ctx, corpus=False, **params)]
+    with pytest.raises(ValueError, match=r"context\[1\] = 160 is not a token id: must be in \[0, 160\)"):
+        propose_lookup([1, 160], corpus.vocab)
+    with pytest.raises(ValueError, match="vocab_size = 0: must be in 1..2147483648"):
+        propose_lookup([1], 0)

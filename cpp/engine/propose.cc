@@ -32,6 +32,16 @@ void check_unit(float v, const char* field) {
     throw InvalidArgument(std::string(field) + " = " + number(v) + ": must be in [0, 1]");
 }
 
+// No trie: nothing stored and no suffix to condition on (order 1), so that
+// the search proposes from the document alone (propose_lookup).
+struct NoTrie {
+  uint32_t order() const { return 1; }
+  bool find(const int32_t*, uint32_t, uint64_t*) const { return false; }
+  void children(uint32_t, uint64_t, uint64_t* lo, uint64_t* hi) const { *lo = *hi = 0; }
+  uint64_t count(uint32_t, uint64_t) const { return 0; }
+  void run_tokens(const int32_t*, uint32_t, uint64_t, uint64_t, int32_t*) const {}
+};
+
 using Node = ProposeWorkspace::Node;
 using Candidate = ProposeWorkspace::Candidate;
 using Scored = ProposeWorkspace::Scored;
@@ -86,7 +96,8 @@ inline void offer_score(std::vector<Scored>& scored, int32_t tok, float score) {
 template <class Trie>
 class Grower {
  public:
-  Grower(const Trie& trie, const TrieIndex& index, const int64_t* context, uint64_t n, const ProposeParams& p,
+  // index: the trie's RunTopCache owner (nullptr for NoTrie, which has no runs).
+  Grower(const Trie& trie, const TrieIndex* index, const int64_t* context, uint64_t n, const ProposeParams& p,
          ProposeWorkspace& ws)
       : trie_(trie), index_(index), ctx_(context), n_(n), p_(p), ws_(ws),
         max_len_(trie.order() - 1), branch_(static_cast<uint32_t>(p.max_branch)) {}
@@ -107,7 +118,7 @@ class Grower {
   void write(ProposedTree& out);
 
   const Trie& trie_;
-  const TrieIndex& index_;
+  const TrieIndex* index_;
   const int64_t* ctx_;
   const uint64_t n_;
   const ProposeParams& p_;
@@ -133,7 +144,7 @@ void Grower<Trie>::start() {
   root.parent = -1;
   root.prob = 1.0f;
   root.pos = static_cast<uint32_t>(ws.positions.size());
-  ws.positions.assign(kMaxOrder, kAbsent);
+  ws.positions.assign(max_len_ + 1, kAbsent);
   if (p_.corpus) {
     int32_t tail[kMaxOrder];
     for (uint32_t i = 0; i < L; ++i) tail[i] = static_cast<int32_t>(ctx_[n_ - L + i]);
@@ -193,8 +204,19 @@ void Grower<Trie>::find_occurrences(uint32_t v) {
 template <class Trie>
 const RunTop& Grower<Trie>::long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi,
                                           const int32_t* suffix) {
-  RunTopCache& cache = index_.run_tops();
-  if (const RunTop* kept = cache.find(len, node)) return *kept;
+  RunTopCache& cache = index_->run_tops();
+  ProposeWorkspace& ws = ws_;
+  if (ws.memo_cache != cache.id()) {
+    ws.memo.assign(ProposeWorkspace::kMemoSlots, {~uint64_t{0}, nullptr});
+    ws.memo_cache = cache.id();
+  }
+  const uint64_t key = RunTopCache::key(len, node);
+  auto& slot = ws.memo[(key * 0x9E3779B97F4A7C15ull) >> 52];
+  if (slot.first == key) return *slot.second;
+  if (const RunTop* kept = cache.find(len, node)) {
+    slot = {key, kept};
+    return *kept;
+  }
   RunTop& top = ws_.local_top[len];
   top.size = 0;
   std::vector<int32_t>& toks = ws_.next_tokens;
@@ -211,7 +233,10 @@ const RunTop& Grower<Trie>::long_run_top(uint32_t len, uint64_t node, uint64_t l
     // Tokens are sorted within the run: the entry's index by bisection.
     top.index[j] = lo + static_cast<uint64_t>(std::lower_bound(toks.begin(), toks.end(), tokens[j]) - toks.begin());
   }
-  if (const RunTop* kept = cache.insert(len, node, top)) return *kept;
+  if (const RunTop* kept = cache.insert(len, node, top)) {
+    slot = {key, kept};
+    return *kept;
+  }
   return top;
 }
 
@@ -359,7 +384,7 @@ void Grower<Trie>::expand(uint32_t v) {
     c.parent = v;
     c.token = tok;
     c.hints = static_cast<uint32_t>(ws.positions.size());
-    ws.positions.resize(ws.positions.size() + kMaxOrder, kAbsent);
+    ws.positions.resize(ws.positions.size() + max_len_ + 1, kAbsent);
     if (child_len >= 1) ws.positions[c.hints + 1] = static_cast<uint64_t>(tok);  // level 1 is indexed by token
     for (uint32_t len = 1; len + 1 <= child_len; ++len)
       ws.positions[c.hints + len + 1] = len <= L ? hint_for(tok, len) : kUnknown;
@@ -435,13 +460,9 @@ void Grower<Trie>::write(ProposedTree& out) {
 
 }  // namespace
 
-void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& p) {
-  if (n == 0) throw InvalidArgument("context: empty; its last token is the tree's root");
-  if (n > ProposeLimits::kMaxContext)
-    throw InvalidArgument("context: " + std::to_string(n) + " tokens, limit " +
-                          std::to_string(ProposeLimits::kMaxContext));
-  check_tokens(t, context, n, "context");
-  check_range(p.max_nodes, 0, ProposeLimits::kMaxNodes, "max_nodes");
+namespace {
+
+void check_params(const ProposeParams& p) {  check_range(p.max_nodes, 0, ProposeLimits::kMaxNodes, "max_nodes");
   check_range(p.max_depth, 0, ProposeLimits::kMaxDepth, "max_depth");
   check_range(p.max_branch, 1, ProposeLimits::kMaxBranch, "max_branch");
   check_range(p.lookup_min_match, 1, ProposeLimits::kMaxMatch, "lookup_min_match");
@@ -450,13 +471,43 @@ void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, co
   check_unit(p.lookup_weight, "lookup_weight");
 }
 
+void check_length(uint64_t n) {
+  if (n == 0) throw InvalidArgument("context: empty; its last token is the tree's root");
+  if (n > ProposeLimits::kMaxContext)
+    throw InvalidArgument("context: " + std::to_string(n) + " tokens, limit " +
+                          std::to_string(ProposeLimits::kMaxContext));
+}
+
+}  // namespace
+
+void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& p) {
+  check_length(n);
+  check_tokens(t, context, n, "context");
+  check_params(p);
+}
+
 void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
                   ProposeWorkspace& ws, ProposedTree& out) {
   validate_propose(t, context, n, params);
   t.visit([&](const auto& trie) {
     using Trie = std::decay_t<decltype(trie)>;
-    Grower<Trie>(trie, t, context, n, params, ws).run(out);
+    Grower<Trie>(trie, &t, context, n, params, ws).run(out);
   });
+}
+
+void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, const ProposeParams& params,
+                    ProposeWorkspace& ws, ProposedTree& out) {
+  if (vocab_size == 0 || vocab_size > (uint64_t{1} << 31))
+    throw InvalidArgument("vocab_size = " + std::to_string(vocab_size) + ": must be in 1..2147483648");
+  check_length(n);
+  for (uint64_t i = 0; i < n; ++i)
+    if (context[i] < 0 || static_cast<uint64_t>(context[i]) >= vocab_size)
+      throw InvalidArgument("context[" + std::to_string(i) + "] = " + std::to_string(context[i]) +
+                            " is not a token id: must be in [0, " + std::to_string(vocab_size) + ")");
+  check_params(params);
+  ProposeParams lookup = params;
+  lookup.corpus = false;
+  Grower<NoTrie>(NoTrie{}, nullptr, context, n, lookup, ws).run(out);
 }
 
 void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, const ProposeParams& params,

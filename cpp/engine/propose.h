@@ -59,6 +59,12 @@ void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, co
 void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
                   ProposeWorkspace& ws, ProposedTree& out);
 
+// Prompt lookup alone, with no trie: propose_tree's document source over a
+// vocabulary of vocab_size ids (params.corpus is ignored). What a client
+// proposes while its trie host is out of reach.
+void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, const ProposeParams& params,
+                    ProposeWorkspace& ws, ProposedTree& out);
+
 // Many sequences on `threads` threads (0: the hardware's); out[i] answers
 // contexts[i]. An invalid request raises InvalidArgument prefixed
 // "contexts[i]: " (the lowest such i) after every thread has finished.
@@ -111,6 +117,12 @@ struct ProposeWorkspace {
   std::vector<uint32_t> match_lens;     // the root's match length at each position of the context
   std::vector<uint32_t> order;
   float weights[kMaxOrder];            // backoff ** d
+  // The lists this thread has found in a trie's RunTopCache (whose entries
+  // never move), direct-mapped by key: most nodes read the same few long
+  // runs, and the cache's lock costs more than the rest of the read.
+  static constexpr uint32_t kMemoSlots = 4096;
+  uint64_t memo_cache = 0;             // the RunTopCache::id the memo holds lists of
+  std::vector<std::pair<uint64_t, const RunTop*>> memo;
   PruneWorkspace encode;
 };
 

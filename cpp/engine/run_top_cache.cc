@@ -2,6 +2,11 @@
 
 namespace ngram {
 
+uint64_t RunTopCache::next_id() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
+
 const RunTop* RunTopCache::find(uint32_t len, uint64_t node) const {
   const uint64_t k = key(len, node);
   Shard& s = shard(k);

@@ -40,6 +40,10 @@ class RunTopCache {
   // list (an earlier one if another thread kept it first), or nullptr.
   const RunTop* insert(uint32_t len, uint64_t node, const RunTop& top);
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  // Distinct for every cache made in this process (never reused), so that a
+  // thread may remember this cache's lists by (id, key) without locking.
+  uint64_t id() const { return id_; }
+  static uint64_t key(uint32_t len, uint64_t node) { return (uint64_t{len} << 58) | node; }
 
  private:
   static constexpr uint32_t kShards = 16;
@@ -47,11 +51,12 @@ class RunTopCache {
     mutable std::mutex mu;
     std::unordered_map<uint64_t, std::unique_ptr<RunTop>> map;
   };
-  static uint64_t key(uint32_t len, uint64_t node) { return (uint64_t{len} << 58) | node; }
   Shard& shard(uint64_t k) const { return shards_[(k * 0x9E3779B97F4A7C15ull) >> 60]; }
 
   mutable std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> bytes_{0};
+  const uint64_t id_ = next_id();
+  static uint64_t next_id();
 };
 
 }  // namespace ngram

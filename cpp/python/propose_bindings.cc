@@ -122,6 +122,26 @@ void bind_propose(py::module_& m) {
       py::name("propose"), py::is_method(m.attr("Trie")), py::arg("context"), propose_doc);
 
   m.def(
+      "propose_lookup",
+      [](const py::handle& context, const py::handle& vocab_size, const py::kwargs& kw) {
+        Ids ids;
+        load_context(context, "context", ids);
+        const int64_t vocab = integer(vocab_size, "vocab_size", "1..2147483648");
+        if (vocab < 1) throw InvalidArgument("vocab_size = " + std::to_string(vocab) + ": must be in 1..2147483648");
+        const ProposeParams params = propose_params(kw);
+        auto tree = new_tree();
+        {
+          py::gil_scoped_release nogil;
+          thread_local ProposeWorkspace ws;
+          propose_lookup(static_cast<uint64_t>(vocab), ids.data(), ids.size(), params, ws, *tree->tree);
+        }
+        return tree;
+      },
+      py::arg("context"), py::arg("vocab_size"),
+      "Prompt lookup alone, no trie: propose's tree from the context's own earlier occurrences, ids in "
+      "[0, vocab_size); the same keywords (corpus is ignored).");
+
+  m.def(
       "propose_batch",
       [](const TrieIndex& t, const py::iterable& contexts, const py::handle& threads, const py::kwargs& kw) {
         std::vector<Ids> ids;

@@ -1,0 +1,78 @@
+"""Splits a corpus into a training part and held-out documents, for
+measuring what a trie predicts on text it was not built from.
+
+    python bench/heldout_split.py CORPUS OUT [--per-source 12]
+
+From each source (shards named SOURCE-NNNN.*), the --per-source documents
+whose SHA-1 of text is smallest are held out (a fixed, content-defined
+choice: the same documents every run); OUT/train/ gets every other document
+as zstd JSON-lines shards (one per input shard), OUT/heldout.jsonl the
+held-out ones. Prints what it wrote. Used by bench_propose.py.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import zstandard
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from indexer.shard_discovery import expand_inputs  # noqa: E402
+from indexer.shards import ShardReader  # noqa: E402
+
+
+def source_of(path: str) -> str:
+    return re.sub(r"-\d+$", "", Path(path).name.split(".")[0])
+
+
+def split(corpus: str, out: Path, per_source: int) -> dict[str, int]:
+    files = expand_inputs([corpus])
+    by_source: dict[str, list[tuple[str, str]]] = {}  # source -> [(digest, text)]
+    texts: dict[str, list[str]] = {}
+    for f in files:
+        texts[f] = [t for batch in ShardReader(Path(f), "text") for t in batch]
+        by_source.setdefault(source_of(f), []).extend(
+            (hashlib.sha1(t.encode()).hexdigest(), t) for t in texts[f])
+    held = set()
+    for docs in by_source.values():
+        held.update(d for d, _ in sorted(docs)[:per_source])
+    (out / "train").mkdir(parents=True, exist_ok=True)
+    counts = {"train": 0, "heldout": 0}
+    heldout_lines = []
+    for f, ts in texts.items():
+        lines = []
+        for t in ts:
+            if hashlib.sha1(t.encode()).hexdigest() in held:
+                heldout_lines.append(json.dumps({"text": t, "source": source_of(f)}) + "\n")
+                counts["heldout"] += 1
+            else:
+                lines.append(json.dumps({"text": t}) + "\n")
+                counts["train"] += 1
+        target = out / "train" / (Path(f).name.split(".")[0] + ".jsonl.zst")
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_bytes(zstandard.ZstdCompressor(level=3).compress("".join(lines).encode()))
+        os.replace(tmp, target)
+    target = out / "heldout.jsonl"
+    tmp = target.with_name(".heldout.jsonl.tmp")
+    tmp.write_text("".join(heldout_lines))
+    os.replace(tmp, target)
+    return counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--per-source", type=int, default=12)
+    a = ap.parse_args()
+    counts = split(a.corpus, a.out, a.per_source)
+    print(f"{a.out}: {counts['train']} training documents in train/, {counts['heldout']} held out in heldout.jsonl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Proposals on held-out text, teacher forced: how many tokens a verification
+step would accept if the draft tree came from ``NgramIndex.propose``.
+
+At each step the context is the document so far; the step accepts the
+longest path of the tree that equals the document's next tokens, plus one
+(the token the target model gives anyway), and the document advances by
+that much. Tokens per step is the mean over every step of every document.
+The same replay with ``corpus=False`` is prompt lookup alone: the tree of
+the document's own earlier occurrences, the baseline proposals are
+measured against.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ngram_service import NgramIndex
+
+#: Sources of a setting: the trie and the document (the default), the trie
+#: alone, the document alone (prompt lookup).
+SOURCES = {"both": {}, "corpus": {"lookup": False}, "lookup": {"corpus": False}}
+
+
+@dataclass(frozen=True)
+class ProposeSetting:
+    max_nodes: int
+    sources: str = "both"
+    backoff: float | None = None  # None: the engine's default
+
+    def params(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"max_nodes": self.max_nodes, **SOURCES[self.sources]}
+        if self.backoff is not None:
+            p["backoff"] = self.backoff
+        return p
+
+
+@dataclass
+class Replay:
+    """What one setting did over the documents."""
+    steps: int = 0
+    tokens: int = 0
+    accepted: list[int] = field(default_factory=list)  # steps by accepted draft length (without the bonus)
+    propose_seconds: float = 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "tokens_per_step": self.tokens_per_step,
+                "trees_per_second": self.steps / self.propose_seconds if self.propose_seconds else None}
+
+
+def accepted_length(tokens: list[int], parents: list[int], depths: list[int], doc: np.ndarray, at: int) -> int:
+    """The depth of the deepest node whose path equals doc[at:at+depth]."""
+    ok = [True] + [False] * (len(tokens) - 1)
+    best = 0
+    end = len(doc)
+    for i in range(1, len(tokens)):
+        d = depths[i]
+        if ok[parents[i]] and at + d - 1 < end and tokens[i] == doc[at + d - 1]:
+            ok[i] = True
+            best = max(best, d)
+    return best
+
+
+def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any],
+           progress: Callable[[int], None] | None = None) -> Replay:
+    """Teacher-forced proposals over every document (see the module's docstring)."""
+    r = Replay()
+    propose = index.propose
+    clock = time.thread_time  # CPU time of this thread: the machine may be shared
+    for n, doc in enumerate(docs):
+        doc_list = doc.tolist()
+        at = 1
+        while at < len(doc):
+            t0 = clock()
+            tree = propose(doc[:at], **params)
+            r.propose_seconds += clock() - t0
+            acc = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), doc_list, at)
+            step = min(acc + 1, len(doc) - at)
+            while len(r.accepted) <= acc:
+                r.accepted.append(0)
+            r.accepted[acc] += 1
+            r.steps += 1
+            r.tokens += step
+            at += step
+        if progress:
+            progress(n + 1)
+    return r
+
+
+def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], settings: Sequence[ProposeSetting],
+                       progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Every setting on every trie, and prompt lookup alone at each node
+    budget (once: it does not depend on the trie). The JSON ngram-eval
+    --proposals writes."""
+    budgets = sorted({s.max_nodes for s in settings})
+    first = NgramIndex.open(tries[0])
+    lookup = {}
+    for nodes in budgets:
+        progress(f"prompt lookup alone, {nodes} nodes")
+        lookup[nodes] = replay(first, docs, ProposeSetting(nodes, "lookup").params()).as_dict()
+    out_tries = []
+    for path in tries:
+        index = NgramIndex.open(path)
+        rows = []
+        for s in settings:
+            progress(f"{path}: {s.max_nodes} nodes, {s.sources}" + (f", backoff {s.backoff}" if s.backoff is not None else ""))
+            rep = replay(index, docs, s.params()).as_dict()
+            base = lookup[s.max_nodes]["tokens_per_step"]
+            rows.append({"max_nodes": s.max_nodes, "sources": s.sources, "backoff": s.backoff, **rep,
+                         "vs_lookup": rep["tokens_per_step"] / base if base else None})
+        out_tries.append({"path": path, "order": index.order, "ngrams": index.info().get("ngrams"), "rows": rows})
+    return {"mode": "proposals", "documents": len(docs), "tokens": int(sum(len(d) for d in docs)),
+            "lookup_alone": {str(k): v for k, v in lookup.items()}, "tries": out_tries}
+
+
+def format_proposals(result: dict[str, Any]) -> str:
+    """The table ngram-eval --proposals prints."""
+    lines = [f"{result['documents']} held-out documents, {result['tokens']:,} tokens, teacher forced",
+             "", f"{'trie':<28} {'order':>5} {'nodes':>5} {'sources':<7} {'backoff':>7} {'tok/step':>8} "
+                 f"{'vs lookup':>9} {'trees/s':>8}"]
+    for nodes, rep in result["lookup_alone"].items():
+        lines.append(f"{'(prompt lookup alone)':<28} {'-':>5} {nodes:>5} {'lookup':<7} {'-':>7} "
+                     f"{rep['tokens_per_step']:>8.3f} {1.0:>9.2f} {rep['trees_per_second'] or 0:>8.0f}")
+    for t in result["tries"]:
+        name = t["path"] if len(t["path"]) <= 28 else "..." + t["path"][-25:]
+        for r in t["rows"]:
+            backoff = "-" if r["backoff"] is None else f"{r['backoff']:g}"
+            lines.append(f"{name:<28} {t['order']:>5} {r['max_nodes']:>5} {r['sources']:<7} {backoff:>7} "
+                         f"{r['tokens_per_step']:>8.3f} {r['vs_lookup'] or 0:>9.2f} {r['trees_per_second'] or 0:>8.0f}")
+    return "\n".join(lines)
