@@ -5,9 +5,12 @@ At each step the context is the document so far; the step accepts the
 longest path of the tree that equals the document's next tokens, plus one
 (the token the target model gives anyway), and the document advances by
 that much. Tokens per step is the mean over every step of every document.
-The same replay with ``corpus=False`` is prompt lookup alone: the tree of
-the document's own earlier occurrences, the baseline proposals are
-measured against.
+Two baselines use the document alone. Prompt lookup as vLLM's ``ngram``
+method does it (``lookup_chain``): one chain, the tokens that followed the
+most recent earlier occurrence of the longest suffix of the context (at
+least ``min_n``, at most ``max_n`` tokens). And the proposals' own document
+source alone (``corpus=False``): a tree of every occurrence of the longest
+suffix, best-first, at the same node budget.
 """
 from __future__ import annotations
 
@@ -66,6 +69,47 @@ def accepted_length(tokens: list[int], parents: list[int], depths: list[int], do
             ok[i] = True
             best = max(best, d)
     return best
+
+
+def lookup_chain(doc: np.ndarray, at: int, k: int, min_n: int, max_n: int) -> np.ndarray:
+    """Up to k tokens that followed the most recent earlier occurrence of the
+    longest suffix of doc[:at] of min_n..max_n tokens (none: empty)."""
+    ends = np.flatnonzero(doc[:at - 1] == doc[at - 1])  # where a match of one token ends
+    n = 1
+    while ends.size and n < max_n:
+        ok = ends >= n
+        ok[ok] = doc[ends[ok] - n] == doc[at - 1 - n]
+        if not ok.any():
+            break
+        ends = ends[ok]
+        n += 1
+    if not ends.size or n < min_n:
+        return doc[:0]
+    i = int(ends[-1]) + 1
+    return doc[i:min(i + k, at)]
+
+
+def replay_lookup_chain(docs: Sequence[np.ndarray], k: int, min_n: int, max_n: int) -> Replay:
+    """Teacher-forced prompt lookup (one chain of up to k tokens) over every document."""
+    r = Replay()
+    clock = time.thread_time
+    for doc in docs:
+        at = 1
+        while at < len(doc):
+            t0 = clock()
+            chain = lookup_chain(doc, at, k, min_n, max_n)
+            r.propose_seconds += clock() - t0
+            want = doc[at:at + len(chain)]
+            same = chain[:len(want)] == want
+            acc = int(same.argmin()) if not same.all() else len(want)
+            step = min(acc + 1, len(doc) - at)
+            while len(r.accepted) <= acc:
+                r.accepted.append(0)
+            r.accepted[acc] += 1
+            r.steps += 1
+            r.tokens += step
+            at += step
+    return r
 
 
 def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any],
