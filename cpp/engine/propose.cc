@@ -1,6 +1,7 @@
 #include "propose.h"
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <exception>
 #include <mutex>
@@ -218,20 +219,41 @@ const RunTop& Grower<Trie>::long_run_top(uint32_t len, uint64_t node, uint64_t l
     return *kept;
   }
   RunTop& top = ws_.local_top[len];
-  top.size = 0;
+  const uint64_t m = hi - lo;
   std::vector<int32_t>& toks = ws_.next_tokens;
-  toks.resize(hi - lo);
+  std::vector<uint64_t>& counts = ws_.run_counts;
+  toks.resize(m);
+  counts.resize(m);
   trie_.run_tokens(suffix, len, lo, hi, toks.data());
-  uint64_t counts[RunTop::kTop];
-  int32_t tokens[RunTop::kTop];
-  uint32_t n = 0;
-  for (uint64_t i = lo; i < hi; ++i) offer_top(trie_.count(len + 1, i), toks[i - lo], RunTop::kTop, counts, tokens, &n);
+  for (uint64_t i = 0; i < m; ++i) counts[i] = trie_.count(len + 1, lo + i);
+  // The kTop-th largest count bounds the list: every entry above it is in,
+  // and of those equal to it the first in token order (the run's order).
+  std::vector<uint64_t>& sorted = ws_.run_counts_sorted;
+  sorted.assign(counts.begin(), counts.end());
+  const uint64_t k = std::min<uint64_t>(RunTop::kTop, m);
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<uint64_t>());
+  const uint64_t bound = std::max<uint64_t>(sorted[k - 1], 1);
+  uint32_t above = 0;
+  for (uint64_t i = 0; i < m; ++i) above += counts[i] > bound;
+  uint32_t at_bound = static_cast<uint32_t>(k) - above, n = 0;
+  for (uint64_t i = 0; i < m; ++i) {
+    if (counts[i] < bound || (counts[i] == bound && at_bound == 0)) continue;
+    if (counts[i] == bound) --at_bound;
+    top.tokens[n] = toks[i];
+    top.counts[n] = counts[i];
+    top.index[n++] = lo + i;
+  }
   top.size = n;
+  uint32_t order[RunTop::kTop];
+  for (uint32_t j = 0; j < n; ++j) order[j] = j;
+  std::sort(order, order + n, [&](uint32_t a, uint32_t b) {
+    return more_frequent(top.counts[a], top.tokens[a], top.counts[b], top.tokens[b]);
+  });
+  const RunTop unsorted = top;
   for (uint32_t j = 0; j < n; ++j) {
-    top.tokens[j] = tokens[j];
-    top.counts[j] = counts[j];
-    // Tokens are sorted within the run: the entry's index by bisection.
-    top.index[j] = lo + static_cast<uint64_t>(std::lower_bound(toks.begin(), toks.end(), tokens[j]) - toks.begin());
+    top.tokens[j] = unsorted.tokens[order[j]];
+    top.counts[j] = unsorted.counts[order[j]];
+    top.index[j] = unsorted.index[order[j]];
   }
   if (const RunTop* kept = cache.insert(len, node, top)) {
     slot = {key, kept};

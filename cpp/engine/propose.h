@@ -114,6 +114,7 @@ struct ProposeWorkspace {
   RunTop local_top[kMaxOrder];         // a long run's list when the cache is full, by suffix length
   std::vector<int32_t> tail;           // the sequence's last order-1 tokens at the node
   std::vector<int32_t> next_tokens;
+  std::vector<uint64_t> run_counts, run_counts_sorted;  // a long run's counts, read whole once
   std::vector<uint32_t> match_lens;     // the root's match length at each position of the context
   std::vector<uint32_t> order;
   float weights[kMaxOrder];            // backoff ** d
