@@ -1,8 +1,9 @@
 """NgramClient / AsyncNgramClient: the gRPC client of a trie host.
 
 The same methods and return types as :class:`ngram_service.NgramIndex`
-(``conditional_probs``, ``topk``, ``prune``, ``prune_batch``, ``info``), so
-code written against the in-process index runs against a host::
+(``conditional_probs``, ``topk``, ``prune``, ``prune_batch``, ``propose``,
+``propose_batch``, ``info``), so code written against the in-process index
+runs against a host::
 
     with NgramClient(["10.0.0.5:50051", "10.0.0.6:50051"]) as idx:
         probs, matched = idx.conditional_probs(contexts, candidates)
@@ -22,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
+import operator
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ngram_service import _engine, tree
+from ngram_service import _engine, proposals, tree
 from ngram_service.index import TopK, info_dict
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 
@@ -160,6 +162,67 @@ def _prune_params(params: dict[str, Any]) -> pb.PruneParams:
     return p
 
 
+# propose's keyword parameters and the Python type each takes (int, float
+# or bool), from the engine's defaults (cpp/engine/propose.h, ProposeParams).
+_PROPOSE_TYPES: dict[str, type] = {name: type(v) for name, v in proposals.DEFAULTS.items()}
+# The ranges in the engine's messages, for an integer that no int64 holds.
+_PROPOSE_RANGES = {"max_nodes": f"0..{proposals.LIMITS['max_nodes']}",
+                   "max_depth": f"0..{proposals.LIMITS['max_depth']}",
+                   "max_branch": f"1..{proposals.LIMITS['max_branch']}",
+                   "lookup_min_match": f"1..{proposals.LIMITS['max_match']}"}
+
+
+def _propose_params(params: dict[str, Any]) -> pb.ProposeParams:
+    """ProposeParams from NgramIndex.propose's keyword parameters, converted
+    as the engine's binding converts them (TypeError for an unknown name,
+    ValueError naming the field for a value of the wrong type); only the
+    given ones are set (the server's defaults are the engine's), None meaning
+    unset. Ranges are the engine's to check, on the host."""
+    p = pb.ProposeParams()
+    for name, v in params.items():
+        if v is None:
+            continue
+        kind = _PROPOSE_TYPES.get(name)
+        if kind is None:
+            raise TypeError(f"propose: unexpected keyword '{name}'; parameters are {', '.join(_PROPOSE_TYPES)}")
+        if kind is bool:
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be True or False, got {v!r}")
+        elif kind is int:
+            if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+                raise ValueError(f"{name} must be an integer, got {v!r}")
+            v = operator.index(v)
+            if not -(1 << 63) <= v < (1 << 63):
+                raise ValueError(f"{name} = {v}: must be {_PROPOSE_RANGES[name]}")
+        else:
+            if isinstance(v, bool) or not (hasattr(type(v), "__float__") or hasattr(type(v), "__index__")):
+                raise ValueError(f"{name} must be a number, got {v!r}")
+            v = float(v)
+        setattr(p, name, v)
+    return p
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _propose_input(context: Any) -> bytes:
+    """ProposeTreeRequest's field 4 holding one ProposeInput: the context's
+    int64 ids as one array copy (sfixed64, packed; an empty context leaves
+    the field out, as protobuf does). Floats or another rank: ValueError."""
+    ids = _engine.token_ids(context, "context", 1)
+    body = b""
+    if len(ids):
+        raw = ids.astype("<i8", copy=False).tobytes()
+        body = b"\x0a" + _varint(len(raw)) + raw  # field 1, length-delimited
+    return b"\x22" + _varint(len(body)) + body  # field 4, length-delimited
+
+
 def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
     """The same dict as NgramIndex.info()."""
     return info_dict(path=resp.path, order=resp.order, vocab_size=resp.vocab_size,
@@ -171,12 +234,15 @@ def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
 
 # Every call: method name -> (request serializer, response parser). PruneTree
 # goes as bytes both ways: the engine's codec writes the request and reads the
-# trees (cpp/python/prune_wire.h).
+# trees (cpp/python/prune_wire.h). ProposeTree too: its request is written
+# here (_propose_input) and its response, whose wire form is PruneTree's
+# (PrunedTreeNodes in field 1), is read by the same codec.
 _METHODS: dict[str, tuple[Callable[[Any], bytes] | None, Callable[[bytes], Any] | None]] = {
     "GetInfo": (pb.GetInfoRequest.SerializeToString, pb.GetInfoResponse.FromString),
     "ConditionalProbs": (pb.ConditionalProbsRequest.SerializeToString, pb.ConditionalProbsResponse.FromString),
     "TopK": (pb.TopKRequest.SerializeToString, pb.TopKResponse.FromString),
     "PruneTree": (None, None),
+    "ProposeTree": (None, None),
 }
 
 
@@ -215,11 +281,12 @@ class _ClientBase:
         server_name: the name to check the server certificate against when
         it differs from the target's host.
         with_scores: also fetch node scores in prune results.
-        transport: what carries ``prune_tree_bytes`` (dart_client's call):
-        "python" (grpcio), "native" (the grpc++ client built beside the
-        engine, ngram_service.native_client; ImportError where this install
-        lacks it) or "auto" (native where present). Every other method goes
-        over grpcio.
+        transport: what carries ``prune_tree_bytes`` (dart_client's call),
+        ``propose`` and ``propose_batch``: "python" (grpcio), "native" (the
+        grpc++ client built beside the engine, ngram_service.native_client;
+        ImportError where this install lacks it) or "auto" (native where
+        present). Every other method goes over grpcio; AsyncNgramClient is
+        grpcio only.
         """
         if transport not in ("python", "native", "auto"):
             raise ValueError(f"transport must be 'python', 'native' or 'auto', got {transport!r}")
@@ -251,7 +318,8 @@ class _ClientBase:
         self._tls_material = (_pem(root_certificates), _pem(private_key), _pem(certificate_chain)) if use_tls else None
         self._transport_wanted = transport
         self.transport = "python"
-        self._native: Any = None
+        self._native: Any = None  # PruneTree's grpc++ channels
+        self._native_propose: Any = None  # ProposeTree's
         self._turn = itertools.cycle(range(len(self.targets)))
         self._channels: list[Any] = []
         self._methods: list[dict[str, Any]] = []
@@ -270,19 +338,22 @@ class _ClientBase:
             for c in self._channels
         ]
         if self._transport_wanted != "python":
-            self._native = self._open_native(self._transport_wanted == "native")
+            self._native = self._open_native(self._transport_wanted == "native", "PruneTree")
+            if self._native is not None:
+                self._native_propose = self._open_native(True, "ProposeTree")
             self.transport = "native" if self._native is not None else "python"
 
-    def _open_native(self, required: bool) -> Any:
-        """The grpc++ channels of ngram_service.native_client, or None where
-        this install lacks it and ``required`` is false."""
+    def _open_native(self, required: bool, method: str) -> Any:
+        """The grpc++ channels of ngram_service.native_client for one method,
+        or None where this install lacks it and ``required`` is false."""
         try:
             from ngram_service import native_client
         except ImportError:
             if required:
                 raise
             return None
-        return native_client.NativeChannels(self.targets, self._options, self._tls_material)
+        return native_client.NativeChannels(self.targets, self._options, self._tls_material,
+                                            native_client.method_path(method))
 
     def _method(self, name: str) -> Any:
         return self._methods[next(self._turn)][name]
@@ -319,12 +390,42 @@ class _ClientBase:
     def _prune_many(self, requests: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
         return self._prune(requests, params, _engine.decode_prune_trees)
 
+    def propose_tree_head(self, params: dict[str, Any]) -> bytes:
+        """A serialized ProposeTreeRequest without its contexts: the index,
+        the fingerprint and ``params`` (NgramIndex.propose's keywords).
+        Serialized ProposeInputs (field 4) appended to it make the request."""
+        return pb.ProposeTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
+                                     params=_propose_params(params)).SerializeToString()
+
+    def _propose_one(self, context: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+        request = self.propose_tree_head(params) + _propose_input(context)
+        return "ProposeTree", request, lambda r: _trees(r, 1)[0]
+
+    def _propose_many(self, contexts: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+        parts = [self.propose_tree_head(params)]
+        for i, c in enumerate(contexts):
+            try:
+                parts.append(_propose_input(c))
+            except ValueError as e:
+                raise ValueError(f"contexts[{i}]: {e}") from None
+        n = len(parts) - 1
+        return "ProposeTree", b"".join(parts), lambda r: _trees(r, n)
+
 
 def _one_tree(response: bytes) -> tree.PrunedTree:
     trees = _engine.decode_prune_trees(response)
     if len(trees) != 1:
         raise ValueError(f"PruneTreeResponse: {len(trees)} trees for 1 lattice")
     return trees[0]
+
+
+def _trees(response: bytes, n: int) -> list[tree.PrunedTree]:
+    """A ProposeTreeResponse's n trees, encoded by the engine (encode_tree:
+    depths, mask, retrieve rows)."""
+    trees = _engine.decode_prune_trees(response)
+    if len(trees) != n:
+        raise ValueError(f"ProposeTreeResponse: {len(trees)} trees for {n} contexts")
+    return trees
 
 
 class NgramClient(_ClientBase):
@@ -336,6 +437,8 @@ class NgramClient(_ClientBase):
 
     def _call(self, call: tuple[str, Any, Callable[[Any], Any]], timeout: float | None) -> Any:
         name, req, parse = call
+        if name == "ProposeTree" and self._native_propose is not None:
+            return parse(self._native_propose.call(req, self._deadline(timeout)))
         return parse(self._method(name)(req, timeout=self._deadline(timeout)))
 
     def prune_tree_bytes(self, request: bytes, *, timeout: float | None = None) -> bytes:
@@ -351,6 +454,8 @@ class NgramClient(_ClientBase):
             c.close()
         if self._native is not None:
             self._native.close()
+        if self._native_propose is not None:
+            self._native_propose.close()
 
     def __enter__(self) -> "NgramClient":
         return self
@@ -388,6 +493,22 @@ class NgramClient(_ClientBase):
         see NgramIndex.prune_batch. ``threads`` is accepted for compatibility
         (the host decides)."""
         return self._call(self._prune_many(requests, params), timeout)
+
+    def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.PrunedTree:
+        """A draft tree of the corpus' and the context's likeliest
+        continuations of ``context`` (int [N], the whole sequence so far);
+        see NgramIndex.propose (same parameters, defaults and tree; scores
+        are path probabilities). Bad values: grpc.RpcError
+        INVALID_ARGUMENT with the engine's message."""
+        return self._call(self._propose_one(context, params), timeout)
+
+    def propose_batch(self, contexts: Any, *, timeout: float | None = None, threads: int | None = None,
+                      **params: Any) -> list[tree.PrunedTree]:
+        """propose for many contexts in one call, one parameter set; see
+        NgramIndex.propose_batch (an invalid context is INVALID_ARGUMENT
+        prefixed ``contexts[i]:``). ``threads`` is accepted for
+        compatibility (the host decides)."""
+        return self._call(self._propose_many(contexts, params), timeout)
 
 
 class AsyncNgramClient(_ClientBase):
@@ -435,3 +556,10 @@ class AsyncNgramClient(_ClientBase):
     async def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
                           **params: Any) -> list[tree.PrunedTree]:
         return await self._call(self._prune_many(requests, params), timeout)
+
+    async def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.PrunedTree:
+        return await self._call(self._propose_one(context, params), timeout)
+
+    async def propose_batch(self, contexts: Any, *, timeout: float | None = None, threads: int | None = None,
+                            **params: Any) -> list[tree.PrunedTree]:
+        return await self._call(self._propose_many(contexts, params), timeout)

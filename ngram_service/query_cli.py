@@ -7,9 +7,11 @@
     ngram-query --trie corpus3.ngt probs --context 785,374 --candidates 1,2 --context 9 --candidates 4,5,6
     ngram-query --trie corpus3.ngt --tokenizer tokenizer.json topk --context "The quick brown"
     ngram-query -t HOST:PORT prune --npz lattice.npz       # prefix, topk_tokens, topk_probs
+    ngram-query --trie corpus3.ngt --tokenizer tokenizer.json propose --context "The quick brown"
 
 The same commands print the same JSON whether they ask a host (NgramClient)
-or a local file (NgramIndex). With ``--tokenizer``, ``--context`` and
+or a local file (NgramIndex); ``propose`` prints its trees as indented text
+(each node's path probability, token and text) unless given ``--json``. With ``--tokenizer``, ``--context`` and
 ``--candidates`` are text, encoded without special tokens (every token of
 the ``--candidates`` text is one candidate), and the output adds the ids and
 the text of each token. A failed call prints ``{"error": CODE, "message":
@@ -32,6 +34,7 @@ import numpy as np
 from ngram_service.client import DEFAULT_TIMEOUT, NgramClient
 from ngram_service.fingerprint import tokenizer_json_fingerprint, trie_fingerprint
 from ngram_service.index import NgramIndex, TrieFormatError
+from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
 from ngram_service.tree import DEFAULTS
 
 # ngram-serve's default --port (cpp/server/server_config.h, kDefaultPort):
@@ -303,6 +306,89 @@ def prune(s: Session, npz: str, beam_width: int | None, max_nodes: int | None, n
                                 ("ngram_weight", ngram_weight)) if v is not None}
     t = s.index.prune(prefix, tokens, probs_, **params)
     _emit({**_tree_json(t), **s.texts(t.tokens)})
+
+
+def _on_off(default: bool) -> str:
+    return "on" if default else "off"
+
+
+@main.command()
+@click.option("--context", "contexts", multiple=True, required=True,
+              help="The sequence so far: token ids, comma-separated (text with --tokenizer); its last token is "
+                   "the tree's root. Repeat for several trees in one call.")
+@click.option("--max-nodes", type=int, default=None,
+              help=f"Nodes kept besides the root (default {PROPOSE_DEFAULTS['max_nodes']}).")
+@click.option("--max-depth", type=int, default=None,
+              help=f"Depth of the tree (default {PROPOSE_DEFAULTS['max_depth']}).")
+@click.option("--max-branch", type=int, default=None,
+              help=f"Continuations considered per node (default {PROPOSE_DEFAULTS['max_branch']}).")
+@click.option("--min-prob", type=float, default=None,
+              help=f"Path-probability floor (default {PROPOSE_DEFAULTS['min_prob']}).")
+@click.option("--backoff", type=float, default=None,
+              help=f"Weight of a suffix one token shorter (default {PROPOSE_DEFAULTS['backoff']}).")
+@click.option("--corpus/--no-corpus", default=None,
+              help=f"Continuations from the trie (default {_on_off(PROPOSE_DEFAULTS['corpus'])}).")
+@click.option("--lookup/--no-lookup", default=None,
+              help="Continuations from the context's own earlier occurrences (default "
+                   f"{_on_off(PROPOSE_DEFAULTS['lookup'])}).")
+@click.option("--lookup-weight", type=float, default=None,
+              help=f"Scale of the lookup source's probabilities (default {PROPOSE_DEFAULTS['lookup_weight']}).")
+@click.option("--lookup-min-match", type=int, default=None,
+              help=f"Shortest suffix the lookup source matches (default {PROPOSE_DEFAULTS['lookup_min_match']}).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON ({\"trees\": [...]}, one per --context) instead of the indented trees.")
+@click.pass_obj
+@_reported
+def propose(s: Session, contexts: tuple[str, ...], as_json: bool, **params: Any) -> None:
+    """Corpus proposals: the draft tree of each context's likeliest
+    continuations, from the trie and the context itself (every --context in
+    one call). Prints each tree indented, a node per line: its path
+    probability, token id (and text with --tokenizer)."""
+    ids = [s.ids(t, "--context") for t in contexts]
+    s.check_fingerprint()
+    given = {k: v for k, v in params.items() if v is not None}
+    trees = s.index.propose_batch([np.array(c, dtype=np.int64) for c in ids], **given)
+    if as_json:
+        out = []
+        for c, t in zip(ids, trees):
+            tj = {**_tree_json(t), **s.texts(t.tokens)}
+            if s.tokenizer is not None:
+                tj["context"] = c
+            out.append(tj)
+        _emit({"trees": out})
+        return
+    blocks = []
+    for i, (c, t) in enumerate(zip(ids, trees)):
+        head = f"contexts[{i}]: {len(c)} tokens" if len(ids) > 1 else f"context: {len(c)} tokens"
+        blocks.append("\n".join([head, *_tree_lines(s, t)]))
+    click.echo("\n\n".join(blocks))
+
+
+def _tree_lines(s: Session, t: Any) -> list[str]:
+    """A tree as text: one node per line, depth first, children in node
+    order; each line its path probability, then the token under its parent."""
+    tokens, parents, scores = t.tokens.tolist(), t.parents.tolist(), t.scores.tolist()
+    texts = s.texts(tokens).get("texts")
+    children: dict[int, list[int]] = {}
+    for i in range(1, len(tokens)):
+        children.setdefault(parents[i], []).append(i)
+
+    def label(i: int) -> str:
+        return f"{tokens[i]} {texts[i]!r}" if texts is not None else str(tokens[i])
+
+    lines = [f"{scores[0]:.6f}  {label(0)}  (root)"]
+
+    def walk(v: int, indent: str) -> None:
+        kids = children.get(v, [])
+        for j, k in enumerate(kids):
+            last = j == len(kids) - 1
+            lines.append(f"{scores[k]:.6f}  {indent}{'`-- ' if last else '|-- '}{label(k)}")
+            walk(k, indent + ("    " if last else "|   "))
+
+    walk(0, "")
+    depth = int(t.depths.max()) if len(tokens) else 0
+    lines.append(f"{len(tokens) - 1} nodes besides the root, depth {depth}, {len(t.retrieve_indices)} leaves")
+    return lines
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ class NoMetrics final : public Metrics {
   void observe(const std::string&, int, double) override {}
   void in_flight(int) override {}
   void rejected(const std::string&) override {}
+  void trees(const std::string&, uint64_t, uint64_t) override {}
   void reloaded(const std::string&, bool) override {}
   std::string endpoint() const override { return ""; }
 };
@@ -100,6 +101,10 @@ class PrometheusMetrics final : public Metrics {
                      .Register(*registry_)),
         latency_(BuildHistogram().Name("ngram_request_seconds").Help("Call latency in the server, by method")
                      .Register(*registry_)),
+        trees_(BuildCounter().Name("ngram_trees_total").Help("Trees answered by PruneTree and ProposeTree, by method")
+                   .Register(*registry_)),
+        tree_nodes_(BuildCounter().Name("ngram_tree_nodes_total")
+                        .Help("Nodes of the trees answered, roots excluded, by method").Register(*registry_)),
         in_flight_(BuildGauge().Name("ngram_in_flight").Help("Calls being served").Register(*registry_)
                        .Add({})) {
     exposer_.RegisterCollectable(registry_);
@@ -129,6 +134,19 @@ class PrometheusMetrics final : public Metrics {
   }
   void in_flight(int delta) override { in_flight_.Increment(delta); }
   void rejected(const std::string& method) override { rejected_.Add({{"method", method}}).Increment(); }
+  void trees(const std::string& method, uint64_t n_trees, uint64_t nodes) override {
+    Series* series;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      series = &series_[method];
+      if (!series->trees) {
+        series->trees = &trees_.Add({{"method", method}});
+        series->nodes = &tree_nodes_.Add({{"method", method}});
+      }
+    }
+    series->trees->Increment(static_cast<double>(n_trees));
+    series->nodes->Increment(static_cast<double>(nodes));
+  }
   void reloaded(const std::string& index, bool ok) override {
     reloads_.Add({{"index", index}, {"result", ok ? "ok" : "error"}}).Increment();
   }
@@ -142,11 +160,15 @@ class PrometheusMetrics final : public Metrics {
   Family<Counter>& rejected_;
   Family<Counter>& reloads_;
   Family<Histogram>& latency_;
+  Family<Counter>& trees_;
+  Family<Counter>& tree_nodes_;
   Gauge& in_flight_;
   static constexpr size_t kCodes = 18;  // gRPC's 17 status codes, then any other
   struct Series {
     Histogram* latency = nullptr;
     Counter* requests[kCodes] = {};
+    Counter* trees = nullptr;  // tree methods only
+    Counter* nodes = nullptr;
   };
   std::mutex mu_;
   std::map<std::string, Series> series_;  // by method; nodes never move, so Series* stays valid

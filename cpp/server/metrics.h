@@ -1,7 +1,9 @@
 // Prometheus metrics: per method calls, errors by status code, latency
-// histograms; calls in flight; per index file size and age; process RSS.
+// histograms, trees and tree nodes answered; calls in flight; per index file
+// size and age; process RSS.
 // Without prometheus-cpp at build time every method is a no-op.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,6 +18,8 @@ class Metrics {
   virtual void observe(const std::string& method, int code, double seconds) = 0;
   virtual void in_flight(int delta) = 0;
   virtual void rejected(const std::string& method) = 0;  // RESOURCE_EXHAUSTED at admission
+  // A tree method's answer: `n_trees` trees of `nodes` nodes besides their roots.
+  virtual void trees(const std::string& method, uint64_t n_trees, uint64_t nodes) = 0;
   virtual void reloaded(const std::string& index, bool ok) = 0;
   // The address it listens on ("" when metrics are off).
   virtual std::string endpoint() const = 0;

@@ -26,13 +26,15 @@ standard health service and server reflection.
   --max-inflight N         calls admitted at once, beyond: RESOURCE_EXHAUSTED
                            (default 64 x threads)
   --max-message-bytes N    request/response size limit (default 67108864)
-  --max-batch N            queries per ConditionalProbs, trees per PruneTree (65536)
+  --max-batch N            queries per ConditionalProbs, trees per PruneTree and
+                           ProposeTree (65536)
   --max-context N          context/prefix tokens per query (4096)
   --max-candidates N       candidates per query (4096; a PruneTree level: at most 1024)
   --max-topk N             TopK k (65536)
-  --max-levels N           PruneTree levels per lattice (64, at most)
+  --max-levels N           PruneTree levels per lattice, ProposeTree max_depth (64, at most)
   --max-beam N             PruneTree beam_width (1024, at most)
-  --max-nodes N            PruneTree nodes per tree (4096, at most)
+  --max-nodes N            PruneTree and ProposeTree nodes per tree (4096, at most)
+  --max-propose-context N  ProposeTree tokens per sequence (1048576, at most)
   --tls-cert PEM           server certificate chain (enables TLS)
   --tls-key PEM            server private key
   --tls-client-ca PEM      require client certificates signed by this CA (mTLS)
@@ -86,6 +88,8 @@ ServerConfig parse_args(int argc, char** argv) {
       {"--max-levels", [&](const std::string& v) { c.limits.max_levels = to_u64("--max-levels", v); }},
       {"--max-beam", [&](const std::string& v) { c.limits.max_beam = to_u64("--max-beam", v); }},
       {"--max-nodes", [&](const std::string& v) { c.limits.max_nodes = to_u64("--max-nodes", v); }},
+      {"--max-propose-context",
+       [&](const std::string& v) { c.limits.max_propose_context = to_u64("--max-propose-context", v); }},
       {"--tls-cert", [&](const std::string& v) { c.tls_cert = v; }},
       {"--tls-key", [&](const std::string& v) { c.tls_key = v; }},
       {"--tls-client-ca", [&](const std::string& v) { c.tls_client_ca = v; }},
@@ -139,15 +143,18 @@ ServerConfig parse_args(int argc, char** argv) {
   if (c.tls_cert.empty() != c.tls_key.empty()) die("--tls-cert and --tls-key go together");
   if (!c.tls_client_ca.empty() && c.tls_cert.empty()) die("--tls-client-ca needs --tls-cert and --tls-key");
   if (c.limits.max_batch == 0 || c.limits.max_context == 0 || c.limits.max_candidates == 0 ||
-      c.limits.max_levels == 0 || c.limits.max_beam == 0 || c.limits.max_nodes == 0)
+      c.limits.max_levels == 0 || c.limits.max_beam == 0 || c.limits.max_nodes == 0 ||
+      c.limits.max_propose_context == 0)
     die("limits must be >= 1");
-  // The engine's bounds (cpp/engine/prune_tree.h, PruneLimits) cap PruneTree's limits.
+  // The engine's bounds (cpp/engine/prune_tree.h, PruneLimits; propose.h,
+  // ProposeLimits) cap PruneTree's and ProposeTree's limits.
   const struct {
     const char* flag;
     uint64_t value, most;
   } engine_bounds[] = {{"--max-levels", c.limits.max_levels, PruneLimits::kMaxDepth},
                        {"--max-beam", c.limits.max_beam, PruneLimits::kMaxBeamWidth},
-                       {"--max-nodes", c.limits.max_nodes, PruneLimits::kMaxNodes}};
+                       {"--max-nodes", c.limits.max_nodes, PruneLimits::kMaxNodes},
+                       {"--max-propose-context", c.limits.max_propose_context, ProposeLimits::kMaxContext}};
   for (const auto& b : engine_bounds)
     if (b.value > b.most)
       die(std::string(b.flag) + " " + std::to_string(b.value) + ": at most the engine's " + std::to_string(b.most));

@@ -4,22 +4,25 @@
 #include <string>
 #include <vector>
 
+#include "propose.h"
 #include "prune_tree.h"
 
 namespace ngram::server {
 
-// The request limits. Those of PruneTree start at the engine's own bounds
-// (PruneLimits, the one definition) and may only be lowered: a request the
-// server admits is never refused by the engine for its size.
+// The request limits. Those of PruneTree and ProposeTree start at the
+// engine's own bounds (PruneLimits, ProposeLimits: the one definition) and
+// may only be lowered: a request the server admits is never refused by the
+// engine for its size.
 struct Limits {
   uint64_t max_message_bytes = 64ull << 20;  // per request and per response
-  uint64_t max_batch = 65536;       // queries per ConditionalProbs, trees per PruneTree
+  uint64_t max_batch = 65536;       // queries per ConditionalProbs, trees per PruneTree and ProposeTree
   uint64_t max_context = 4096;      // context / prefix tokens per query
   uint64_t max_candidates = 4096;   // candidates per query (ConditionalProbs K; PruneTree K: also <= the engine's)
   uint64_t max_topk = 65536;        // TopK k
-  uint64_t max_levels = PruneLimits::kMaxDepth;     // PruneTree levels per lattice
+  uint64_t max_levels = PruneLimits::kMaxDepth;     // PruneTree levels per lattice, ProposeTree max_depth
   uint64_t max_beam = PruneLimits::kMaxBeamWidth;   // PruneTree beam_width
-  uint64_t max_nodes = PruneLimits::kMaxNodes;      // PruneTree nodes per tree (remain_total)
+  uint64_t max_nodes = PruneLimits::kMaxNodes;      // PruneTree (remain_total) and ProposeTree nodes per tree
+  uint64_t max_propose_context = ProposeLimits::kMaxContext;  // ProposeTree tokens per sequence
 
   // PruneTree's candidates per level: --max-candidates within the engine's bound.
   uint64_t max_prune_candidates() const {

@@ -10,6 +10,7 @@
 
 #include "errors.h"
 #include "json_log.h"
+#include "propose.h"
 #include "prune_tree.h"
 #include "queries.h"
 
@@ -120,6 +121,14 @@ Status parse(const grpc::ByteBuffer& in, Req* req) {
 
 bool past_deadline(grpc::ServerContextBase* ctx) {
   return std::chrono::system_clock::now() >= ctx->deadline();
+}
+
+// The trees a tree method answered, and their nodes besides the roots.
+void count_trees(Metrics& metrics, const char* method,
+                 const google::protobuf::RepeatedPtrField<v1::PrunedTreeNodes>& trees) {
+  uint64_t nodes = 0;
+  for (const auto& t : trees) nodes += t.tokens_size() > 0 ? static_cast<uint64_t>(t.tokens_size() - 1) : 0;
+  metrics.trees(method, static_cast<uint64_t>(trees.size()), nodes);
 }
 
 }  // namespace
@@ -359,7 +368,75 @@ grpc::ServerUnaryReactor* NgramServiceImpl::PruneTree(grpc::CallbackServerContex
                                                       grpc::ByteBuffer* out) {
   return typed<v1::PruneTreeRequest, v1::PruneTreeResponse>(
       "PruneTree", ctx, in, out, [this](const v1::PruneTreeRequest* req, v1::PruneTreeResponse* resp) {
-        return prune_tree(*req, resp);
+        Status st = prune_tree(*req, resp);
+        if (st.ok()) count_trees(metrics_, "PruneTree", resp->trees());
+        return st;
+      });
+}
+
+// ---- corpus proposals --------------------------------------------------------------
+
+Status NgramServiceImpl::propose_tree(const v1::ProposeTreeRequest& req, v1::ProposeTreeResponse* resp) const {
+  const Limits& lim = config_.limits;
+  const uint64_t n = static_cast<uint64_t>(req.contexts_size());
+  if (n > lim.max_batch) return over_limit("contexts", n, "trees", "--max-batch", lim.max_batch);
+  std::shared_ptr<const LoadedIndex> idx;
+  if (Status st = resolve(req.index(), req.tokenizer_fingerprint(), &idx); !st.ok()) return st;
+  const TrieIndex& t = *idx->trie;
+
+  const v1::ProposeParams& p = req.params();
+  ProposeParams params;  // unset fields: the engine's defaults
+  if (p.has_max_nodes()) params.max_nodes = p.max_nodes();
+  if (p.has_max_depth()) params.max_depth = p.max_depth();
+  if (p.has_max_branch()) params.max_branch = p.max_branch();
+  if (p.has_min_prob()) params.min_prob = p.min_prob();
+  if (p.has_backoff()) params.backoff = p.backoff();
+  if (p.has_corpus()) params.corpus = p.corpus();
+  if (p.has_lookup()) params.lookup = p.lookup();
+  if (p.has_lookup_weight()) params.lookup_weight = p.lookup_weight();
+  if (p.has_lookup_min_match()) params.lookup_min_match = p.lookup_min_match();
+  // The server's lowered limits; a value outside the engine's range is the
+  // engine's to refuse, with its own message.
+  if (params.max_nodes > 0 && static_cast<uint64_t>(params.max_nodes) > lim.max_nodes &&
+      params.max_nodes <= ProposeLimits::kMaxNodes)
+    return over_limit("params.max_nodes", params.max_nodes, "nodes", "--max-nodes", lim.max_nodes);
+  if (params.max_depth > 0 && static_cast<uint64_t>(params.max_depth) > lim.max_levels &&
+      params.max_depth <= ProposeLimits::kMaxDepth)
+    return over_limit("params.max_depth", params.max_depth, "levels", "--max-levels", lim.max_levels);
+
+  // One compute slot for the whole call, as PruneTree: the sequences one
+  // after the other on this thread.
+  thread_local ProposeWorkspace ws;
+  thread_local ProposedTree tree;
+  resp->mutable_trees()->Reserve(static_cast<int>(n));
+  for (uint64_t i = 0; i < n; ++i) {
+    const auto& context = req.contexts(static_cast<int>(i)).context();
+    const uint64_t len = static_cast<uint64_t>(context.size());
+    if (len > lim.max_propose_context)
+      return over_limit(("contexts[" + std::to_string(i) + "].context").c_str(), len, "tokens",
+                        lim.max_propose_context < ProposeLimits::kMaxContext ? "--max-propose-context"
+                                                                             : "the engine's limit",
+                        lim.max_propose_context);
+    try {
+      ngram::propose_tree(t, context.data(), len, params, ws, tree);
+    } catch (const InvalidArgument& e) {
+      return invalid("contexts[" + std::to_string(i) + "]: " + e.what());
+    }
+    v1::PrunedTreeNodes* out = resp->add_trees();
+    out->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
+    out->mutable_parents()->Add(tree.parents.begin(), tree.parents.end());
+    out->mutable_scores()->Add(tree.scores.begin(), tree.scores.end());
+  }
+  return Status::OK;
+}
+
+grpc::ServerUnaryReactor* NgramServiceImpl::ProposeTree(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                        grpc::ByteBuffer* out) {
+  return typed<v1::ProposeTreeRequest, v1::ProposeTreeResponse>(
+      "ProposeTree", ctx, in, out, [this](const v1::ProposeTreeRequest* req, v1::ProposeTreeResponse* resp) {
+        Status st = propose_tree(*req, resp);
+        if (st.ok()) count_trees(metrics_, "ProposeTree", resp->trees());
+        return st;
       });
 }
 

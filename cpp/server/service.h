@@ -1,9 +1,10 @@
-// The gRPC services over the engine: NgramService (queries, tree pruning)
-// and NgramAdmin (reload). Every call goes through admission: a bounded
-// number in flight (beyond it RESOURCE_EXHAUSTED at once, never a queue that
-// grows) and a pool of compute slots sized to the cores. A call waits for a
-// slot no longer than its deadline: one whose deadline passed (or that was
-// cancelled) while it waited is answered without running.
+// The gRPC services over the engine: NgramService (queries, tree pruning,
+// corpus proposals) and NgramAdmin (reload). Every call goes through
+// admission: a bounded number in flight (beyond it RESOURCE_EXHAUSTED at
+// once, never a queue that grows) and a pool of compute slots sized to the
+// cores. A call waits for a slot no longer than its deadline: one whose
+// deadline passed (or that was cancelled) while it waited is answered
+// without running.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -51,7 +52,8 @@ class Admission {
 // gRPC's own parsing answers UNIMPLEMENTED with none.
 using NgramServiceBase = v1::NgramService::WithRawCallbackMethod_GetInfo<
     v1::NgramService::WithRawCallbackMethod_ConditionalProbs<v1::NgramService::WithRawCallbackMethod_TopK<
-        v1::NgramService::WithRawCallbackMethod_PruneTree<v1::NgramService::Service>>>>;
+        v1::NgramService::WithRawCallbackMethod_PruneTree<
+            v1::NgramService::WithRawCallbackMethod_ProposeTree<v1::NgramService::Service>>>>>;
 
 class NgramServiceImpl final : public NgramServiceBase {
  public:
@@ -66,6 +68,8 @@ class NgramServiceImpl final : public NgramServiceBase {
                                  grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* PruneTree(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                       grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ProposeTree(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
 
   // Before Server::Shutdown: from now on new calls are refused (UNAVAILABLE,
   // which clients retry on another replica), so a drain waits only for the
@@ -87,6 +91,7 @@ class NgramServiceImpl final : public NgramServiceBase {
   grpc::Status resolve(const std::string& name, const std::string& fingerprint,
                        std::shared_ptr<const LoadedIndex>* out) const;
   grpc::Status prune_tree(const v1::PruneTreeRequest& req, v1::PruneTreeResponse* resp) const;
+  grpc::Status propose_tree(const v1::ProposeTreeRequest& req, v1::ProposeTreeResponse* resp) const;
 
   const ServerConfig& config_;
   IndexRegistry& registry_;

@@ -154,6 +154,52 @@ class PruneTreeResponse(_message.Message):
     trees: _containers.RepeatedCompositeFieldContainer[PrunedTreeNodes]
     def __init__(self, trees: _Optional[_Iterable[_Union[PrunedTreeNodes, _Mapping]]] = ...) -> None: ...
 
+class ProposeParams(_message.Message):
+    __slots__ = ("max_nodes", "max_depth", "max_branch", "min_prob", "backoff", "corpus", "lookup", "lookup_weight", "lookup_min_match")
+    MAX_NODES_FIELD_NUMBER: _ClassVar[int]
+    MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_BRANCH_FIELD_NUMBER: _ClassVar[int]
+    MIN_PROB_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    CORPUS_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_MIN_MATCH_FIELD_NUMBER: _ClassVar[int]
+    max_nodes: int
+    max_depth: int
+    max_branch: int
+    min_prob: float
+    backoff: float
+    corpus: bool
+    lookup: bool
+    lookup_weight: float
+    lookup_min_match: int
+    def __init__(self, max_nodes: _Optional[int] = ..., max_depth: _Optional[int] = ..., max_branch: _Optional[int] = ..., min_prob: _Optional[float] = ..., backoff: _Optional[float] = ..., corpus: _Optional[bool] = ..., lookup: _Optional[bool] = ..., lookup_weight: _Optional[float] = ..., lookup_min_match: _Optional[int] = ...) -> None: ...
+
+class ProposeInput(_message.Message):
+    __slots__ = ("context",)
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    context: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, context: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ProposeTreeRequest(_message.Message):
+    __slots__ = ("index", "tokenizer_fingerprint", "params", "contexts")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXTS_FIELD_NUMBER: _ClassVar[int]
+    index: str
+    tokenizer_fingerprint: str
+    params: ProposeParams
+    contexts: _containers.RepeatedCompositeFieldContainer[ProposeInput]
+    def __init__(self, index: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., params: _Optional[_Union[ProposeParams, _Mapping]] = ..., contexts: _Optional[_Iterable[_Union[ProposeInput, _Mapping]]] = ...) -> None: ...
+
+class ProposeTreeResponse(_message.Message):
+    __slots__ = ("trees",)
+    TREES_FIELD_NUMBER: _ClassVar[int]
+    trees: _containers.RepeatedCompositeFieldContainer[PrunedTreeNodes]
+    def __init__(self, trees: _Optional[_Iterable[_Union[PrunedTreeNodes, _Mapping]]] = ...) -> None: ...
+
 class ReloadRequest(_message.Message):
     __slots__ = ("index", "path")
     INDEX_FIELD_NUMBER: _ClassVar[int]

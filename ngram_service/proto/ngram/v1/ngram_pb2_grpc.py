@@ -54,6 +54,11 @@ class NgramServiceStub:
                 request_serializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.SerializeToString,
                 response_deserializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.FromString,
                 _registered_method=True)
+        self.ProposeTree = channel.unary_unary(
+                '/ngram.v1.NgramService/ProposeTree',
+                request_serializer=ngram_dot_v1_dot_ngram__pb2.ProposeTreeRequest.SerializeToString,
+                response_deserializer=ngram_dot_v1_dot_ngram__pb2.ProposeTreeResponse.FromString,
+                _registered_method=True)
 
 
 class NgramServiceServicer:
@@ -88,6 +93,16 @@ class NgramServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProposeTree(self, request, context):
+        """Corpus proposals for models without a drafter: a batch of sequences
+        (one parameter set) -> one draft tree per sequence, grown from the
+        trie's continuations of every stored suffix length and from the
+        sequence's own earlier occurrences (cpp/engine/propose.h).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NgramServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +125,11 @@ def add_NgramServiceServicer_to_server(servicer, server):
                     servicer.PruneTree,
                     request_deserializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.FromString,
                     response_serializer=ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.SerializeToString,
+            ),
+            'ProposeTree': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeTree,
+                    request_deserializer=ngram_dot_v1_dot_ngram__pb2.ProposeTreeRequest.FromString,
+                    response_serializer=ngram_dot_v1_dot_ngram__pb2.ProposeTreeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +240,33 @@ class NgramService:
             '/ngram.v1.NgramService/PruneTree',
             ngram_dot_v1_dot_ngram__pb2.PruneTreeRequest.SerializeToString,
             ngram_dot_v1_dot_ngram__pb2.PruneTreeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeTree(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ngram.v1.NgramService/ProposeTree',
+            ngram_dot_v1_dot_ngram__pb2.ProposeTreeRequest.SerializeToString,
+            ngram_dot_v1_dot_ngram__pb2.ProposeTreeResponse.FromString,
             options,
             channel_credentials,
             insecure,
