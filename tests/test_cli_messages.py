@@ -317,5 +317,5 @@ def test_a_prune_level_over_the_engines_limit_is_the_servers_refusal(sample_trie
         with pytest.raises(grpc.RpcError) as e:
             c.prune([1, 2], [np.arange(k)], [np.full(k, 1.0 / k, np.float32)])
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert e.value.details() == ("inputs[0].level_sizes[0]: 1025 candidates, the server's limit is 1024 "
+        assert e.value.details() == ("inputs[0].level_sizes[0] has 1025 candidates (K): must be 1..1024 "
                                      "(the engine's limit)")

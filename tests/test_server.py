@@ -300,6 +300,8 @@ CASES = [
     ("TopK", pb.TopKRequest(context=[1, 999999], k=1), "context[1]"),
     ("PruneTree", _prune(*[_lattice()] * 5), "--max-batch"),
     ("PruneTree", _prune(_lattice(levels=4)), "inputs[0].level_sizes"),
+    ("PruneTree", _prune(_lattice(levels=0)), "inputs[0].level_sizes has 0 levels (D)"),
+    ("PruneTree", _prune(_lattice(level_sizes=[3, 0])), "inputs[0].level_sizes[1] has 0 candidates (K)"),
     ("PruneTree", _prune(_lattice(k=7)), "--max-candidates"),
     ("PruneTree", _prune(_lattice(), beam_width=5), "params.beam_width"),
     ("PruneTree", _prune(_lattice(), max_nodes=11), "params.max_nodes"),

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "errors.h"
 #include "queries.h"
@@ -313,21 +314,45 @@ int32_t order_by_token(const int32_t* tok, uint32_t k, uint32_t* order) {
   return -1;
 }
 
+// " (name)" after a bound's range, when the bound has a name.
+std::string bound_name(const char* name) { return name ? std::string(" (") + name + ")" : std::string(); }
+
+// What validate_prune names and bounds a lattice by: prune's arguments, the engine's limits.
+const LatticeFields kPruneFields;
+const LatticeBounds kEngineBounds;
+
 }  // namespace
+
+void check_lattice_depth(uint64_t depth, const LatticeFields& f, const LatticeBounds& b) {
+  if (depth == 0 || depth > b.max_levels)
+    throw InvalidArgument(f.name(f.sizes) + " has " + std::to_string(depth) + " levels (D): must be 1.." +
+                          std::to_string(b.max_levels) + bound_name(b.levels_bound));
+}
+
+void check_lattice_level(uint64_t l, uint64_t k, const LatticeFields& f, const LatticeBounds& b) {
+  if (k == 0 || k > b.max_candidates)
+    throw InvalidArgument(f.name(f.sizes) + "[" + std::to_string(l) + "] has " + std::to_string(k) +
+                          " candidates (K): must be 1.." + std::to_string(b.max_candidates) +
+                          bound_name(b.candidates_bound));
+}
+
+void check_lattice_values(uint64_t total, uint64_t n_tokens, uint64_t n_probs, const LatticeFields& f) {
+  const std::pair<const char*, uint64_t> given[] = {{f.tokens, n_tokens}, {f.probs, n_probs}};
+  for (const auto& [field, n] : given)
+    if (n != total)
+      throw InvalidArgument(f.name(field) + ": " + std::to_string(n) + " values, expected sum(" + f.sizes +
+                            ") = " + std::to_string(total));
+}
 
 void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws) {
   const uint64_t vocab = t.vocab_size();
   if (in.prefix_len == 0) throw InvalidArgument("prefix is empty: need at least one token (its last is the root)");
   check_tokens(t, in.prefix, in.prefix_len, "prefix");
-  if (in.depth == 0 || in.depth > PruneLimits::kMaxDepth)
-    throw InvalidArgument("topk_tokens has " + std::to_string(in.depth) + " levels (D): must be 1.." +
-                          std::to_string(PruneLimits::kMaxDepth));
+  check_lattice_depth(in.depth, kPruneFields, kEngineBounds);
   if (in.level_offsets[0] != 0) throw InvalidArgument("level_offsets[0] must be 0");
   for (uint32_t l = 0; l < in.depth; ++l) {
     const uint64_t lo = in.level_offsets[l], hi = in.level_offsets[l + 1];
-    if (hi <= lo || hi - lo > PruneLimits::kMaxCandidates)
-      throw InvalidArgument(at("topk_tokens", l) + " has " + std::to_string(hi > lo ? hi - lo : 0) +
-                            " candidates (K): must be 1.." + std::to_string(PruneLimits::kMaxCandidates));
+    check_lattice_level(l, hi > lo ? hi - lo : 0, kPruneFields, kEngineBounds);
   }
   const uint64_t total = in.level_offsets[in.depth];
   ws.tokens.resize(total);

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "queries.h"
@@ -144,6 +145,55 @@ struct PruneWorkspace {
   std::vector<int32_t> backoff_matched;
   std::vector<int32_t> child_start, child_list, dfs_stack;
 };
+
+// How a surface names a lattice's fields in its errors. The defaults are
+// prune's arguments (the Python module); the server names its PruneInput
+// message's fields, after the input they belong to ("inputs[2]").
+struct LatticeFields {
+  std::string input;                  // put before each field, with a '.'; empty: none
+  const char* sizes = "topk_tokens";  // the field with an entry per level, K_l each
+  const char* tokens = "topk_tokens";
+  const char* probs = "topk_probs";
+  std::string name(const char* field) const { return input.empty() ? field : input + "." + field; }
+};
+
+// The bounds of a lattice's shape: the engine's (PruneLimits) unless a
+// surface admits less (the server's --max-levels and --max-candidates,
+// which its configuration keeps within the engine's). A bound's name, when
+// given, ends the error about it: "... must be 1..3 (--max-levels)".
+struct LatticeBounds {
+  uint64_t max_levels = PruneLimits::kMaxDepth;
+  uint64_t max_candidates = PruneLimits::kMaxCandidates;
+  const char* levels_bound = nullptr;
+  const char* candidates_bound = nullptr;
+};
+
+// A lattice's shape, one rule each, the one definition of every surface's
+// checks (validate_prune's; the server's PruneTree through lattice_offsets).
+// Each throws InvalidArgument naming the field at fault: D levels, in
+// 1..max_levels; level l's K candidates, in 1..max_candidates; tokens and
+// probs of `total` = sum(K_l) values each.
+void check_lattice_depth(uint64_t depth, const LatticeFields& f = {}, const LatticeBounds& b = {});
+void check_lattice_level(uint64_t l, uint64_t k, const LatticeFields& f = {}, const LatticeBounds& b = {});
+void check_lattice_values(uint64_t total, uint64_t n_tokens, uint64_t n_probs, const LatticeFields& f = {});
+
+// A lattice given as level sizes (K_l = sizes[l], l < depth) and flat
+// arrays of n_tokens token ids and n_probs probabilities: its shape checked
+// by the three rules above, in that order (the levels before any is read),
+// and its PruneInput::level_offsets, the depth + 1 running sums, into
+// `offsets`.
+template <class Sizes>
+void lattice_offsets(const Sizes& sizes, uint64_t depth, uint64_t n_tokens, uint64_t n_probs,
+                     std::vector<uint64_t>& offsets, const LatticeFields& f = {}, const LatticeBounds& b = {}) {
+  check_lattice_depth(depth, f, b);
+  offsets.assign(1, 0);
+  for (uint64_t l = 0; l < depth; ++l) {
+    const uint64_t k = sizes[l];
+    check_lattice_level(l, k, f, b);
+    offsets.push_back(offsets.back() + k);
+  }
+  check_lattice_values(offsets.back(), n_tokens, n_probs, f);
+}
 
 // Throws InvalidArgument naming the field at fault: shapes and limits, token
 // ids outside [0, vocab), probabilities that are not in [0, 1] (NaN

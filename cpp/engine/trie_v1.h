@@ -5,6 +5,7 @@
 // and TrieV1Ram, which decodes at open what a lookup reads as a chain of
 // dependent reads into plain arrays beside the image (docs/FORMAT.md, "In
 // RAM"). Both have one level type, LevelV1, whose reads take either form.
+// TrieV1Writer (trie_v1_writer.h) writes the file.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -111,7 +112,9 @@ struct LevelV1 {
 // offsets span the next level, so that no later read leaves the file.
 class TrieV1 {
  public:
-  // The sections of one level, in file order, with their element counts and widths.
+  // The sections of one level, in file order, with their element counts and
+  // widths: the one list of them, which TrieV1Writer lays out and the
+  // constructor requires.
   static std::vector<SectionShape> level_sections(const LevelShape& s);
 
   explicit TrieV1(const SectionTable& table);

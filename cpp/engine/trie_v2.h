@@ -8,6 +8,7 @@
 // finding w after a context first finds w after each shorter suffix of the
 // context, shortest first (lookup_v2.cc). Counts get two tiers of escapes;
 // level 1 counts, and has children for, only the tokens that occur.
+// write_trie_v2 (trie_v2_writer.h) writes the file.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -87,7 +88,8 @@ class TrieV2 {
   // widths: two-tier count ranks; level 1 marks the tokens that occur, and
   // its counts and child offsets are those of these tokens only; levels >= 2
   // store each entry's token as a rank, coded in chunked Elias-Fano, and
-  // their child offsets in Elias-Fano.
+  // their child offsets in Elias-Fano. The one list of them, which
+  // write_trie_v2 lays out and the constructor requires.
   static std::vector<SectionShape> level_sections(const LevelShapeV2& s);
 
   // Checks every level against the layout, its count tables, level 2's

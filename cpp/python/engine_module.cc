@@ -12,8 +12,8 @@
 #include "queries.h"
 #include "search_simd.h"
 #include "trie_index.h"
-#include "trie_writer.h"
-#include "trie_writer_v2.h"
+#include "trie_v1_writer.h"
+#include "trie_v2_writer.h"
 
 namespace py = pybind11;
 using namespace ngram;
@@ -78,7 +78,7 @@ PYBIND11_MODULE(_engine, m) {
     }
   });
 
-  m.attr("FORMAT_VERSION") = kFormatVersion;  // the trie file version TrieWriter writes
+  m.attr("FORMAT_VERSION") = kFormatVersion;  // the trie file version TrieWriter (TrieV1Writer) writes
   m.attr("FORMAT_VERSION_2") = kFormatVersion2;  // written by write_trie_v2; both are read
   m.def("write_trie_v2", [](const TrieIndex& source, const std::string& path, py::bytes meta_json) {
         std::string meta = meta_json;
@@ -191,7 +191,8 @@ PYBIND11_MODULE(_engine, m) {
   bind_prune(m);  // after Trie, whose method prune becomes
   bind_propose(m);  // after Trie and PrunedTree
 
-  py::class_<TrieWriter>(m, "TrieWriter")
+  // The version-1 writer (TrieV1Writer), as Python has always named it.
+  py::class_<TrieV1Writer>(m, "TrieWriter")
       .def(py::init([](const std::string& path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
                        py::bytes meta_json, const std::vector<uint64_t>& sizes,
                        const std::vector<std::vector<uint64_t>>& count_values,
@@ -200,12 +201,12 @@ PYBIND11_MODULE(_engine, m) {
                throw InvalidArgument("sizes, count_values and count_frequencies differ in length");
              std::vector<LevelSpec> specs(sizes.size());
              for (size_t i = 0; i < sizes.size(); ++i) specs[i] = LevelSpec{sizes[i], count_values[i], count_frequencies[i]};
-             return std::make_unique<TrieWriter>(path, order, vocab_size, eos_id, std::string(meta_json),
-                                                 std::move(specs));
+             return std::make_unique<TrieV1Writer>(path, order, vocab_size, eos_id, std::string(meta_json),
+                                                   std::move(specs));
            }),
            py::arg("path"), py::arg("order"), py::arg("vocab_size"), py::arg("eos_id"), py::arg("meta_json"),
            py::arg("sizes"), py::arg("count_values"), py::arg("count_frequencies"))
-      .def("append", [](TrieWriter& w, uint32_t k, py::object tokens, U64Array counts, py::object n_children) {
+      .def("append", [](TrieV1Writer& w, uint32_t k, py::object tokens, U64Array counts, py::object n_children) {
         const uint64_t n = counts.ndim() == 1 ? counts.shape(0) : 0;
         if (counts.ndim() != 1) throw InvalidArgument("counts must be 1-D");
         I32Array tok;
@@ -225,9 +226,9 @@ PYBIND11_MODULE(_engine, m) {
         py::gil_scoped_release nogil;
         w.append(k, n, tp, vp, cp);
       }, py::arg("k"), py::arg("tokens"), py::arg("counts"), py::arg("n_children"))
-      .def("finish", [](TrieWriter& w) {
+      .def("finish", [](TrieV1Writer& w) {
         py::gil_scoped_release nogil;
         w.finish();
       })
-      .def_property_readonly("file_size", &TrieWriter::file_size);
+      .def_property_readonly("file_size", &TrieV1Writer::file_size);
 }

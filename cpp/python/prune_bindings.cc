@@ -100,7 +100,11 @@ namespace {
 
 // One lattice in the engine's layout, its arrays kept alive while the engine
 // reads them: topk_tokens / topk_probs as [D, K] arrays, or (when K differs
-// per level) as lists of D 1-D arrays, concatenated here.
+// per level) as lists of D 1-D arrays, concatenated here. What is checked
+// here is what converting needs (ranks, and topk_probs shaped as
+// topk_tokens); the lattice's shape (levels, candidates per level, their
+// bounds) is the engine's, checked in validate_prune (check_lattice_depth,
+// check_lattice_level in prune_tree.h).
 struct Lattice {
   Ids prefix, tokens;
   F32Array probs = py::reinterpret_steal<F32Array>(py::handle());  // null until loaded

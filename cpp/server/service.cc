@@ -317,6 +317,14 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
   if (static_cast<uint64_t>(params.max_nodes) > lim.max_nodes)
     return over_limit("params.max_nodes", params.max_nodes, "nodes", "--max-nodes", lim.max_nodes);
 
+  // The lattice's shape is the engine's to check (lattice_offsets), within this server's limits.
+  LatticeFields fields;
+  fields.sizes = "level_sizes";
+  fields.tokens = "tokens";
+  fields.probs = "probs";
+  const LatticeBounds bounds{lim.max_levels, lim.max_prune_candidates(), "--max-levels",
+                             lim.max_candidates < PruneLimits::kMaxCandidates ? "--max-candidates" : "the engine's limit"};
+
   thread_local PruneWorkspace ws;
   thread_local PrunedTree tree;
   thread_local std::vector<uint64_t> offsets;
@@ -324,26 +332,12 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
   for (uint64_t i = 0; i < n; ++i) {
     const v1::PruneInput& in = req.inputs(static_cast<int>(i));
     const std::string field = "inputs[" + std::to_string(i) + "]";
+    fields.input = field;
     const uint64_t depth = static_cast<uint64_t>(in.level_sizes_size());
-    if (depth > lim.max_levels)
-      return over_limit((field + ".level_sizes").c_str(), depth, "levels", "--max-levels", lim.max_levels);
+    lattice_offsets(in.level_sizes().data(), depth, static_cast<uint64_t>(in.tokens_size()),
+                    static_cast<uint64_t>(in.probs_size()), offsets, fields, bounds);
     if (static_cast<uint64_t>(in.prefix_size()) > lim.max_context)
       return over_limit((field + ".prefix").c_str(), in.prefix_size(), "tokens", "--max-context", lim.max_context);
-    offsets.assign(1, 0);
-    for (uint64_t l = 0; l < depth; ++l) {
-      const uint64_t k = in.level_sizes(static_cast<int>(l));
-      if (k > lim.max_prune_candidates())
-        return over_limit((field + ".level_sizes[" + std::to_string(l) + "]").c_str(), k, "candidates",
-                          lim.max_candidates < PruneLimits::kMaxCandidates ? "--max-candidates" : "the engine's limit",
-                          lim.max_prune_candidates());
-      offsets.push_back(offsets.back() + k);
-    }
-    if (static_cast<uint64_t>(in.tokens_size()) != offsets.back())
-      return invalid(field + ".tokens: " + std::to_string(in.tokens_size()) + " values, expected sum(level_sizes) = " +
-                     std::to_string(offsets.back()));
-    if (static_cast<uint64_t>(in.probs_size()) != offsets.back())
-      return invalid(field + ".probs: " + std::to_string(in.probs_size()) + " values, expected sum(level_sizes) = " +
-                     std::to_string(offsets.back()));
     PruneInput pin;
     pin.prefix = in.prefix().data();
     pin.prefix_len = static_cast<uint64_t>(in.prefix_size());

@@ -1,4 +1,4 @@
-#include "trie_writer.h"
+#include "trie_v1_writer.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -62,8 +62,8 @@ struct LevelStream {
   std::unique_ptr<ChildOffsetWriter<WordSink>> child_w;  // levels < order
 };
 
-TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
-                       std::string meta_json, std::vector<LevelSpec> levels)
+TrieV1Writer::TrieV1Writer(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id,
+                           std::string meta_json, std::vector<LevelSpec> levels)
     : path_(std::move(path)), order_(order), vocab_size_(vocab_size), eos_id_(eos_id),
       specs_(std::move(levels)) {
   if (order_ < 1 || order_ > kMaxOrder) throw InvalidArgument("order must be in 1.." + std::to_string(kMaxOrder));
@@ -84,7 +84,7 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
       throw InvalidArgument("level " + std::to_string(k + 1) + ": count frequencies must sum to the level's size");
   }
 
-  // Lay out every section now (trie_layout.h): meta, then each level's.
+  // Lay out every section now: meta, then each level's as TrieV1::level_sections lists them.
   std::vector<LevelShape> shapes;
   std::vector<RankLayout> rank_layouts;
   uint64_t nsec = 1;
@@ -159,12 +159,12 @@ TrieWriter::TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, in
     for (uint64_t v : specs_[k - 1].count_values) value_streams[k - 1]->word(v);
 }
 
-TrieWriter::~TrieWriter() {
+TrieV1Writer::~TrieV1Writer() {
   if (fd_ >= 0) ::close(fd_);
   if (!finished_ && !tmp_path_.empty()) ::unlink(tmp_path_.c_str());
 }
 
-void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uint64_t* counts,
+void TrieV1Writer::append(uint32_t k, uint64_t n, const int32_t* tokens, const uint64_t* counts,
                         const uint64_t* n_children) {
   if (finished_) throw InvalidArgument("append after finish");
   if (k < 1 || k > order_) throw InvalidArgument("level " + std::to_string(k) + " out of range");
@@ -207,7 +207,7 @@ void TrieWriter::append(uint32_t k, uint64_t n, const int32_t* tokens, const uin
   L.appended += n;
 }
 
-void TrieWriter::finish() {
+void TrieV1Writer::finish() {
   if (finished_) return;
   for (uint32_t k = 1; k <= order_; ++k) {
     LevelStream& L = *levels_[k - 1];

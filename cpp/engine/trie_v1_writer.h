@@ -1,5 +1,7 @@
-// TrieWriter: streams sorted per-level arrays into a trie file. Sizes and
-// count tables are known up front, so every section's offset is fixed at
+// TrieV1Writer: the writer of format version 1 (trie_v1.h, the type that
+// reads it), streaming sorted per-level arrays into a trie file. It lays
+// out exactly TrieV1::level_sections, the list the reader requires. Sizes
+// and count tables are known up front, so every section's offset is fixed at
 // construction and each level's arrays are written as they arrive; the file
 // appears under its final name only when complete (write, fsync, rename).
 #pragma once
@@ -19,13 +21,13 @@ struct LevelSpec {
   std::vector<uint64_t> count_frequencies;  // entries with each count (chooses the rank layout)
 };
 
-class TrieWriter {
+class TrieV1Writer {
  public:
-  TrieWriter(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id, std::string meta_json,
-             std::vector<LevelSpec> levels);
-  ~TrieWriter();  // removes the temporary file unless finish() succeeded
-  TrieWriter(const TrieWriter&) = delete;
-  TrieWriter& operator=(const TrieWriter&) = delete;
+  TrieV1Writer(std::string path, uint32_t order, uint64_t vocab_size, int64_t eos_id, std::string meta_json,
+               std::vector<LevelSpec> levels);
+  ~TrieV1Writer();  // removes the temporary file unless finish() succeeded
+  TrieV1Writer(const TrieV1Writer&) = delete;
+  TrieV1Writer& operator=(const TrieV1Writer&) = delete;
 
   // Appends n entries of level k, in the level's order. tokens: last token of
   // each entry (ignored for level 1, whose entries are the token ids 0..V-1);

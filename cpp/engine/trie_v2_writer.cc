@@ -1,4 +1,4 @@
-#include "trie_writer_v2.h"
+#include "trie_v2_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
