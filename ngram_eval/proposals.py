@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ngram_service import NgramIndex
+from ngram_service.proposals import DEFAULTS
 
 #: Sources of a setting: the trie and the document (the default), the trie
 #: alone, the document alone (prompt lookup).
@@ -138,6 +139,14 @@ def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any]
     return r
 
 
+#: The one-chain baseline: up to CHAIN_TOKENS tokens after a match of
+#: CHAIN_MIN_N..CHAIN_MAX_N tokens; every minimum is measured and the best
+#: one is the baseline (vLLM leaves both bounds to the user).
+CHAIN_TOKENS = 8
+CHAIN_MAX_N = 32
+CHAIN_MIN_N = (1, 2, 3)
+
+
 def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], settings: Sequence[ProposeSetting],
                        progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Every setting on every trie, and prompt lookup alone at each node
@@ -145,6 +154,11 @@ def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], setting
     --proposals writes."""
     budgets = sorted({s.max_nodes for s in settings})
     first = NgramIndex.open(tries[0])
+    chains = {}
+    for min_n in CHAIN_MIN_N:
+        progress(f"prompt lookup, one chain (min {min_n} tokens)")
+        chains[min_n] = replay_lookup_chain(docs, CHAIN_TOKENS, min_n, CHAIN_MAX_N).as_dict()
+    best_chain = max(chains.values(), key=lambda r: r["tokens_per_step"])
     lookup = {}
     for nodes in budgets:
         progress(f"prompt lookup alone, {nodes} nodes")
@@ -158,24 +172,36 @@ def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], setting
             rep = replay(index, docs, s.params()).as_dict()
             base = lookup[s.max_nodes]["tokens_per_step"]
             rows.append({"max_nodes": s.max_nodes, "sources": s.sources, "backoff": s.backoff, **rep,
-                         "vs_lookup": rep["tokens_per_step"] / base if base else None})
+                         "vs_lookup": rep["tokens_per_step"] / base if base else None,
+                         "vs_lookup_chain": rep["tokens_per_step"] / best_chain["tokens_per_step"]
+                         if best_chain["tokens_per_step"] else None})
         out_tries.append({"path": path, "order": index.order, "ngrams": index.info().get("ngrams"), "rows": rows})
     return {"mode": "proposals", "documents": len(docs), "tokens": int(sum(len(d) for d in docs)),
+            "lookup_chain": {"tokens": CHAIN_TOKENS, "max_n": CHAIN_MAX_N,
+                             "by_min_n": {str(k): v for k, v in chains.items()}, "best": best_chain},
             "lookup_alone": {str(k): v for k, v in lookup.items()}, "tries": out_tries}
 
 
 def format_proposals(result: dict[str, Any]) -> str:
     """The table ngram-eval --proposals prints."""
+    chain = result["lookup_chain"]
     lines = [f"{result['documents']} held-out documents, {result['tokens']:,} tokens, teacher forced",
+             "prompt lookup, one chain of up to {} tokens after the most recent match of the longest suffix: "
+             "{} tokens/step by minimum match ({}); the best is the 'vs chain' baseline".format(
+                 chain["tokens"], ", ".join(f"{r['tokens_per_step']:.3f}" for r in chain["by_min_n"].values()),
+                 ", ".join(chain["by_min_n"])),
              "", f"{'trie':<28} {'order':>5} {'nodes':>5} {'sources':<7} {'backoff':>7} {'tok/step':>8} "
-                 f"{'vs lookup':>9} {'trees/s':>8}"]
+                 f"{'vs chain':>8} {'vs tree':>7} {'trees/s':>8}"]
+    best = chain["best"]["tokens_per_step"]
     for nodes, rep in result["lookup_alone"].items():
-        lines.append(f"{'(prompt lookup alone)':<28} {'-':>5} {nodes:>5} {'lookup':<7} {'-':>7} "
-                     f"{rep['tokens_per_step']:>8.3f} {1.0:>9.2f} {rep['trees_per_second'] or 0:>8.0f}")
+        lines.append(f"{'(document alone, a tree)':<28} {'-':>5} {nodes:>5} {'lookup':<7} {'-':>7} "
+                     f"{rep['tokens_per_step']:>8.3f} {rep['tokens_per_step'] / best:>8.2f} {1.0:>7.2f} "
+                     f"{rep['trees_per_second'] or 0:>8.0f}")
     for t in result["tries"]:
         name = t["path"] if len(t["path"]) <= 28 else "..." + t["path"][-25:]
         for r in t["rows"]:
-            backoff = "-" if r["backoff"] is None else f"{r['backoff']:g}"
+            backoff = f"{r['backoff'] if r['backoff'] is not None else DEFAULTS['backoff']:g}"
             lines.append(f"{name:<28} {t['order']:>5} {r['max_nodes']:>5} {r['sources']:<7} {backoff:>7} "
-                         f"{r['tokens_per_step']:>8.3f} {r['vs_lookup'] or 0:>9.2f} {r['trees_per_second'] or 0:>8.0f}")
+                         f"{r['tokens_per_step']:>8.3f} {r['vs_lookup_chain'] or 0:>8.2f} {r['vs_lookup'] or 0:>7.2f} "
+                         f"{r['trees_per_second'] or 0:>8.0f}")
     return "\n".join(lines)

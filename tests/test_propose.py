@@ -265,7 +265,7 @@ def test_unknown_keyword_is_a_type_error(tries: dict) -> None:
 def test_limits_and_defaults_are_the_engines() -> None:
     assert LIMITS["max_nodes"] == 4096 and LIMITS["max_depth"] == 64 and LIMITS["max_branch"] == 32
     assert DEFAULTS == {"max_nodes": 64, "max_depth": 8, "max_branch": 8, "min_prob": 1e-4, "backoff": 0.4,
-                        "corpus": True, "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 2}
+                        "corpus": True, "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 1}
     assert list(itertools.islice(DEFAULTS, 1)) == ["max_nodes"]
 
 

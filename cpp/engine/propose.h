@@ -40,7 +40,7 @@ struct ProposeParams {
   bool corpus = true;          // continuations from the trie
   bool lookup = true;          // continuations from the sequence's own earlier occurrences
   float lookup_weight = 1.0f;  // the document source's probabilities are scaled by this
-  int64_t lookup_min_match = 2;  // the shortest suffix the document source matches
+  int64_t lookup_min_match = 1;  // the shortest suffix the document source matches
 };
 
 // The kept tree, in PrunedTree's layout (prune_tree.h): node 0 is the root
