@@ -2,6 +2,7 @@
 // invariants every answer must keep. Used by the trie-reader and engine-API
 // targets; aborts (a crash libFuzzer reports) when an invariant breaks.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 
 #include "errors.h"
 #include "fuzz_input.h"
+#include "propose.h"
 #include "prune_tree.h"
 #include "queries.h"
 #include "trie_index.h"
@@ -121,13 +123,50 @@ inline void fuzz_prune(const ngram::TrieIndex& t, Bytes& in) {
   if (tree.tree_mask.size() != n * n) fail("prune: mask size");
 }
 
+// propose_tree: arbitrary contexts (often repetitive, so that the document
+// source matches) and parameters; a tree that comes back is well formed and
+// its path probabilities never grow from parent to child.
+inline void fuzz_propose(const ngram::TrieIndex& t, Bytes& in) {
+  thread_local ngram::ProposeWorkspace ws;
+  const uint64_t n = in.count(255);
+  const uint64_t alphabet = 1 + in.count(5);  // few distinct tokens: repeats
+  std::vector<int64_t> ctx(n);
+  for (auto& x : ctx) x = in.token(std::min<uint64_t>(alphabet, t.vocab_size()));
+  ngram::ProposeParams params;
+  const uint8_t set = in.take<uint8_t>();
+  if (set & 1) params.max_nodes = in.take<int16_t>();
+  if (set & 2) params.max_depth = in.take<int8_t>();
+  if (set & 4) params.max_branch = in.take<int8_t>();
+  if (set & 8) params.min_prob = in.take<float>();
+  if (set & 16) params.backoff = in.take<uint8_t>() / 255.0f;
+  if (set & 32) params.lookup_min_match = in.take<int8_t>();
+  params.corpus = !(set & 64);
+  params.lookup = !(set & 128);
+  ngram::ProposedTree tree;
+  try {
+    ngram::propose_tree(t, ctx.data(), n, params, ws, tree);
+  } catch (const ngram::InvalidArgument&) {
+    return;
+  }
+  const size_t m = tree.tokens.size();
+  if (m == 0 || m > static_cast<size_t>(params.max_nodes) + 1) fail("propose: node count");
+  if (tree.parents[0] != -1 || tree.tokens[0] != ctx.back()) fail("propose: root");
+  for (size_t i = 1; i < m; ++i) {
+    if (tree.parents[i] < 0 || static_cast<size_t>(tree.parents[i]) >= i) fail("propose: parent after child");
+    if (!(tree.scores[i] <= tree.scores[tree.parents[i]]) || !(tree.scores[i] >= params.min_prob))
+      fail("propose: path probability");
+    if (tree.depths[i] > params.max_depth) fail("propose: depth");
+  }
+}
+
 // Every query once, in an order the input picks.
 inline void fuzz_queries(const ngram::TrieIndex& t, Bytes& in) {
   while (in.left() > 0) {
-    switch (in.take<uint8_t>() % 4) {
+    switch (in.take<uint8_t>() % 5) {
       case 0: fuzz_conditional_probs(t, in); break;
       case 1: fuzz_topk(t, in); break;
       case 2: fuzz_count(t, in); break;
+      case 3: fuzz_propose(t, in); break;
       default: fuzz_prune(t, in); break;
     }
   }

@@ -34,7 +34,8 @@ struct Host {
 Host* g_host = nullptr;  // lives until exit, like the server's own
 
 const char* const kMethods[] = {"/ngram.v1.NgramService/GetInfo", "/ngram.v1.NgramService/ConditionalProbs",
-                                "/ngram.v1.NgramService/TopK", "/ngram.v1.NgramService/PruneTree"};
+                                "/ngram.v1.NgramService/TopK", "/ngram.v1.NgramService/PruneTree",
+                                "/ngram.v1.NgramService/ProposeTree"};
 
 }  // namespace
 
@@ -69,7 +70,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const char* method = kMethods[data[0] % 4];
+  const char* method = kMethods[data[0] % (sizeof(kMethods) / sizeof(kMethods[0]))];
   grpc::Slice slice(data + 1, size - 1);
   grpc::ByteBuffer request(&slice, 1), response;
   grpc::ClientContext ctx;
