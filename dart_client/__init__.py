@@ -4,9 +4,15 @@
   DART's draft tree (tensors on the same device) out, for one sequence or a
   batch (``prune_batch``); remote pruning falls back to a local n-gram-free
   search when the trie host is slow or down.
+- ``LocalProposer(trie)`` / ``RemoteProposer(targets)`` / ``LookupProposer()``:
+  no drafter; the sequence so far in, the trie's proposed draft tree (prompt
+  lookup merged in) out; remote proposals fall back to prompt lookup alone
+  when the trie host is slow or down.
 - ``DartDrafter``: DART's one-layer drafter, loaded from DART checkpoints.
-- ``DartGenerator``: draft-and-verify decoding on ``transformers`` causal LMs,
-  one prompt or a batch (greedy: lossless; sampling: tree speculative sampling).
+- ``DartGenerator`` (a drafter and a pruner) and ``ProposalGenerator`` (a
+  proposer, no drafter model): draft-and-verify decoding on ``transformers``
+  causal LMs, one prompt or a batch (greedy: lossless; sampling: tree
+  speculative sampling), one loop (``SpeculativeGenerator``) for both.
 
 torch, transformers and safetensors are needed (install the torch build for
 the machine first, then ``pip install 'ngram-trie-host[dart]'``; see the
@@ -24,8 +30,13 @@ _WHERE = {
     "DrafterConfig": "dart_client.drafter",
     "DartGenerator": "dart_client.generate",
     "GenerationResult": "dart_client.generate",
+    "ProposalGenerator": "dart_client.generate",
+    "SpeculativeGenerator": "dart_client.generate",
     "StepRecord": "dart_client.generate",
     "aux_layer_indices": "dart_client.generate",
+    "LocalProposer": "dart_client.proposer",
+    "LookupProposer": "dart_client.proposer",
+    "RemoteProposer": "dart_client.proposer",
     "DraftTree": "dart_client.pruner",
     "LocalPruner": "dart_client.pruner",
     "PrunerStats": "dart_client.pruner",

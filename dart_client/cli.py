@@ -1,12 +1,16 @@
-"""dart-generate: DART decoding of one prompt, with the figures that matter.
+"""dart-generate: speculative decoding of one prompt, with the figures that matter.
 
     dart-generate MODEL_DIR DRAFTER_DIR --trie corpus.ngt -p "def fib(n):"
     dart-generate MODEL_DIR DRAFTER_DIR --host 10.0.0.5:50051 --prompt-file q.txt --chat
     dart-generate --random-models --trie sample.ngt -p "def fib(n):"   # no checkpoints
+    dart-generate MODEL_DIR --drafter none --host 10.0.0.5:50051 -p "def fib(n):"   # proposals, no drafter
 
+With a DART drafter, the trie prunes the drafter's lattices; with
+``--drafter none`` the trie (--trie, --host) proposes the draft trees from
+the sequence alone, prompt lookup merged in (neither: prompt lookup alone).
 The text goes to stdout; the figures (mean accepted length, tokens/s, time
-per step split into target forward, drafter forward, pruning and transport)
-to stderr, or everything as one JSON object with --json.
+per step split into target forward, drafter forward, pruning or proposing,
+and transport) to stderr, or everything as one JSON object with --json.
 
 Nothing here imports torch before the options are parsed: ``--help`` works
 after the base install, and a run without torch says what to install.
@@ -21,6 +25,7 @@ from typing import Any
 
 import click
 
+from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
 from ngram_service.tree import DEFAULTS
 
 #: Files of which a folder needs one for transformers to load a tokenizer from it.
@@ -115,33 +120,62 @@ def _device(name: str) -> str:
 def format_summary(s: dict[str, Any]) -> str:
     ps = s["per_step"]
     ms = lambda x: f"{1e3 * x:8.3f} ms"
+    proposals = s["mode"] == "proposals"
+    work = "proposing" if proposals else "pruning"
     lines = [
         f"new tokens            {s['new_tokens']}  in {s['steps']} steps ({s['mode']})",
         f"mean accepted length  {s['mean_accepted_length']:.3f}",
         f"tokens/s              {s['tokens_per_s']:.1f}   (wall {s['wall_s']:.3f} s, prefill {s['prefill_s']:.3f} s)",
         "time per step:",
         f"  target forward      {ms(ps['target_s'])}",
-        f"  drafter forward     {ms(ps['drafter_s'])}",
-        f"  pruning             {ms(ps['prune_s'])}",
+        *([] if proposals else [f"  drafter forward     {ms(ps['drafter_s'])}"]),
+        f"  {work:<18}  {ms(ps['prune_s'])}",
         f"  transport           {ms(ps['transport_s'])}",
         f"  verify + KV cache   {ms(ps['verify_s'])}",
-        f"  total               {ms(ps['total_s'])}   pruning + transport: {100 * ps['prune_transport_share']:.1f}%",
+        f"  total               {ms(ps['total_s'])}   {work} + transport: {100 * ps['prune_transport_share']:.1f}%",
     ]
     pr = s.get("pruner") or {}
     if pr and s.get("hosts"):
-        lines.append(f"trees from the host   {s['remote_steps']}/{s['steps']}   fallbacks {pr.get('fallbacks', 0)}"
+        fallback = "fallbacks (prompt lookup)" if proposals else "fallbacks"
+        lines.append(f"trees from the host   {s['remote_steps']}/{s['steps']}   {fallback} {pr.get('fallbacks', 0)}"
                      + (f"   errors {pr['errors']}" if pr.get("errors") else ""))
+    elif proposals and not s.get("hosts") and s.get("tree_sources", {}).get("lookup") == s["steps"] and s["steps"]:
+        lines.append("trees from           prompt lookup alone (no --trie or --host)")
     return "\n".join(lines)
+
+
+#: Options that apply only with a DART drafter, and only with --drafter none (their parameter names).
+DART_ONLY = ("topk", "beam_width", "ngram_weight", "search_context", "log_lattices")
+PROPOSAL_ONLY = ("max_depth", "max_branch", "min_prob", "backoff", "corpus", "lookup", "lookup_weight",
+                 "lookup_min_match")
+
+
+def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` given on the command line (or the environment), as spelled there."""
+    from click.core import ParameterSource
+
+    out = []
+    for p in ctx.command.params:
+        if p.name in names and ctx.get_parameter_source(p.name) not in (None, ParameterSource.DEFAULT):
+            out.append(max(p.opts, key=len))
+    return out
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", required=False, type=click.Path(exists=True, file_okay=False))
 @click.argument("drafter", required=False, type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "model_opt", type=click.Path(exists=True, file_okay=False),
+              help="The target model folder (instead of the MODEL argument).")
+@click.option("--drafter", "drafter_opt", metavar="DIR|none",
+              help="The DART drafter folder (instead of the DRAFTER argument), or none: no drafter model, "
+                   "the trie (--trie, --host) proposes the draft trees, prompt lookup merged in; without "
+                   "--trie or --host, prompt lookup alone.")
 @click.option("--random-models", is_flag=True,
-              help="Instead of MODEL and DRAFTER: a tiny random target and drafter over the bundled sample "
-                   "tokenizer, to try dart-generate without checkpoints (with the sample trie: "
-                   "ngram-build --out sample.ngt, then --trie sample.ngt).")
-@click.option("--trie", type=click.Path(exists=True, dir_okay=False), help="Prune in process with this trie file.")
+              help="Instead of MODEL and DRAFTER: a tiny random target and drafter (with --drafter none: the "
+                   "target alone) over the bundled sample tokenizer, to try dart-generate without checkpoints "
+                   "(with the sample trie: ngram-build --out sample.ngt, then --trie sample.ngt).")
+@click.option("--trie", type=click.Path(exists=True, dir_okay=False),
+              help="Prune (or propose) in process with this trie file.")
 @click.option("--host", "hosts", multiple=True, help="Trie host host:port (repeat for replicas).")
 @click.option("-p", "--prompt", help="The prompt text (default: --prompt-file, else stdin).")
 @click.option("--prompt-file", type=click.File("r"), help="Read the prompt from this file ('-': stdin).")
@@ -157,31 +191,58 @@ def format_summary(s: dict[str, Any]) -> str:
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True, help="auto: bfloat16 on CUDA, float32 on CPU.")
 @click.option("--deadline-ms", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-              help="RPC deadline per tree (--host).")
-@click.option("--topk", type=click.IntRange(min=1), default=25, show_default=True, help="Candidates per level.")
-@click.option("--beam-width", type=click.IntRange(min=1), default=DEFAULTS["beam_width"], show_default=True)
-@click.option("--max-nodes", type=click.IntRange(min=0), default=DEFAULTS["max_nodes"], show_default=True)
-@click.option("--ngram-weight", type=click.FloatRange(min=0), default=DEFAULTS["ngram_weight"], show_default=True)
+              help="RPC deadline per step's trees (--host).")
+@click.option("--max-nodes", type=click.IntRange(min=0), default=DEFAULTS["max_nodes"],
+              show_default=f"{DEFAULTS['max_nodes']}; {PROPOSE_DEFAULTS['max_nodes']} with --drafter none",
+              help="Nodes kept in a tree, the root excluded.")
+@click.option("--topk", type=click.IntRange(min=1), default=25, show_default=True,
+              help="DART: candidates per level.")
+@click.option("--beam-width", type=click.IntRange(min=1), default=DEFAULTS["beam_width"], show_default=True,
+              help="DART: the search's beam.")
+@click.option("--ngram-weight", type=click.FloatRange(min=0), default=DEFAULTS["ngram_weight"], show_default=True,
+              help="DART: the n-gram's weight in a node's score.")
+@click.option("--max-depth", type=click.IntRange(min=0), default=PROPOSE_DEFAULTS["max_depth"], show_default=True,
+              help="--drafter none: the deepest node.")
+@click.option("--max-branch", type=click.IntRange(min=1), default=PROPOSE_DEFAULTS["max_branch"], show_default=True,
+              help="--drafter none: continuations considered per node.")
+@click.option("--min-prob", type=click.FloatRange(min=0), default=PROPOSE_DEFAULTS["min_prob"], show_default=True,
+              help="--drafter none: nodes whose path probability is below are not kept.")
+@click.option("--backoff", type=click.FloatRange(min=0), default=PROPOSE_DEFAULTS["backoff"], show_default=True,
+              help="--drafter none: the weight of a context one token shorter.")
+@click.option("--corpus/--no-corpus", default=PROPOSE_DEFAULTS["corpus"], show_default=True,
+              help="--drafter none: continuations from the trie.")
+@click.option("--lookup/--no-lookup", default=PROPOSE_DEFAULTS["lookup"], show_default=True,
+              help="--drafter none: continuations from the sequence's own earlier occurrences (prompt lookup).")
+@click.option("--lookup-weight", type=click.FloatRange(min=0), default=PROPOSE_DEFAULTS["lookup_weight"],
+              show_default=True, help="--drafter none: prompt lookup's probabilities are scaled by this.")
+@click.option("--lookup-min-match", type=click.IntRange(min=1), default=PROPOSE_DEFAULTS["lookup_min_match"],
+              show_default=True, help="--drafter none: the shortest suffix prompt lookup matches.")
 @click.option("--eos", "eos_spec", default="model", show_default=True,
               help="EOS for stopping and for the search. model: stop at the target's generation config EOS, "
                    "search with the trie header's; tokenizer: the tokenizer's eos_token_id for both (DART); "
                    "an integer id: that id for both.")
 @click.option("--search-context", type=click.Choice(["sequence", "step"]), default="sequence", show_default=True,
-              help="What the search sees: the whole sequence (its last N-1 tokens), or DART's last step's tokens.")
+              help="DART: what the search sees: the whole sequence (its last N-1 tokens), or DART's last step's "
+                   "tokens.")
 @click.option("--sampling-order", type=click.Choice(["dart", "transformers"]), default="dart", show_default=True,
               help="dart: temperature, top-p, top-k; transformers: temperature, top-k, top-p.")
 @click.option("--compare", is_flag=True, help="Also decode with the target alone: speedup, and (greedy) equality.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text and figures) to stdout.")
 @click.option("--log-lattices", type=click.Path(dir_okay=False),
-              help="Record each step's draft lattice and committed tokens (Parquet) for ngram-eval.")
-def main(model: str | None, drafter: str | None, random_models: bool, trie: str | None, hosts: tuple[str, ...],
-         prompt: str | None, prompt_file: Any, chat: bool, max_new_tokens: int, temperature: float, top_k: int,
-         top_p: float, seed: int | None, tokenizer: str | None, device: str, dtype: str, deadline_ms: float,
-         topk: int, beam_width: int, max_nodes: int, ngram_weight: float, eos_spec: str, search_context: str,
-         sampling_order: str, compare: bool, as_json: bool, log_lattices: str | None) -> None:
-    """DART speculative decoding of a prompt with MODEL (a transformers causal
-    LM folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
-    trees in process (--trie) or on a trie host (--host).
+              help="DART: record each step's draft lattice and committed tokens (Parquet) for ngram-eval.")
+@click.pass_context
+def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: str | None, drafter_opt: str | None,
+         random_models: bool, trie: str | None, hosts: tuple[str, ...], prompt: str | None, prompt_file: Any,
+         chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, seed: int | None,
+         tokenizer: str | None, device: str, dtype: str, deadline_ms: float, max_nodes: int, topk: int,
+         beam_width: int, ngram_weight: float, max_depth: int, max_branch: int, min_prob: float, backoff: float,
+         corpus: bool, lookup: bool, lookup_weight: float, lookup_min_match: int, eos_spec: str,
+         search_context: str, sampling_order: str, compare: bool, as_json: bool, log_lattices: str | None) -> None:
+    """Speculative decoding of a prompt with MODEL (a transformers causal LM
+    folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
+    trees in process (--trie) or on a trie host (--host); or, with
+    --drafter none, with MODEL alone: the trie proposes the draft trees,
+    prompt lookup merged in (no --trie or --host: prompt lookup alone).
 
     Needs torch, transformers and safetensors (not in the base install):
     the torch build for the machine first (the CUDA build on GPU workers,
@@ -190,14 +251,34 @@ def main(model: str | None, drafter: str | None, random_models: bool, trie: str 
     --random-models decodes with random weights instead (no MODEL, DRAFTER
     or --tokenizer): the text is gibberish, the steps and their times are
     real."""
+    if model and model_opt:
+        raise click.UsageError("MODEL given twice: as the argument and as --model")
+    model = model or model_opt
+    if drafter and drafter_opt:
+        raise click.UsageError("DRAFTER given twice: as the argument and as --drafter")
+    proposals = drafter_opt is not None and drafter_opt.lower() == "none"
+    if drafter_opt is not None and not proposals:
+        if not Path(drafter_opt).is_dir():
+            raise click.BadParameter(f"{drafter_opt}: not a folder (give a DART drafter folder, or none)",
+                                     param_hint="--drafter")
+        drafter = drafter_opt
     if random_models:
         if model or drafter:
             raise click.UsageError("--random-models replaces MODEL and DRAFTER: give one or the other")
         if tokenizer:
             raise click.UsageError("--random-models decodes over the bundled sample tokenizer: drop --tokenizer")
-    elif not (model and drafter):
-        raise click.UsageError("give MODEL and DRAFTER folders (or --random-models to try without checkpoints)")
-    if bool(trie) == bool(hosts):
+    elif proposals and not model:
+        raise click.UsageError("give the MODEL folder (or --random-models to try without a checkpoint)")
+    elif not proposals and not (model and drafter):
+        raise click.UsageError("give MODEL and DRAFTER folders (or --random-models to try without checkpoints; "
+                               "or MODEL and --drafter none to decode with proposals, no drafter model)")
+    wrong = _given(ctx, DART_ONLY if proposals else PROPOSAL_ONLY)
+    if wrong:
+        raise click.UsageError(f"{', '.join(wrong)}: only with a DART drafter" if proposals
+                               else f"{', '.join(wrong)}: only with --drafter none")
+    if trie and hosts:
+        raise click.UsageError("give one of --trie FILE or --host HOST:PORT, not both")
+    if not proposals and not (trie or hosts):
         hint = " (the sample trie: ngram-build --out sample.ngt)" if random_models else ""
         raise click.UsageError(f"give exactly one of --trie FILE or --host HOST:PORT{hint}")
     if eos_spec not in ("model", "tokenizer") and not eos_spec.lstrip("-").isdigit():
@@ -214,7 +295,8 @@ def main(model: str | None, drafter: str | None, random_models: bool, trie: str 
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    from dart_client.generate import DartGenerator
+    from dart_client.generate import DartGenerator, ProposalGenerator
+    from dart_client.proposer import LocalProposer, LookupProposer, RemoteProposer
     from dart_client.pruner import LocalPruner, RemotePruner, TokenizerMismatchError
 
     dev = _device(device)
@@ -244,28 +326,50 @@ def main(model: str | None, drafter: str | None, random_models: bool, trie: str 
         stop_eos = search_eos = int(e)
     elif eos_spec != "model":
         stop_eos = search_eos = int(eos_spec)
+    if not _given(ctx, ("max_nodes",)):  # the default is the mode's: DART's, or the engine's for proposals
+        max_nodes = PROPOSE_DEFAULTS["max_nodes"] if proposals else DEFAULTS["max_nodes"]
+    propose_params = dict(max_nodes=max_nodes,
+                          max_depth=max_depth, max_branch=max_branch, min_prob=min_prob, backoff=backoff,
+                          corpus=corpus, lookup=lookup, lookup_weight=lookup_weight,
+                          lookup_min_match=lookup_min_match)
     params = dict(topk=topk, beam_width=beam_width, max_nodes=max_nodes, ngram_weight=ngram_weight,
                   eos_token_id=search_eos)
     try:
         from dart_client.pruner import model_fingerprint
 
         fp = model_fingerprint(fp_spec) if fp_spec else None
-        if trie:
-            pruner: Any = LocalPruner(trie, tokenizer_fingerprint=fp, **params)
+        if proposals:
+            if trie:
+                source: Any = LocalProposer(trie, tokenizer_fingerprint=fp, **propose_params)
+            elif hosts:
+                source = RemoteProposer(list(hosts), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
+                                        connect_timeout=1.0, **propose_params)
+            else:
+                source = LookupProposer(**propose_params)
+        elif trie:
+            source = LocalPruner(trie, tokenizer_fingerprint=fp, **params)
         else:
-            pruner = RemotePruner(list(hosts), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
+            source = RemotePruner(list(hosts), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
                                   connect_timeout=1.0, **params)
     except TokenizerMismatchError as e:
         raise click.ClickException(str(e)) from None
-    if fp is None:
+    except ValueError as e:  # a parameter outside the engine's range
+        raise click.UsageError(str(e)) from None
+    if fp is None and (trie or hosts):
         click.echo("dart-generate: no tokenizer.json to fingerprint; the trie's tokenizer is not checked", err=True)
+    gen: Any
     if random_models:
-        from dart_client.random_models import random_sample_models
+        from dart_client.random_models import random_sample_models, random_sample_target
 
-        target, draft = random_sample_models(dtype=dt, device=dev)
-        gen = DartGenerator(target, draft, pruner, eos_token_id=stop_eos, search_context=search_context)
+        if proposals:
+            gen = ProposalGenerator(random_sample_target(dtype=dt, device=dev), source, eos_token_id=stop_eos)
+        else:
+            target, draft = random_sample_models(dtype=dt, device=dev)
+            gen = DartGenerator(target, draft, source, eos_token_id=stop_eos, search_context=search_context)
+    elif proposals:
+        gen = ProposalGenerator.from_pretrained(model, source, device=dev, dtype=dt, eos_token_id=stop_eos)
     else:
-        gen = DartGenerator.from_pretrained(model, drafter, pruner, device=dev, dtype=dt, tokenizer=None,
+        gen = DartGenerator.from_pretrained(model, drafter, source, device=dev, dtype=dt, tokenizer=None,
                                             eos_token_id=stop_eos, search_context=search_context)
     sample = dict(temperature=temperature, top_k=top_k, top_p=top_p, sampling_order=sampling_order, seed=seed)
     from dart_client.lattice_log import LatticeWriter
@@ -275,7 +379,11 @@ def main(model: str | None, drafter: str | None, random_models: bool, trie: str 
     res.text = tok.decode(res.output_ids)
     out: dict[str, Any] = {"text": res.text, **res.summary(), "model": model_name, "hosts": list(hosts),
                            "device": dev, "dtype": str(dt).replace("torch.", ""),
-                           "eos": {"stop": sorted(gen.eos), "search": getattr(pruner, "eos_token_id", None)}}
+                           "eos": {"stop": sorted(gen.eos),
+                                   "search": None if proposals else getattr(source, "eos_token_id", None)}}
+    if proposals:
+        out["drafter"] = "none"
+        out["proposals"] = dict(source.params)
     if compare:
         base = gen.autoregressive(ids, max_new_tokens, **sample)
         out["autoregressive"] = {"tokens_per_s": base.tokens_per_s, "wall_s": base.wall_s,
@@ -295,7 +403,7 @@ def main(model: str | None, drafter: str | None, random_models: bool, trie: str 
             if "identical_to_target" in out:
                 msg += f"   identical output: {out['identical_to_target']}"
             click.echo(msg, err=True)
-    close = getattr(pruner, "close", None)
+    close = getattr(source, "close", None)
     if close:
         close()
     if compare and out.get("identical_to_target") is False:

@@ -36,7 +36,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, overload
@@ -205,6 +205,7 @@ class PruneTiming:
     decode: float = 0.0  # the response's bytes into trees (part of transport)
     tensors: float = 0.0  # the trees' tensors on the device
     remote: bool = False  # the trees came from the host
+    source: str = ""  # what built the trees: "trie" (in process), "host", "drafter" (the fallback: no n-gram)
 
     @property
     def prune(self) -> float:
@@ -547,12 +548,133 @@ class LocalPruner(_PrunerBase):
         if unserved is not None:
             self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
         tm.search = time.perf_counter() - t0
+        tm.source = "trie"
         return trees
 
 
 # ---- over gRPC -----------------------------------------------------------------
 
-class RemotePruner(_PrunerBase):
+class _HostLink:
+    """A trie host reached through ``NgramClient``, one attempt per call, with
+    the fallback rule RemotePruner and RemoteProposer share: on a timeout or
+    any RPC error the call is answered here without the host (the owner's
+    fallback), the event is counted in ``stats`` and the host is left alone
+    for a back-off (backoff_initial, doubling up to backoff_max seconds;
+    reset by a success) before it is tried again. A tokenizer fingerprint
+    mismatch raises TokenizerMismatchError at construction (the host
+    answered then), or, found later, turns the host off for good
+    (``stats.last_error`` says why).
+
+    The owner sets ``stats`` (PrunerStats) before ``_connect`` and may
+    override ``_host_info`` (called with the host's info at each contact)."""
+
+    #: What a call does without the host, for the log lines.
+    without_host = "pruning locally without the n-gram"
+    stats: PrunerStats
+
+    def _connect(self, targets: str | Sequence[str], *, deadline: float, fingerprint: str | None, index: str,
+                 connect_timeout: float, backoff_initial: float, backoff_max: float, transport: str,
+                 client_options: dict[str, Any] | None) -> None:
+        from ngram_service.client import NgramClient
+
+        self.deadline = float(deadline)
+        self.connect_timeout = float(connect_timeout)
+        self.backoff_initial = float(backoff_initial)
+        self.backoff_max = float(backoff_max)
+        self.fingerprint = fingerprint
+        # One attempt: the local fallback is the retry.
+        opts = {"retry_attempts": 1, "transport": transport, **(client_options or {})}
+        channel_opts = list(opts.pop("options", ()))
+        # Reconnect soon after the host comes back (gRPC's default waits 1 s, then up to 120 s).
+        channel_opts += [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                         ("grpc.max_reconnect_backoff_ms", int(max(1.0, backoff_max) * 1000))]
+        self.client = NgramClient(targets, index=index, tokenizer_fingerprint=fingerprint, timeout=self.deadline,
+                                  with_scores=False, options=channel_opts, **opts)
+        self.info: dict[str, Any] | None = None
+        self._backoff = 0.0
+        self._retry_at = 0.0
+        self._disabled = ""
+        try:
+            self._contact(self.connect_timeout)
+        except TokenizerMismatchError:
+            self.client.close()
+            raise
+        except Exception as e:  # noqa: BLE001 (host down at start: decode without it for now)
+            self._failed(e)
+
+    @property
+    def transport(self) -> str:
+        """The tree call's transport: "native" or "python"."""
+        return self.client.transport
+
+    @property
+    def remote_available(self) -> bool:
+        return self.info is not None and not self._disabled
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _host_info(self, info: dict[str, Any]) -> None:
+        """What the owner reads from the host's info (order, vocabulary, EOS)."""
+
+    def _contact(self, timeout: float) -> None:
+        info = self.client.info(timeout=timeout)
+        _check_fingerprint(info, self.fingerprint, f"trie host {self.client.targets}")
+        self.info = info
+        self._host_info(info)
+
+    def _failed(self, e: BaseException) -> None:
+        code = _status_name(e)
+        self.stats.errors[code] = self.stats.errors.get(code, 0) + 1
+        self.stats.last_error = f"{code}: {_details(e)}"
+        was_up = self._backoff == 0
+        self._backoff = self.backoff_initial if was_up else min(self.backoff_max, 2 * self._backoff)
+        self._retry_at = time.monotonic() + self._backoff
+        # One warning per outage; the retries that fail again are debug lines.
+        (log.warning if was_up else log.debug)(
+            "trie host %s: %s; %s, retrying in %.3f s",
+            self.client.targets, self.stats.last_error, self.without_host, self._backoff)
+
+    def _through_host(self, n: int, remote: Callable[[], Any], fallback: Callable[[], Any], tm: Any) -> Any:
+        """remote() (the host's answer to a call of n trees) unless the host
+        is off or backing off, else, or when it fails, fallback(). Sets
+        tm.transport (the round trip: the time in remote() less tm.search),
+        tm.remote, and adds the fallback's time to tm.search."""
+        if not self._disabled and time.monotonic() >= self._retry_at:
+            t0 = time.perf_counter()
+            try:
+                if self.info is None:  # first contact after a failed start: order, vocab, fingerprint
+                    self._contact(max(self.deadline, 0.02))
+                trees = remote()
+                tm.transport = time.perf_counter() - t0 - tm.search
+                tm.remote = True
+                if self._backoff:
+                    log.warning("trie host %s: back (after %s)", self.client.targets, self.stats.last_error)
+                self._backoff = 0.0
+                return trees
+            except TokenizerMismatchError as e:
+                self._disabled = str(e)
+                self.stats.last_error = self._disabled
+                log.error("%s; the host is off for this client", e)
+            except Exception as e:  # noqa: BLE001 (any failure: fall back, never stop decoding)
+                self._failed(e)
+            tm.transport = time.perf_counter() - t0 - tm.search
+        else:
+            self.stats.skipped_backoff += n
+        self.stats.fallbacks += n
+        t1 = time.perf_counter()
+        trees = fallback()
+        tm.search += time.perf_counter() - t1
+        return trees
+
+
+class RemotePruner(_HostLink, _PrunerBase):
     """Prunes on a trie host (``ngram-serve``), with a local fallback.
 
     targets: "host:port" or several (balanced by ngram_service.NgramClient).
@@ -592,103 +714,25 @@ class RemotePruner(_PrunerBase):
         **params: Any,
     ) -> None:
         super().__init__(**params)
-        from ngram_service.client import NgramClient
-
-        self.deadline = float(deadline)
-        self.connect_timeout = float(connect_timeout)
-        self.backoff_initial = float(backoff_initial)
-        self.backoff_max = float(backoff_max)
-        self.fingerprint = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
-        # One attempt: the local fallback is the retry.
-        opts = {"retry_attempts": 1, "transport": transport, **(client_options or {})}
-        channel_opts = list(opts.pop("options", ()))
-        # Reconnect soon after the host comes back (gRPC's default waits 1 s, then up to 120 s).
-        channel_opts += [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                         ("grpc.max_reconnect_backoff_ms", int(max(1.0, backoff_max) * 1000))]
-        self.client = NgramClient(targets, index=index, tokenizer_fingerprint=self.fingerprint, timeout=self.deadline,
-                                  with_scores=False, options=channel_opts, **opts)
-        self.info: dict[str, Any] | None = None
         self._heads: dict[tuple[int, int], bytes] = {}  # PruneTreeRequest heads by (weights' depth, EOS id)
-        self._backoff = 0.0
-        self._retry_at = 0.0
-        self._disabled = ""
-        try:
-            self._contact(self.connect_timeout)
-        except TokenizerMismatchError:
-            self.client.close()
-            raise
-        except Exception as e:  # noqa: BLE001 (host down at start: decode without it for now)
-            self._failed(e)
-
-    @property
-    def transport(self) -> str:
-        """The PruneTree call's transport: "native" or "python"."""
-        return self.client.transport
-
-    @property
-    def remote_available(self) -> bool:
-        return self.info is not None and not self._disabled
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> RemotePruner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        fp = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
+        self._connect(targets, deadline=deadline, fingerprint=fp, index=index, connect_timeout=connect_timeout,
+                      backoff_initial=backoff_initial, backoff_max=backoff_max, transport=transport,
+                      client_options=client_options)
 
     def _context_order(self) -> int:
         # Before the first contact the order is unknown: keep enough context for any host.
         return self.order if self.info is not None else _engine.MAX_ORDER
 
-    def _contact(self, timeout: float) -> None:
-        info = self.client.info(timeout=timeout)
-        _check_fingerprint(info, self.fingerprint, f"trie host {self.client.targets}")
-        self.info = info
+    def _host_info(self, info: dict[str, Any]) -> None:
         self.order = int(info["order"])
         self.vocab_size = int(info["vocab_size"])
         self.eos_token_id = self._eos(info.get("eos_id"), self.vocab_size)
 
-    def _failed(self, e: BaseException) -> None:
-        code = _status_name(e)
-        self.stats.errors[code] = self.stats.errors.get(code, 0) + 1
-        self.stats.last_error = f"{code}: {_details(e)}"
-        was_up = self._backoff == 0
-        self._backoff = self.backoff_initial if was_up else min(self.backoff_max, 2 * self._backoff)
-        self._retry_at = time.monotonic() + self._backoff
-        # One warning per outage; the retries that fail again are debug lines.
-        (log.warning if was_up else log.debug)(
-            "trie host %s: %s; pruning locally without the n-gram, retrying in %.3f s",
-            self.client.targets, self.stats.last_error, self._backoff)
-
     def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
-        n = len(contexts)
-        if not self._disabled and time.monotonic() >= self._retry_at:
-            t0 = time.perf_counter()
-            try:
-                if self.info is None:  # first contact after a failed start: order, vocab, fingerprint
-                    self._contact(max(self.deadline, 0.02))
-                trees = self._remote(contexts, packed, tm)
-                tm.transport = time.perf_counter() - t0 - tm.search
-                tm.remote = True
-                if self._backoff:
-                    log.warning("trie host %s: back (after %s)", self.client.targets, self.stats.last_error)
-                self._backoff = 0.0
-                return trees
-            except TokenizerMismatchError as e:
-                self._disabled = str(e)
-                self.stats.last_error = self._disabled
-                log.error("%s; the n-gram is off for this pruner", e)
-            except Exception as e:  # noqa: BLE001 (any failure: fall back, never stop decoding)
-                self._failed(e)
-            tm.transport = time.perf_counter() - t0 - tm.search
-        else:
-            self.stats.skipped_backoff += n
-        self.stats.fallbacks += n
-        t1 = time.perf_counter()
-        trees = self._fallback(contexts, packed)
-        tm.search += time.perf_counter() - t1
+        trees = self._through_host(len(contexts), lambda: self._remote(contexts, packed, tm),
+                                   lambda: self._fallback(contexts, packed), tm)
+        tm.source = "host" if tm.remote else "drafter"
         return trees
 
     def _remote(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:

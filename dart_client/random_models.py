@@ -15,7 +15,8 @@ import torch
 
 from dart_client.drafter import DartDrafter, DrafterConfig
 
-__all__ = ["SAMPLE_EOS", "SHAPES", "random_drafter", "random_sample_models", "random_target", "sample_tokenizer"]
+__all__ = ["SAMPLE_EOS", "SHAPES", "random_drafter", "random_sample_models", "random_sample_target", "random_target",
+           "sample_tokenizer"]
 
 #: Target shapes: transformers config keys.
 SHAPES: dict[str, dict[str, Any]] = {
@@ -118,11 +119,18 @@ def sample_tokenizer() -> Path:
                             f"(searched: {', '.join(roots) or 'no indexer package'})")
 
 
+def random_sample_target(*, dtype: torch.dtype = torch.float32, device: Any = "cpu", seed: int = 0) -> Any:
+    """A random "tiny" target over the sample tokenizer's ids, stopping at
+    its EOS: decoding with proposals (no drafter) end to end without a
+    checkpoint."""
+    return random_target("tiny", seed=seed, dtype=dtype, device=device, eos_token_id=SAMPLE_EOS,
+                         bos_token_id=SAMPLE_EOS)
+
+
 def random_sample_models(*, dtype: torch.dtype = torch.float32, device: Any = "cpu", draft_length: int = 3,
                          seed: int = 0) -> tuple[Any, DartDrafter]:
-    """A random "tiny" target over the sample tokenizer's ids (stopping at
-    its EOS) and a random drafter for it: DART decoding end to end without
-    checkpoints. Random weights accept few drafts; the time split is real."""
-    target = random_target("tiny", seed=seed, dtype=dtype, device=device, eos_token_id=SAMPLE_EOS,
-                           bos_token_id=SAMPLE_EOS)
+    """``random_sample_target`` and a random drafter for it: DART decoding
+    end to end without checkpoints. Random weights accept few drafts; the
+    time split is real."""
+    target = random_sample_target(dtype=dtype, device=device, seed=seed)
     return target, random_drafter(target, draft_length=draft_length, seed=seed + 1)

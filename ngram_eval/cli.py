@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from dart_client.lattice_log import LatticeFormatError, read_lattices
 from ngram_eval.proposals import SOURCES, ProposeSetting, evaluate_proposals, format_proposals
@@ -114,9 +115,9 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...])
 @click.option("--backoff", default=str(PROPOSE_DEFAULTS["backoff"]), show_default=True,
               callback=_list(float, "--backoff"),
               help="--proposals: weights of a context one token shorter to try, comma-separated.")
-@click.option("--max-nodes", default=None, callback=lambda c, p, v: None if v is None else _list(int, "--max-nodes")(c, p, v),
-              help=f"Tree sizes (nodes without the root) to try, comma-separated.  [default: {DEFAULTS['max_nodes']}; "
-                   f"with --proposals 16,{PROPOSE_DEFAULTS['max_nodes']}]")
+@click.option("--max-nodes", default=str(DEFAULTS["max_nodes"]), show_default=True, callback=_list(int, "--max-nodes"),
+              help=f"Tree sizes (nodes without the root) to try, comma-separated; with --proposals and no "
+                   f"--max-nodes: 16,{PROPOSE_DEFAULTS['max_nodes']}.")
 @click.option("--ngram-weight", default=str(DEFAULTS["ngram_weight"]), show_default=True, callback=_list(float, "--ngram-weight"),
               help="n-gram weights (lambda) to try, comma-separated; 0 is the tree without the n-gram.")
 @click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
@@ -142,7 +143,7 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...])
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], tokenizer: str | None,
          text_field: str, proposals: bool, sources: list[str], backoff: list[float], beam_width: list[int],
-         max_nodes: list[int] | None, ngram_weight: list[float], steps: int,
+         max_nodes: list[int], ngram_weight: list[float], steps: int,
          depth: int, topk: int, hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int,
          json_out: str | None, plot_out: str | None, quiet: bool) -> None:
     """Replays draft lattices through each TRIE's DART pruning and reports the
@@ -162,8 +163,8 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
     unknown = [x for x in sources if x not in SOURCES]
     if unknown:
         raise click.BadParameter(f"{unknown[0]!r}: sources are {', '.join(SOURCES)}", param_hint="--sources")
-    if max_nodes is None:
-        max_nodes = [16, PROPOSE_DEFAULTS["max_nodes"]] if proposals else [DEFAULTS["max_nodes"]]
+    if proposals and click.get_current_context().get_parameter_source("max_nodes") == ParameterSource.DEFAULT:
+        max_nodes = [16, PROPOSE_DEFAULTS["max_nodes"]]
     if texts and not tokenizer:
         raise click.UsageError("--text needs --tokenizer (the tokenizer the tries were built with)")
     if plot_out:  # before any work: a missing matplotlib would otherwise fail after the whole evaluation
