@@ -1,5 +1,5 @@
-// ngram_service._native_client: the PruneTree call from Python over grpc++,
-// bytes in and bytes out, the GIL released for the whole call. Built beside
+// ngram_service._native_client: one unary call of the NgramService from
+// Python over grpc++ (PruneTree and ProposeTree), bytes in and bytes out, the GIL released for the whole call. Built beside
 // the server where grpc++ is installed (cpp/server/CMakeLists.txt); where it
 // is not, or the worker lacks the libraries, importing it fails and
 // NgramClient keeps to grpcio. The request and response stay serialized
@@ -79,7 +79,7 @@ class Channel {
       throw py::error_already_set();
     }
     std::vector<grpc::Slice> slices;
-    if (!resp.Dump(&slices).ok()) throw std::runtime_error("PruneTree: unreadable response buffer");
+    if (!resp.Dump(&slices).ok()) throw std::runtime_error("unreadable response buffer");
     size_t total = 0;
     for (const auto& s : slices) total += s.size();
     PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
@@ -109,7 +109,7 @@ class Channel {
 }  // namespace
 
 PYBIND11_MODULE(_native_client, m) {
-  m.doc() = "The PruneTree call over grpc++ (see ngram_service.native_client).";
+  m.doc() = "A unary NgramService call over grpc++ (see ngram_service.native_client).";
   g_rpc_failure = PyErr_NewException("ngram_service._native_client.RpcFailure", PyExc_RuntimeError, nullptr);
   m.attr("RpcFailure") = py::handle(g_rpc_failure);
   py::class_<Channel>(m, "Channel")
