@@ -1,10 +1,12 @@
 """Shared fixtures: the bundled sample tokenizer, the shared corpus, built tries."""
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 import pytest
 
@@ -69,35 +71,64 @@ def needs_shared() -> None:
         pytest.skip("../shared (corpus, Qwen3 tokenizer) is not present")
 
 
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """The file ``name``, made by ``make(path)`` once per test run. Under pytest-xdist every worker
+    asks for it: the first makes it while the others wait on a lock, then all read the same file."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this run's folder, shared by its workers
+    folder = root / "made-once"
+    folder.mkdir(exist_ok=True)
+    out = folder / name
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not out.is_file():
+            make(out)
+    return out
+
+
+def _build(**kw: object) -> Callable[[Path], object]:
+    return lambda out: build(BuildConfig(out=str(out), **kw), progress=lambda _m: None)
+
+
 @pytest.fixture(scope="session")
 def corpus_trie(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The whole shared corpus, Qwen3 tokenizer, N = 3: the golden answers' trie."""
     needs_shared()
-    out = tmp_path_factory.mktemp("corpus") / "corpus3.ngt"
-    build(BuildConfig(inputs=[str(CORPUS)], out=str(out), tokenizer=str(QWEN), order=3, workers=2),
-          progress=lambda _m: None)
-    return out
+    return made_once(tmp_path_factory, "corpus3.ngt",
+                     _build(inputs=[str(CORPUS)], tokenizer=str(QWEN), order=3, workers=2))
 
 
 @pytest.fixture(scope="session")
 def sample_trie(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled sample corpus, N = 3."""
-    out = tmp_path_factory.mktemp("sample") / "sample.ngt"
-    build(BuildConfig(inputs=[str(SAMPLE_CORPUS)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3),
-          progress=lambda _m: None)
-    return out
+    return made_once(tmp_path_factory, "sample.ngt",
+                     _build(inputs=[str(SAMPLE_CORPUS)], tokenizer=str(SAMPLE_TOKENIZER), order=3))
 
 
 @pytest.fixture(scope="session")
 def sample_trie_v2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """sample_trie in file format version 2 (sample_trie has the default, version 1)."""
-    out = tmp_path_factory.mktemp("sample_v2") / "sample_v2.ngt"
-    build(BuildConfig(inputs=[str(SAMPLE_CORPUS)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3,
-                      format_version=2), progress=lambda _m: None)
-    return out
+    return made_once(tmp_path_factory, "sample_v2.ngt",
+                     _build(inputs=[str(SAMPLE_CORPUS)], tokenizer=str(SAMPLE_TOKENIZER), order=3, format_version=2))
 
 
 @pytest.fixture(params=[1, 2], ids=["format1", "format2"])
 def sample_trie_each_format(request: pytest.FixtureRequest) -> Path:
     """The sample trie in each file format version, in turn."""
     return request.getfixturevalue("sample_trie" if request.param == 1 else "sample_trie_v2")
+
+
+# The suite runs on two pytest-xdist workers (pyproject.toml: -n 2 --dist loadfile --no-loadscope-reorder):
+# each file on one worker (its module fixtures, servers and models made once), files handed out in
+# collection order. The slowest files go first so that none of them starts last and runs alone:
+# test_fuzz_smoke.py compiles the sanitized fuzz targets (minutes on 2 cores) while the other worker
+# runs the rest; test_kgrams.py (one quick test) is the file xdist queues behind it on the same worker.
+SLOW_FIRST = ["test_fuzz_smoke.py", "test_dart_client.py", "test_kgrams.py", "test_build.py", "test_eval.py",
+              "test_build_options.py", "test_build_ray.py", "test_dart_batch.py", "test_build_shuffle.py",
+              "test_tokenizer.py", "test_object_storage.py"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest as collected

@@ -50,7 +50,7 @@ def check_exact(trie: Path, counts: list[Counter], order: int, min_count: int = 
     check_exact_in(NgramIndex.open(trie, verify=True), counts, order, min_count)
     ram = NgramIndex.open(trie, mode="ram")
     if order >= 3:  # level 2's child offsets are Elias-Fano in the file: decoded
-        assert ram._t.decoded_bytes > 0
+        assert ram.engine.decoded_bytes > 0
     check_exact_in(ram, counts, order, min_count)
 
 

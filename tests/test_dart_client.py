@@ -44,6 +44,7 @@ from dart_client.pruner import TokenizerMismatchError, fallback_index, model_fin
 from dart_client.random_models import random_drafter, random_target
 from indexer.cli import SAMPLE_DIR
 from ngram_service import NgramIndex
+from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from tests.dart_testbed import TrieHost, free_port
 
 SAMPLE_TOKENIZER = SAMPLE_DIR / "tokenizer.json"
@@ -71,14 +72,6 @@ PROMPTS = [
 
 
 # ---- fixtures ----------------------------------------------------------------------
-
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(min(2, old))
-    yield
-    torch.set_num_threads(old)
-
 
 @pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:

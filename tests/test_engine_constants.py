@@ -7,8 +7,10 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from ngram_service import _engine
-from ngram_service.tree import DEFAULTS, LIMITS
+import numpy as np
+
+from ngram_service import NgramIndex, _engine
+from ngram_service.tree import DEFAULTS, LIMITS, prune_params
 
 
 def _defaults(command: click.Command) -> dict[str, object]:
@@ -43,10 +45,26 @@ def test_query_help_states_the_engine_s_defaults() -> None:
     assert f"(default {DEFAULTS['max_nodes']})" in text and f"(default {DEFAULTS['ngram_weight']})" in text
 
 
-def test_prune_docstrings_state_the_engine_s_defaults() -> None:
-    stated = (f"beam_width={DEFAULTS['beam_width']}, max_nodes={DEFAULTS['max_nodes']}, "
-              f"ngram_weight={DEFAULTS['ngram_weight']},")
-    assert stated in _engine.prune.__doc__ and stated in _engine.Trie.prune.__doc__
+def test_prune_without_parameters_uses_the_exported_defaults(sample_trie: Path) -> None:
+    """What a caller gets leaving prune's parameters out is DEFAULTS: prune_params() (the parameters as
+    prune converts them) reports them, and NgramIndex.prune gives the trees it gives with DEFAULTS spelled
+    out; each of them matters (another value gives another tree for some lattice), so a default that
+    differed from its export would show."""
+    assert {k: prune_params()[k] for k in DEFAULTS} == DEFAULTS
+    idx = NgramIndex.open(sample_trie)
+    rng = np.random.default_rng(0)
+    common = idx.topk([], 40).tokens  # frequent tokens, so that the n-gram scores matter
+    lattices = [(rng.choice(common, 4), np.stack([rng.permutation(common)[:30] for _ in range(4)]),
+                 rng.random((4, 30), dtype=np.float32)) for _ in range(20)]
+
+    def tree(lattice: tuple, **params: object) -> tuple[list[int], list[int]]:
+        t = idx.prune(*lattice, **params)
+        return t.tokens.tolist(), t.parents.tolist()
+
+    for lattice in lattices:
+        assert tree(lattice) == tree(lattice, **DEFAULTS)
+    for key, other in (("beam_width", 2), ("max_nodes", 10), ("ngram_weight", 0.0)):
+        assert any(tree(lattice) != tree(lattice, **{**DEFAULTS, key: other}) for lattice in lattices), key
 
 
 def test_maximum_order_is_the_engine_s(tmp_path: Path) -> None:

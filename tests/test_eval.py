@@ -550,7 +550,8 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory):
     from dart_client.generate import DartGenerator
     from dart_client.random_models import random_drafter, random_target
 
-    torch.set_num_threads(min(2, torch.get_num_threads()))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: more threads only add contention on a shared 2-core machine
     tok = Tokenizer.from_file(str(SAMPLE_TOKENIZER))
     prompts = [tok.encode(p, add_special_tokens=False).ids for p in PROMPTS]
     target = random_target("tiny", family="qwen3", seed=1, eos_token_id=0, bos_token_id=0)
@@ -562,7 +563,8 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory):
     d = tmp_path_factory.mktemp("tiny")
     target.save_pretrained(d / "target")
     drafter.save_pretrained(d / "drafter")
-    return target, drafter, prompts, d
+    yield target, drafter, prompts, d
+    torch.set_num_threads(threads)
 
 
 def test_generator_log_replays_to_the_runs_accepted_lengths(tiny_models, sample_trie: Path, tmp_path: Path) -> None:

@@ -32,8 +32,8 @@ def test_every_route_gives_the_same_tree(golden) -> None:
     idx, reqs, params = golden
     batch = idx.prune_batch(reqs, threads=1, **params)
     for r, want in zip(reqs, batch):
-        for tree in (idx.prune(*r, **params), tree_prune(idx._t, *r, **params),
-                     _engine.prune(idx._t, *r, **params), idx._t.prune(*r, **params),
+        for tree in (idx.prune(*r, **params), tree_prune(idx.engine, *r, **params),
+                     _engine.prune(idx.engine, *r, **params), idx.engine.prune(*r, **params),
                      idx.prune(prefix=r[0], topk_tokens=r[1], topk_probs=r[2], **params)):
             assert same_tree(tree, want)
 
@@ -49,7 +49,7 @@ def test_keywords_built_at_run_time_match(golden) -> None:
 @pytest.mark.parametrize("call, message", [
     (lambda i, r: i.prune(*r, beam=4), r"prune\(\) got an unexpected keyword argument 'beam'"),
     (lambda i, r: i.prune(*r, 20), r"prune\(\) takes 3 positional arguments but 4 were given"),
-    (lambda i, r: _engine.prune(i._t, *r, 20), r"prune\(\) takes 4 positional arguments but 5 were given"),
+    (lambda i, r: _engine.prune(i.engine, *r, 20), r"prune\(\) takes 4 positional arguments but 5 were given"),
     (lambda i, r: i.prune(r[0], r[1]), r"prune\(\) missing required argument 'topk_probs'"),
     (lambda i, r: i.prune(*r, prefix=r[0]), r"prune\(\) got multiple values for argument 'prefix'"),
     (lambda i, r: _engine.prune("trie", *r), r"trie must be an _engine.Trie, got str"),

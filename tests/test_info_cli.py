@@ -38,9 +38,9 @@ def test_ram_bytes_are_the_image_and_the_decoded_arrays(sample_trie: Path, sampl
     for path, decodes in ((sample_trie, True), (sample_trie_v2, False)):
         info = NgramIndex.open(path).info()
         ram = NgramIndex.open(path, mode="ram")
-        assert ram._t.decoded_bytes == info["ram_bytes"] - info["file_bytes"]
-        assert (ram._t.decoded_bytes > 0) == decodes
-        assert NgramIndex.open(path)._t.decoded_bytes == 0  # mapped: the file as it is
+        assert ram.engine.decoded_bytes == info["ram_bytes"] - info["file_bytes"]
+        assert (ram.engine.decoded_bytes > 0) == decodes
+        assert NgramIndex.open(path).engine.decoded_bytes == 0  # mapped: the file as it is
         out = CliRunner().invoke(info_main, [str(path)]).output
         assert f"in RAM      {info['ram_bytes']:,} bytes" in out
 
