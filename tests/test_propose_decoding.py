@@ -263,7 +263,8 @@ def test_host_killed_mid_run_falls_back_to_lookup_lossless(target: Any, trie: Pa
                                                            refs: list[list[int]]) -> None:
     h = TrieHost(trie)
     try:
-        with RemoteProposer(h.target, deadline=0.5, backoff_initial=0.02, backoff_max=0.1) as pr:
+        # a long deadline: a loaded machine must not look like a dead host (a killed one fails at once)
+        with RemoteProposer(h.target, deadline=30.0, backoff_initial=0.02, backoff_max=0.1) as pr:
             gen = ProposalGenerator(target, pr)
 
             def kill_at_second_step(i: int, _res: Any) -> None:

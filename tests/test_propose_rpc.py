@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE_TOKENIZER
+from conftest import SAMPLE_TOKENIZER, require_module
 from test_propose import Corpus
 from test_server import TREE_FIELDS, ServerProcess, _slow_prune_request, free_port, metrics_text, wait_in_flight
 
@@ -129,7 +129,7 @@ def test_batch_equals_singles(server: ServerProcess, sample_trie: Path, contexts
 def test_native_transport(server: ServerProcess, sample_trie: Path, contexts: list[np.ndarray]) -> None:
     """transport="native" (grpc++) carries propose and propose_batch: the same
     trees, the same errors."""
-    pytest.importorskip("ngram_service._native_client")
+    require_module("ngram_service._native_client")
     idx = NgramIndex.open(sample_trie)
     with server.client(transport="native") as c:
         assert c.transport == "native"
