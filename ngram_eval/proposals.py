@@ -90,43 +90,21 @@ def lookup_chain(doc: np.ndarray, at: int, k: int, min_n: int, max_n: int) -> np
     return doc[i:min(i + k, at)]
 
 
-def replay_lookup_chain(docs: Sequence[np.ndarray], k: int, min_n: int, max_n: int) -> Replay:
-    """Teacher-forced prompt lookup (one chain of up to k tokens) over every document."""
+def _teacher_forced(docs: Sequence[np.ndarray], accepted: Callable[[np.ndarray, list[int], int], int],
+                    progress: Callable[[int], None] | None = None) -> Replay:
+    """The replay loop of every source: at each position ``accepted(doc,
+    doc_list, at)`` drafts from doc[:at] and says how many draft tokens the
+    document confirms (the time it takes is counted as proposing time); the
+    step takes those plus one."""
     r = Replay()
-    clock = time.thread_time
-    for doc in docs:
-        at = 1
-        while at < len(doc):
-            t0 = clock()
-            chain = lookup_chain(doc, at, k, min_n, max_n)
-            r.propose_seconds += clock() - t0
-            want = doc[at:at + len(chain)]
-            same = chain[:len(want)] == want
-            acc = int(same.argmin()) if not same.all() else len(want)
-            step = min(acc + 1, len(doc) - at)
-            while len(r.accepted) <= acc:
-                r.accepted.append(0)
-            r.accepted[acc] += 1
-            r.steps += 1
-            r.tokens += step
-            at += step
-    return r
-
-
-def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any],
-           progress: Callable[[int], None] | None = None) -> Replay:
-    """Teacher-forced proposals over every document (see the module's docstring)."""
-    r = Replay()
-    propose = index.propose
     clock = time.thread_time  # CPU time of this thread: the machine may be shared
     for n, doc in enumerate(docs):
         doc_list = doc.tolist()
         at = 1
         while at < len(doc):
             t0 = clock()
-            tree = propose(doc[:at], **params)
+            acc = accepted(doc, doc_list, at)
             r.propose_seconds += clock() - t0
-            acc = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), doc_list, at)
             step = min(acc + 1, len(doc) - at)
             while len(r.accepted) <= acc:
                 r.accepted.append(0)
@@ -137,6 +115,29 @@ def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any]
         if progress:
             progress(n + 1)
     return r
+
+
+def replay_lookup_chain(docs: Sequence[np.ndarray], k: int, min_n: int, max_n: int) -> Replay:
+    """Teacher-forced prompt lookup (one chain of up to k tokens) over every document."""
+    def accepted(doc: np.ndarray, _doc_list: list[int], at: int) -> int:
+        chain = lookup_chain(doc, at, k, min_n, max_n)
+        want = doc[at:at + len(chain)]
+        same = chain[:len(want)] == want
+        return int(same.argmin()) if not same.all() else len(want)
+
+    return _teacher_forced(docs, accepted)
+
+
+def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any],
+           progress: Callable[[int], None] | None = None) -> Replay:
+    """Teacher-forced proposals over every document (see the module's docstring)."""
+    propose = index.propose
+
+    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> int:
+        tree = propose(doc[:at], **params)
+        return accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), doc_list, at)
+
+    return _teacher_forced(docs, accepted, progress)
 
 
 #: The one-chain baseline: up to CHAIN_TOKENS tokens after a match of

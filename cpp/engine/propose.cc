@@ -2,14 +2,11 @@
 
 #include <algorithm>
 #include <functional>
-#include <atomic>
-#include <exception>
-#include <mutex>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include "errors.h"
+#include "parallel_batch.h"
 #include "queries.h"
 
 namespace ngram {
@@ -534,40 +531,10 @@ void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, con
 
 void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, const ProposeParams& params,
                    uint32_t threads, std::vector<ProposedTree>& out) {
-  const size_t n = in.size();
-  out.resize(n);
-  if (n == 0) return;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<uint32_t>(std::min<size_t>(threads, n));
-  std::atomic<size_t> next{0};
-  std::mutex err_mu;
-  size_t err_index = n;
-  std::string err_msg;
-  std::exception_ptr err_other;
-  auto work = [&]() {
-    ProposeWorkspace ws;
-    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-      try {
-        propose_tree(t, in[i].context, in[i].size, params, ws, out[i]);
-      } catch (const InvalidArgument& e) {
-        std::lock_guard<std::mutex> g(err_mu);
-        if (i < err_index) {
-          err_index = i;
-          err_msg = e.what();
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> g(err_mu);
-        if (!err_other) err_other = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (uint32_t i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (std::thread& th : pool) th.join();
-  if (err_other) std::rethrow_exception(err_other);
-  if (err_index < n) throw InvalidArgument("contexts[" + std::to_string(err_index) + "]: " + err_msg);
+  out.resize(in.size());
+  run_batch<ProposeWorkspace>(in.size(), threads, "contexts", [&](size_t i, ProposeWorkspace& ws) {
+    propose_tree(t, in[i].context, in[i].size, params, ws, out[i]);
+  });
 }
 
 }  // namespace ngram

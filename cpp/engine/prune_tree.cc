@@ -1,20 +1,17 @@
 #include "prune_tree.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "errors.h"
+#include "parallel_batch.h"
 #include "queries.h"
 
 // The score of an extension must be the float32 value DART computes, so the
@@ -782,41 +779,9 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
 
 void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
                       uint32_t threads, std::vector<PrunedTree>& out) {
-  const size_t n = in.size();
-  out.resize(n);
-  if (n == 0) return;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<uint32_t>(std::min<size_t>(threads, n));
-
-  std::atomic<size_t> next{0};
-  std::mutex err_mu;
-  size_t err_index = n;
-  std::string err_msg;
-  std::exception_ptr err_other;
-  auto work = [&]() {
-    PruneWorkspace ws;
-    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-      try {
-        prune_tree(t, in[i], params, ws, out[i]);
-      } catch (const InvalidArgument& e) {
-        std::lock_guard<std::mutex> g(err_mu);
-        if (i < err_index) {
-          err_index = i;
-          err_msg = e.what();
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> g(err_mu);
-        if (!err_other) err_other = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (uint32_t i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (std::thread& th : pool) th.join();
-  if (err_other) std::rethrow_exception(err_other);
-  if (err_index < n) throw InvalidArgument("requests[" + std::to_string(err_index) + "]: " + err_msg);
+  out.resize(in.size());
+  run_batch<PruneWorkspace>(in.size(), threads, "requests",
+                            [&](size_t i, PruneWorkspace& ws) { prune_tree(t, in[i], params, ws, out[i]); });
 }
 
 }  // namespace ngram
