@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import platform
 import statistics
@@ -48,6 +49,8 @@ sys.path.insert(0, str(REPO))
 import torch
 
 from dart_client import DartGenerator, LocalPruner, RemotePruner
+from dart_client.generate import ProposalGenerator
+from dart_client.proposer import LocalProposer, LookupProposer, RemoteProposer
 from dart_client.random_models import SHAPES, random_drafter, random_target
 
 TEXTS = [
@@ -130,38 +133,42 @@ class Host:
             self.proc.kill()
 
 
-def run_mode(gen: DartGenerator, prompts: list[list[int]], new_tokens: int, mode: str) -> dict[str, Any]:
-    results = []
-    for p in prompts:
-        r = gen.autoregressive(p, new_tokens, stop_at_eos=False) if mode == "autoregressive" \
-            else gen.generate(p, new_tokens, stop_at_eos=False)
-        results.append(r)
+def decode(gen: Any, prompts: list[list[int]], new_tokens: int, mode: str) -> list[Any]:
+    """One pass over the prompts, one at a time: the GenerationResults."""
+    return [gen.autoregressive(p, new_tokens, stop_at_eos=False) if mode == "autoregressive"
+            else gen.generate(p, new_tokens, stop_at_eos=False) for p in prompts]
+
+
+def summarize(results: list[Any], mode: str, gen: Any, rounds: int) -> dict[str, Any]:
     steps = [s for r in results for s in r.steps]
     tokens = sum(len(r.output_ids) for r in results)
     wall = sum(r.wall_s for r in results)
-    decode = sum(s.total_s for s in steps)
+    decode_s = sum(s.total_s for s in steps)
     keys = ("target_s", "drafter_s", "prune_s", "transport_s", "verify_s")
     per = {k: statistics.fmean(getattr(s, k) for s in steps) if steps else 0.0 for k in keys}
     med = {k: statistics.median(getattr(s, k) for s in steps) if steps else 0.0 for k in keys}
     total = sum(per.values())
     out = {
         "mode": mode,
-        "prompts": len(prompts),
+        "prompts": len(results) // rounds,
+        "rounds": rounds,
         "new_tokens": tokens,
         "steps": len(steps),
         "mean_accepted_length": statistics.fmean(s.accepted + 1 for s in steps)
         if steps and mode != "autoregressive" else 1.0,
         "tokens_per_s": tokens / wall if wall else 0.0,
-        "decode_tokens_per_s": tokens / decode if decode else 0.0,
+        "decode_tokens_per_s": tokens / decode_s if decode_s else 0.0,
         "per_step_mean_s": per,
         "per_step_median_s": med,
         "step_mean_s": total,
         "prune_transport_share": (per["prune_s"] + per["transport_s"]) / total if total else 0.0,
+        "prune_transport_median_s": statistics.median(s.prune_s + s.transport_s for s in steps) if steps else 0.0,
         "tree_nodes_mean": statistics.fmean(s.tree_nodes for s in steps) if steps else 0.0,
     }
     if mode != "autoregressive":
         out["remote_steps"] = sum(s.remote for s in steps)
-        st = getattr(gen.pruner, "stats", None)
+        st = getattr(gen, "pruner", None) or getattr(gen, "proposer", None)
+        st = getattr(st, "stats", None)
         out["pruner"] = st.as_dict() if st is not None else {}
     return out
 
@@ -195,15 +202,21 @@ def run_batches(gen: DartGenerator, prompts: list[list[int]], sizes: list[int], 
     return rows
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose tokens/s is the median (rounds of one mode and batch size)."""
+    rows = sorted(rows, key=lambda r: r["tokens_per_s"])
+    return dict(rows[len(rows) // 2], rounds=len(rows))
+
+
 def batch_table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'mode':<13}{'B':>4}{'tok/s':>9}{'x B=1':>7}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
+    head = (f"{'mode':<15}{'B':>4}{'tok/s':>9}{'x B=1':>7}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
             f"{'transp.':>9}{'verify':>9}{'tau':>6}{'mean B':>8}")
     lines = [head, "-" * len(head)]
     one = {r["mode"]: r["tokens_per_s"] for r in rows if r["batch"] == 1}
     for r in rows:
         p = r["step_parts_mean_s"]
         ms = lambda x: f"{1e3 * x:9.3f}"
-        lines.append(f"{r['mode']:<13}{r['batch']:4d}{r['tokens_per_s']:9.1f}"
+        lines.append(f"{r['mode']:<15}{r['batch']:4d}{r['tokens_per_s']:9.1f}"
                      f"{r['tokens_per_s'] / one.get(r['mode'], r['tokens_per_s']):7.2f}{ms(r['step_median_s'])}"
                      f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
                      f"{ms(p['verify_s'])}{r['mean_accepted_length']:6.2f}{r['mean_batch']:8.2f}")
@@ -213,7 +226,7 @@ def batch_table(rows: list[dict[str, Any]]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'mode':<15}{'tau':>6}{'tok/s':>9}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
-            f"{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'remote':>8}")
+            f"{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'p+t med':>9}{'remote':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         p = r["per_step_mean_s"]
@@ -221,9 +234,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         remote = f"{r.get('remote_steps', 0)}/{r['steps']}" if "remote_steps" in r else "-"
         lines.append(f"{r['mode']:<15}{r['mean_accepted_length']:6.2f}{r['tokens_per_s']:9.1f}{ms(r['step_mean_s'])}"
                      f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
-                     f"{ms(p['verify_s'])}{100 * r['prune_transport_share']:9.1f}%{remote:>8}")
-    lines.append("(ms per decoding step, means; prune = top-k + copies + local search on the worker; "
-                 "transport = RPC round trip incl. the host's search)")
+                     f"{ms(p['verify_s'])}{100 * r['prune_transport_share']:9.1f}%{ms(r['prune_transport_median_s'])}"
+                     f"{remote:>8}")
+    lines.append("(ms per decoding step, means; prune = top-k + copies + local search on the worker, or proposing; "
+                 "transport = RPC round trip incl. the host's search; p+t med: median of prune + transport)")
     return "\n".join(lines)
 
 
@@ -245,6 +259,9 @@ def main() -> None:
                     help="torch CPU threads (default: 1 on the CPU, where tiny models gain nothing from more and "
                          "a shared machine makes them contend; torch's default on CUDA)")
     ap.add_argument("--no-remote", action="store_true")
+    ap.add_argument("--proposals", action="store_true",
+                    help="also decode with proposals (no drafter): the trie in process, on the host, prompt lookup alone")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of all modes (A, B, A, B)")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16",
                     help="batch sizes for the batched decoding table ('' to skip)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dart.json"))
@@ -255,18 +272,19 @@ def main() -> None:
         torch.set_num_threads(args.threads or 1)
     dtype = {"auto": torch.bfloat16 if dev.type == "cuda" else torch.float32, "float32": torch.float32,
              "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
-    with tempfile.TemporaryDirectory(prefix="bench-dart-") as work:
+    sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    with tempfile.TemporaryDirectory(prefix="bench-dart-") as work, contextlib.ExitStack() as stack:
         target = random_target(args.shape, family=args.family, dtype=dtype, device=dev)
         vocab = target.config.vocab_size
         trie, trie_src = build_trie(args, vocab, Path(work))
         prompts, prompt_src = prompts_for(vocab, args.prompts, args.prompt_tokens)
+        ragged, _ = prompts_for(vocab, max(sizes, default=1), args.prompt_tokens, ragged=True)
         print(f"# {args.shape} ({args.family}), {dev} {str(dtype).replace('torch.', '')}, trie: {trie_src}, "
               f"prompts: {prompt_src}", file=sys.stderr)
 
         probe = DartGenerator(target, random_drafter(target, draft_length=args.draft_length, draft_vocab_size=16),
                               LocalPruner(trie))
         probe.autoregressive(prompts[0], 8)  # warm-up
-        base = run_mode(probe, prompts, args.new_tokens, "autoregressive")
         # Seed the draft vocabulary with what the target says most (see the module doc).
         said = collections.Counter(t for p in prompts for t in probe.autoregressive(p, args.new_tokens).output_ids)
         dv = min(args.draft_vocab, vocab)
@@ -275,32 +293,45 @@ def main() -> None:
         ids += [i for i in range(vocab) if i not in seen][: dv - len(ids)]
         drafter = random_drafter(target, draft_length=args.draft_length, draft_ids=ids, seed=1)
 
-        rows = [base]
-        local = DartGenerator(target, drafter, LocalPruner(trie))
-        local.generate(prompts[0], 8)  # warm-up
-        rows.append(run_mode(local, prompts, args.new_tokens, "dart-local"))
-        sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
-        ragged, _ = prompts_for(vocab, max(sizes, default=1), args.prompt_tokens, ragged=True)
-        batches = run_batches(local, ragged, sizes, args.new_tokens, "dart-local") if sizes else []
         host = None
         if not args.no_remote:
             try:
                 host = Host(trie, args.host_threads)
+                stack.callback(host.stop)
             except (FileNotFoundError, RuntimeError) as e:
                 print(f"# remote skipped: {e}", file=sys.stderr)
+        gens: dict[str, Any] = {"autoregressive": probe, "dart-local": DartGenerator(target, drafter, LocalPruner(trie))}
         if host is not None:
-            try:
-                with RemotePruner(host.target, deadline=args.deadline_ms / 1000) as pr:
-                    remote = DartGenerator(target, drafter, pr)
-                    remote.generate(prompts[0], 8)  # warm-up
-                    pr.stats.__init__()
-                    rows.append(run_mode(remote, prompts, args.new_tokens, "dart-remote"))
-                    if sizes:
-                        batches += run_batches(remote, ragged, sizes, args.new_tokens, "dart-remote")
-            finally:
-                host.stop()
-            with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as pr:
-                rows.append(run_mode(DartGenerator(target, drafter, pr), prompts, args.new_tokens, "dart-host-down"))
+            pr = stack.enter_context(RemotePruner(host.target, deadline=args.deadline_ms / 1000))
+            gens["dart-remote"] = DartGenerator(target, drafter, pr)
+        if args.proposals:
+            gens["propose-local"] = ProposalGenerator(target, LocalProposer(trie))
+            if host is not None:
+                rp = stack.enter_context(RemoteProposer(host.target, deadline=args.deadline_ms / 1000))
+                gens["propose-remote"] = ProposalGenerator(target, rp)
+            gens["lookup"] = ProposalGenerator(target, LookupProposer())
+        for mode, gen in gens.items():  # warm-up, then the stats count the timed steps only
+            decode(gen, prompts[:1], 8, mode)
+            link = getattr(gen, "pruner", None) or getattr(gen, "proposer", None)
+            if hasattr(link, "stats"):
+                link.stats.__init__()
+        # Interleaved (A, B, C, A, B, C, ...): on a GPU the mode timed first can pay far more per forward.
+        results: dict[str, list[Any]] = {m: [] for m in gens}
+        batch_rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for _ in range(args.rounds):
+            for mode, gen in gens.items():
+                results[mode] += decode(gen, prompts, args.new_tokens, mode)
+            for mode, gen in gens.items():
+                if mode != "autoregressive":
+                    for row in run_batches(gen, ragged, sizes, args.new_tokens, mode):
+                        batch_rows.setdefault((mode, row["batch"]), []).append(row)
+        rows = [summarize(results[m], m, gens[m], args.rounds) for m in gens]
+        batches = [median_row(v) for v in batch_rows.values()]
+        if host is not None:
+            with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as down:
+                gen = DartGenerator(target, drafter, down)
+                rows.append(summarize(decode(gen, prompts, args.new_tokens, "dart-host-down"), "dart-host-down",
+                                      gen, 1))
 
     print(table(rows))
     if batches:

@@ -31,6 +31,10 @@ SHAPES: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
                        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, vocab_size=151936,
                        tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    # Qwen/Qwen3-8B's config.json
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, vocab_size=151936,
+                     tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6),
 }
 
 
