@@ -32,6 +32,7 @@ import argparse
 import collections
 import contextlib
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -42,8 +43,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-# ../shared next to the checkout, or two levels up from a git worktree (wt/NAME)
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
+# NGRAM_SHARED (as the tests read it), else ../shared next to the checkout or two levels up from a
+# git worktree (wt/NAME)
+SHARED = Path(os.environ["NGRAM_SHARED"]) if os.environ.get("NGRAM_SHARED") else next(
+    (p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
 sys.path.insert(0, str(REPO))
 
 import torch

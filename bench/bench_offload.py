@@ -50,7 +50,8 @@ from dart_client.pruner import LocalPruner, RemotePruner  # noqa: E402
 from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.client import NgramClient  # noqa: E402
 
-GOLDEN = REPO.parent / "shared" / "golden"
+# ../shared beside the checkout, or NGRAM_SHARED (as the tests read it)
+GOLDEN = Path(os.environ.get("NGRAM_SHARED") or REPO.parent / "shared") / "golden"
 DRAFT_VOCAB = 32000
 
 
