@@ -10,7 +10,10 @@ pass meets every long run of children for the first time (a cold trie: each
 is read whole once and kept, cpp/engine/run_top_cache.h), later passes find
 them kept (warm: a long-running host's steady state). Times are this
 thread's CPU time (time.thread_time), so that other work on a shared machine
-inflates them less; the passes of every (trie, mode) are interleaved. Prints
+inflates them less; the passes of every (trie, mode) are interleaved.
+"batched/s" is the same contexts through propose_batch on one thread, --batch
+contexts a call (what a host or LocalProposer does with a batch): the
+per-call cost of Python and the bindings shared. Prints
 a table and writes JSON; the warm median is what issue 31's goal (20,000
 trees of 64 nodes per second per core) is checked against. Not part of the
 test run. bench/heldout_split.py makes held-out documents and a training
@@ -55,13 +58,17 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--max-nodes", type=int, default=64)
     ap.add_argument("--modes", default="mmap,ram")
+    ap.add_argument("--batch", type=int, default=64,
+                    help="also time propose_batch on one thread, this many contexts a call (0: not)")
     ap.add_argument("--out", default="bench/results/propose.json")
     a = ap.parse_args()
     docs, _ = load_documents([a.text], a.tokenizer)
     ctxs = contexts(docs, a.contexts)
     runs = {(t, m): NgramIndex.open(t, mode=m) for t in a.tries for m in a.modes.split(",")}
     times: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
+    batched: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
     nodes: dict[tuple[str, str], int] = {}
+    chunks = [ctxs[i:i + a.batch] for i in range(0, len(ctxs), a.batch)]
     for p in range(a.passes):
         for key, index in runs.items():
             t0 = time.thread_time()
@@ -70,21 +77,29 @@ def main() -> None:
                 made += len(index.propose(c, max_nodes=a.max_nodes).tokens) - 1
             times[key].append(time.thread_time() - t0)
             nodes[key] = made
+            if a.batch:  # the engine's thread runs in this one (threads=1): its time is this thread's
+                t0 = time.thread_time()
+                for chunk in chunks:
+                    index.propose_batch(chunk, threads=1, max_nodes=a.max_nodes)
+                batched[key].append(time.thread_time() - t0)
         print(f"pass {p + 1}/{a.passes} done", file=sys.stderr)
     rows = []
     print(f"{len(ctxs)} contexts from {len(docs)} documents, {a.max_nodes} nodes, one thread, CPU time")
     print(f"{'trie':<32} {'mode':<5} {'order':>5} {'cold trees/s':>12} {'warm trees/s':>12} {'us/tree':>8} "
-          f"{'nodes/tree':>10}")
+          f"{'batched/s':>10} {'nodes/tree':>10}")
     for (trie, mode), ts in times.items():
         cold = len(ctxs) / ts[0]
         warm = len(ctxs) / statistics.median(ts[1:]) if len(ts) > 1 else cold
+        bt = batched[(trie, mode)]
+        warm_batched = len(ctxs) / statistics.median(bt[1:] if len(bt) > 1 else bt) if bt else None
         row = {"trie": trie, "mode": mode, "order": runs[(trie, mode)].order, "cold_trees_per_second": cold,
                "warm_trees_per_second": warm, "us_per_tree_warm": 1e6 / warm,
+               "warm_batched_trees_per_second": warm_batched, "batch": a.batch,
                "nodes_per_tree": nodes[(trie, mode)] / len(ctxs), "pass_seconds": ts,
                "goal_met": warm >= GOAL_TREES_PER_SECOND}
         rows.append(row)
         print(f"{Path(trie).name:<32} {mode:<5} {row['order']:>5} {cold:>12.0f} {warm:>12.0f} "
-              f"{row['us_per_tree_warm']:>8.1f} {row['nodes_per_tree']:>10.1f}")
+              f"{row['us_per_tree_warm']:>8.1f} {warm_batched or 0:>10.0f} {row['nodes_per_tree']:>10.1f}")
     out = {"contexts": len(ctxs), "max_nodes": a.max_nodes, "passes": a.passes, "rows": rows,
            "goal_trees_per_second": GOAL_TREES_PER_SECOND, "machine": platform.processor() or platform.machine(),
            "load_average": os.getloadavg(), "command": " ".join(sys.argv)}

@@ -31,6 +31,7 @@ return with ngram_weight 0.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import sys
@@ -306,6 +307,7 @@ class _PrunerBase:
         eos_token_id: int | None = None,
         ngram_on_first_level: bool = False,
         temperature: float = 1.0,
+        cuda_graphs: bool = True,
     ) -> None:
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
@@ -327,6 +329,7 @@ class _PrunerBase:
         self._d2t_cache: tuple[Any, torch.Tensor] | None = None
         self._staging = _Staging()
         self._param_cache: dict[tuple[float, int, int], dict[str, Any]] = {}
+        self._graphs = _LatticeGraphs() if cuda_graphs else None
 
     # -- subclasses --------------------------------------------------------------
 
@@ -388,17 +391,26 @@ class _PrunerBase:
     def _lattices(self, logits: torch.Tensor, d2t: torch.Tensor | None) -> np.ndarray:
         """The batch's lattices on the host as int32 [B, D, 2K]: per level the
         K target ids, then the bits of their float32 probabilities. A fixed
-        sequence of kernels (top-k, softmax, the d2t map, the packing), one
-        copy into a reusable pinned buffer, one wait."""
+        sequence of kernels (top-k, softmax, the d2t map, the packing), on a
+        GPU replayed as one CUDA graph per shape, one copy into a reusable
+        pinned buffer, one wait."""
         k = min(self.topk, logits.shape[-1])
+        d2t_dev = None if d2t is None else self._d2t(d2t, logits.device)
         with torch.no_grad():
-            vals, idx = torch.topk(logits, k, dim=-1)
-            vals = vals.float()
-            probs = torch.softmax(vals / self.temperature if self.temperature != 1.0 else vals, dim=-1)
-            if d2t is not None:
-                idx = idx + self._d2t(d2t, logits.device)[idx]
-            packed = torch.cat((idx.to(torch.int32), probs.view(torch.int32)), dim=-1)
+            if self._graphs is not None and logits.device.type == "cuda":
+                packed = self._graphs.run(self._pack, logits, d2t_dev, k, self.temperature)
+            else:
+                packed = self._pack(logits, d2t_dev, k, self.temperature)
             return self._staging.to_host(packed)
+
+    @staticmethod
+    def _pack(logits: torch.Tensor, d2t: torch.Tensor | None, k: int, temperature: float) -> torch.Tensor:
+        vals, idx = torch.topk(logits, k, dim=-1)
+        vals = vals.float()
+        probs = torch.softmax(vals / temperature if temperature != 1.0 else vals, dim=-1)
+        if d2t is not None:
+            idx = idx + d2t[idx]
+        return torch.cat((idx.to(torch.int32), probs.view(torch.int32)), dim=-1)
 
     def _eos(self, trie_eos: int | None, vocab: int) -> int:
         e = self._eos_param if self._eos_param is not None else trie_eos
@@ -452,6 +464,61 @@ class _PrunerBase:
             raise ValueError(f"tokens[{int(unserved[0])}]: the root (the last token) is not a token id")
         for g in groups:
             lat.prune(index.engine, trees, g.rows, **g.params)
+
+
+class _LatticeGraphs:
+    """_pack's kernels captured as a CUDA graph per input (shape, dtype,
+    device, d2t map, k, temperature) and replayed: one launch where eager
+    PyTorch launches each kernel from Python. The logits are copied into the
+    graph's own input first. The most recent kMaxGraphs inputs are kept. A
+    capture that fails (an old driver, a capture already under way) turns
+    the graphs off for this pruner, with a warning: the eager kernels give
+    the same lattices."""
+
+    kMaxGraphs = 8
+
+    def __init__(self) -> None:
+        self._graphs: collections.OrderedDict[tuple[Any, ...], tuple[Any, torch.Tensor, torch.Tensor]] = \
+            collections.OrderedDict()
+        self.enabled = True
+
+    def run(self, pack: Callable[..., torch.Tensor], logits: torch.Tensor, d2t: torch.Tensor | None, k: int,
+            temperature: float) -> torch.Tensor:
+        if not self.enabled:
+            return pack(logits, d2t, k, temperature)
+        key = (tuple(logits.shape), logits.dtype, logits.device, None if d2t is None else d2t.data_ptr(), k,
+               temperature)
+        entry = self._graphs.get(key)
+        if entry is None:
+            try:
+                entry = self._capture(pack, logits, d2t, k, temperature)
+            except RuntimeError as e:
+                self.enabled = False
+                log.warning("CUDA graphs are off for this pruner (%s): launching the top-k kernels one by one", e)
+                return pack(logits, d2t, k, temperature)
+            self._graphs[key] = entry
+            if len(self._graphs) > self.kMaxGraphs:
+                self._graphs.popitem(last=False)
+        else:
+            self._graphs.move_to_end(key)
+        graph, static_in, static_out = entry
+        static_in.copy_(logits)
+        graph.replay()
+        return static_out
+
+    @staticmethod
+    def _capture(pack: Callable[..., torch.Tensor], logits: torch.Tensor, d2t: torch.Tensor | None, k: int,
+                 temperature: float) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        static_in = logits.clone(memory_format=torch.contiguous_format)
+        side = torch.cuda.Stream(logits.device)
+        side.wait_stream(torch.cuda.current_stream(logits.device))
+        with torch.cuda.stream(side):  # warm-up off the capture, as torch.cuda.graph asks
+            pack(static_in, d2t, k, temperature)
+        torch.cuda.current_stream(logits.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = pack(static_in, d2t, k, temperature)
+        return graph, static_in, static_out
 
 
 class _Staging:
@@ -523,8 +590,10 @@ class LocalPruner(_PrunerBase):
     tokenizer_fingerprint: the model's tokenizer (spec) or its fingerprint;
     checked once against the trie's header (TokenizerMismatchError).
     Other keywords: the search parameters of ``NgramIndex.prune`` plus topk
-    (candidates per level, DART: 25) and temperature (of the softmax over
-    the k logits, DART: 1).
+    (candidates per level, DART: 25), temperature (of the softmax over the k
+    logits, DART: 1) and cuda_graphs (default True: on a GPU the top-k
+    kernels are replayed as one CUDA graph per lattice shape; False launches
+    them one by one).
     """
 
     def __init__(self, trie: str | Path | NgramIndex, *, tokenizer: Any = None,
@@ -696,6 +765,9 @@ class RemotePruner(_HostLink, _PrunerBase):
     pruner to the fallback for good (``stats.last_error`` says why). The
     fingerprint also travels with every request (the host refuses a
     mismatch with FAILED_PRECONDITION).
+
+    Other keywords: as LocalPruner's (the search parameters, topk,
+    temperature, cuda_graphs).
     """
 
     def __init__(

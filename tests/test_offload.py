@@ -366,6 +366,29 @@ def test_offload_on_the_device_equals_the_cpu(sample_trie: Path, b: int) -> None
 
 
 @pytest.mark.cuda
+def test_cuda_graphs_give_the_eager_trees(sample_trie: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The top-k kernels replayed as CUDA graphs: the same trees as launched
+    one by one, over more shapes than the graphs kept (so some are captured
+    again), bfloat16 logits, with and without d2t, a temperature; replays
+    read each call's own logits."""
+    idx = NgramIndex.open(sample_trie)
+    dev = torch.device("cuda")
+    for temperature in (1.0, 0.7):
+        graphed = LocalPruner(idx, topk=9, temperature=temperature)
+        eager = LocalPruner(idx, topk=9, temperature=temperature, cuda_graphs=False)
+        for round_ in range(2):
+            for b in (1, 2, 3, 5, 8, 13, 16, 21, 32, 64):
+                logits, d2t, contexts = batch_case(b, 100 * round_ + b, vocab=idx.vocab_size)
+                logits = logits.to(dev, torch.bfloat16)
+                for m in (d2t.to(dev), None):
+                    a = graphed.prune_batch(logits, m, contexts)
+                    e = eager.prune_batch(logits, m, contexts)
+                    for name in ("tokens", "position_ids", "parents", "retrieve_indices", "tree_mask"):
+                        assert torch.equal(getattr(a, name), getattr(e, name)), (b, name)
+    assert "CUDA graphs are off" not in caplog.text  # no capture failed: the graphs ran
+
+
+@pytest.mark.cuda
 def test_greedy_decoding_on_the_device_is_lossless(sample_trie: Path) -> None:
     """float32 on the GPU: DART decoding (batched, trees from the offload) equals the target alone."""
     from dart_client import DartGenerator
