@@ -19,6 +19,8 @@ fall on all of them alike:
   remote_TRANSPORT RemotePruner.prune_batch: top-k (device work and the copy to
                    the host), encode, call, decode, tensors, and the whole call
   local            LocalPruner.prune_batch: top-k, search, tensors, whole call
+  local_eager      (on a GPU) local with cuda_graphs=False: the top-k kernels
+                   launched one by one instead of replayed as a CUDA graph
 
 Medians and p99 in milliseconds; the targets of issue 27 checked from the
 medians of this one run. Prints a table and writes JSON. Not part of the
@@ -232,6 +234,8 @@ def main() -> None:
         pruners: dict[str, Any] = {f"remote_{t}": RemotePruner(host.target, deadline=5.0, transport=t,
                                                                topk=inp["topk"], **params) for t in transports}
         pruners["local"] = LocalPruner(idx, topk=inp["topk"], **params)
+        if device.type == "cuda":
+            pruners["local_eager"] = LocalPruner(idx, topk=inp["topk"], cuda_graphs=False, **params)
         res: dict[str, Any] = {
             "device": str(device), "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
             "trie": str(trie), "trie_note": trie_note, "host_threads": args.host_threads, "cpus": os.cpu_count(),
