@@ -397,19 +397,26 @@ class _ClientBase:
         return pb.ProposeTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
                                      params=_propose_params(params)).SerializeToString()
 
-    def _propose_one(self, context: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
-        request = self.propose_tree_head(params) + _propose_input(context)
-        return "ProposeTree", request, lambda r: _trees(r, 1)[0]
-
-    def _propose_many(self, contexts: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+    def propose_tree_request(self, contexts: Any, **params: Any) -> bytes:
+        """The serialized ProposeTreeRequest that propose_batch sends for
+        ``contexts`` (to log, replay or send with another gRPC client): the
+        head, then each context's ids. A context that is not integer ids of
+        rank 1: ValueError naming it."""
         parts = [self.propose_tree_head(params)]
         for i, c in enumerate(contexts):
             try:
                 parts.append(_propose_input(c))
             except ValueError as e:
                 raise ValueError(f"contexts[{i}]: {e}") from None
-        n = len(parts) - 1
-        return "ProposeTree", b"".join(parts), lambda r: _trees(r, n)
+        return b"".join(parts)
+
+    def _propose_one(self, context: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+        request = self.propose_tree_head(params) + _propose_input(context)
+        return "ProposeTree", request, lambda r: _trees(r, 1)[0]
+
+    def _propose_many(self, contexts: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
+        contexts = list(contexts)
+        return "ProposeTree", self.propose_tree_request(contexts, **params), lambda r: _trees(r, len(contexts))
 
 
 def _one_tree(response: bytes) -> tree.PrunedTree:

@@ -164,12 +164,10 @@ def test_async_client(server: ServerProcess, sample_trie: Path, contexts: list[n
 def test_request_bytes_are_protobufs(server: ServerProcess, contexts: list[np.ndarray]) -> None:
     """The client's hand-written request is the message protobuf writes, and
     the server answers a request protobuf wrote with the same trees."""
-    from ngram_service.client import _propose_input
-
     with server.client(index="sample", tokenizer_fingerprint="fp") as c:
         params = {"max_nodes": 9, "backoff": 0.25, "lookup": False, "lookup_min_match": 3}
         sent = [*contexts, np.zeros(0, np.int64), [2**62, -5]]
-        raw = c.propose_tree_head(params) + b"".join(_propose_input(x) for x in sent)
+        raw = c.propose_tree_request(sent, **params)
         want = pb.ProposeTreeRequest(index="sample", tokenizer_fingerprint="fp", params=pb.ProposeParams(**params),
                                      contexts=[pb.ProposeInput(context=list(x)) for x in sent])
         assert pb.ProposeTreeRequest.FromString(raw) == want
