@@ -171,12 +171,19 @@ def info_dict(*, path: str, order: int, vocab_size: int, eos_id: int | None, siz
 
 def decompress_trie(src: BinaryIO, dest: BinaryIO) -> None:
     """A zstd-compressed trie's plain bytes, every frame, from ``src`` into
-    ``dest``; zstandard.ZstdError for a corrupted stream."""
+    ``dest``; zstandard.ZstdError for a corrupted stream, TrieFormatError
+    when its first bytes are not a trie's (checked before the rest is
+    decompressed: a large compressed file that is no trie costs nothing)."""
     import shutil
 
     import zstandard
 
-    shutil.copyfileobj(zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True), dest, 1 << 20)
+    reader = zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)
+    head = reader.read(len(_engine.TRIE_MAGIC))
+    if head != _engine.TRIE_MAGIC:
+        raise TrieFormatError("the zstd stream holds no trie (bad magic)")
+    dest.write(head)
+    shutil.copyfileobj(reader, dest, 1 << 20)
 
 
 def _decompress(path: str) -> bytes:
@@ -190,4 +197,6 @@ def _decompress(path: str) -> bytes:
             decompress_trie(f, out)
     except zstandard.ZstdError as e:
         raise TrieFormatError(f"{path}: corrupted zstd-compressed trie: {e}") from e
+    except TrieFormatError as e:
+        raise TrieFormatError(f"{path}: {e}") from None
     return out.getvalue()

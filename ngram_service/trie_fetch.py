@@ -148,6 +148,8 @@ def _decompress_into(src: Path, dest: BinaryIO, location: str) -> None:
             decompress_trie(f, dest)
     except zstandard.ZstdError as e:
         raise TrieFetchError(f"{location}: corrupted zstd-compressed trie: {e}") from e
+    except TrieFormatError as e:
+        raise TrieFetchError(f"{location}: {e}") from None
 
 
 def _fetch_into(location: str, dest: Path) -> int:

@@ -72,6 +72,17 @@ def test_compress_is_the_plain_file_in_one_zstd_frame_read_into_ram(shards: Path
         assert idx.topk([], 30).tokens.tolist() == ref.topk([], 30).tokens.tolist()
 
 
+def test_a_compressed_file_that_holds_no_trie_is_refused_by_its_first_bytes(tmp_path: Path) -> None:
+    """A .zst of something else is refused from its first decompressed bytes,
+    naming the file; the rest of the stream (here corrupt) is never read."""
+    bad = tmp_path / "notes.ngt.zst"
+    head = zstandard.ZstdCompressor().compress(b"just some text, no trie at all\n" * 4)
+    bad.write_bytes(head + b"\x28\xb5\x2f\xfd" + b"\xff" * 64)  # a second, broken frame
+    for mode in ("mmap", "ram"):
+        with pytest.raises(ValueError, match=r"notes\.ngt\.zst: the zstd stream holds no trie \(bad magic\)"):
+            NgramIndex.open(bad, mode=mode)
+
+
 def test_small_memory_limit_and_tmp_dir(shards: Path, tmp_path: Path) -> None:
     """--memory-limit 256MB (the smallest accepted: the smallest share a task gets, small count chunks) gives
     the same bytes as the default; the runs go to --tmp-dir, whose other files are left alone, even by

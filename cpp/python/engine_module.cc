@@ -87,6 +87,7 @@ PYBIND11_MODULE(_engine, m) {
       }, py::arg("source"), py::arg("path"), py::arg("meta_json"),
       "Writes a format-version-2 trie (docs/FORMAT.md) from an open trie; returns its size.");
   m.attr("ZSTD_MAGIC") = py::bytes(reinterpret_cast<const char*>(kZstdMagic), sizeof(kZstdMagic));
+  m.attr("TRIE_MAGIC") = py::bytes(kMagic, sizeof(kMagic));  // a trie file's first bytes
   m.attr("MAX_ORDER") = kMaxOrder;            // the longest n-gram a trie may store
 
   m.def("token_ids", [](const py::handle& ids, const std::string& field, int rank) {
