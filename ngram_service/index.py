@@ -181,7 +181,7 @@ def decompress_trie(src: BinaryIO, dest: BinaryIO) -> None:
     reader = zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)
     head = reader.read(len(_engine.TRIE_MAGIC))
     if head != _engine.TRIE_MAGIC:
-        raise TrieFormatError("the zstd stream holds no trie (bad magic)")
+        raise TrieFormatError("not a trie file (bad magic)")  # the engine's words for a plain file
     dest.write(head)
     shutil.copyfileobj(reader, dest, 1 << 20)
 
