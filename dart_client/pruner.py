@@ -503,21 +503,23 @@ class _LatticeGraphs:
             self._graphs.move_to_end(key)
         graph, static_in, static_out = entry
         static_in.copy_(logits)
-        graph.replay()
+        with torch.cuda.device(logits.device):
+            graph.replay()
         return static_out
 
     @staticmethod
     def _capture(pack: Callable[..., torch.Tensor], logits: torch.Tensor, d2t: torch.Tensor | None, k: int,
                  temperature: float) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        static_in = logits.clone(memory_format=torch.contiguous_format)
-        side = torch.cuda.Stream(logits.device)
-        side.wait_stream(torch.cuda.current_stream(logits.device))
-        with torch.cuda.stream(side):  # warm-up off the capture, as torch.cuda.graph asks
-            pack(static_in, d2t, k, temperature)
-        torch.cuda.current_stream(logits.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = pack(static_in, d2t, k, temperature)
+        with torch.cuda.device(logits.device):  # the capture is on the current device: make it the logits'
+            static_in = logits.clone(memory_format=torch.contiguous_format)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the capture, as torch.cuda.graph asks
+                pack(static_in, d2t, k, temperature)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out = pack(static_in, d2t, k, temperature)
         return graph, static_in, static_out
 
 
