@@ -48,16 +48,13 @@ constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
 
 // The best-first order: higher path probability first; ties by smaller
 // depth, then the earlier chosen parent, then the smaller token. true when
-// a comes after b (the heaps' "less"). A type, not a function, so that the
-// heap operations inline it.
-struct After {
-  bool operator()(const Candidate& a, const Candidate& b) const {
-    if (a.prob != b.prob) return a.prob < b.prob;
-    if (a.depth != b.depth) return a.depth > b.depth;
-    if (a.parent != b.parent) return a.parent > b.parent;
-    return a.token > b.token;
-  }
-};
+// a comes after b (the heaps' "less").
+bool after(const Candidate& a, const Candidate& b) {
+  if (a.prob != b.prob) return a.prob < b.prob;
+  if (a.depth != b.depth) return a.depth > b.depth;
+  if (a.parent != b.parent) return a.parent > b.parent;
+  return a.token > b.token;
+}
 
 // Count order within one source: more frequent first, ties by smaller token.
 bool more_frequent(uint64_t ca, int32_t ta, uint64_t cb, int32_t tb) { return ca != cb ? ca > cb : ta < tb; }
@@ -91,19 +88,6 @@ inline void offer_score(std::vector<Scored>& scored, int32_t tok, float score) {
       return;
     }
   scored.push_back({tok, score});
-}
-
-// Best score first, ties by smaller token: an insertion sort, since a node
-// scores a few dozen continuations at most.
-inline void sort_scored(std::vector<Scored>& scored) {
-  for (size_t i = 1; i < scored.size(); ++i) {
-    const Scored x = scored[i];
-    size_t j = i;
-    for (; j > 0 && (scored[j - 1].score < x.score || (scored[j - 1].score == x.score && scored[j - 1].token > x.token));
-         --j)
-      scored[j] = scored[j - 1];
-    scored[j] = x;
-  }
 }
 
 // One proposal's search over the representation Trie.
@@ -188,10 +172,8 @@ void Grower<Trie>::find_occurrences(uint32_t v) {
     uint32_t best = 0;
     std::vector<uint32_t>& lens = ws.match_lens;
     lens.assign(n_ - 1, 0);
-    const int64_t last = ctx_[n_ - 1];
     for (uint64_t i = 0; i + 1 < n_; ++i) {
-      if (ctx_[i] != last) continue;  // most positions: lens[i] stays 0
-      uint32_t l = 1;
+      uint32_t l = 0;
       while (l < ProposeLimits::kMaxMatch && l <= i && ctx_[i - l] == ctx_[n_ - 1 - l]) ++l;
       lens[i] = l;
       best = std::max(best, l);
@@ -365,10 +347,9 @@ uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
     }
     case 2: {
       const RunTop& top = *ws_.run_top[len];
-      uint64_t hits = 0;  // a branch-free loop the compiler vectorizes
-      for (uint32_t j = 0; j < RunTop::kTop; ++j) hits |= uint64_t{top.tokens[j] == tok} << j;
-      hits &= (uint64_t{1} << top.size) - 1;
-      return hits ? top.index[__builtin_ctzll(hits)] : kUnknown;
+      for (uint32_t j = 0; j < top.size; ++j)
+        if (top.tokens[j] == tok) return top.index[j];
+      return kUnknown;
     }
     case 3:
       return kUnknown;
@@ -407,7 +388,9 @@ void Grower<Trie>::expand(uint32_t v) {
   if (p_.lookup) score_document(v);
   if (ws.scored.empty()) return;
   const uint32_t keep = std::min<uint32_t>(branch_, static_cast<uint32_t>(ws.scored.size()));
-  sort_scored(ws.scored);
+  std::partial_sort(ws.scored.begin(), ws.scored.begin() + keep, ws.scored.end(), [](const Scored& a, const Scored& b) {
+    return a.score != b.score ? a.score > b.score : a.token < b.token;
+  });
   const float prob = ws.nodes[v].prob;
   const uint32_t child_len = p_.corpus ? suffix_len(depth + 1) : 0;
   for (uint32_t j = 0; j < keep; ++j) {
@@ -420,12 +403,12 @@ void Grower<Trie>::expand(uint32_t v) {
     c.parent = v;
     c.token = tok;
     c.hints = static_cast<uint32_t>(ws.positions.size());
-    for (uint32_t i = 0; i <= max_len_; ++i) ws.positions.push_back(kAbsent);
+    ws.positions.resize(ws.positions.size() + max_len_ + 1, kAbsent);
     if (child_len >= 1) ws.positions[c.hints + 1] = static_cast<uint64_t>(tok);  // level 1 is indexed by token
     for (uint32_t len = 1; len + 1 <= child_len; ++len)
       ws.positions[c.hints + len + 1] = len <= L ? hint_for(tok, len) : kUnknown;
     ws.frontier.push_back(c);
-    std::push_heap(ws.frontier.begin(), ws.frontier.end(), After{});
+    std::push_heap(ws.frontier.begin(), ws.frontier.end(), after);
   }
 }
 
@@ -451,7 +434,7 @@ void Grower<Trie>::run(ProposedTree& out) {
       expand(v);
     }
     if (ws.frontier.empty()) break;
-    std::pop_heap(ws.frontier.begin(), ws.frontier.end(), After{});
+    std::pop_heap(ws.frontier.begin(), ws.frontier.end(), after);
     const Candidate c = ws.frontier.back();
     ws.frontier.pop_back();
     Node node{};
@@ -474,16 +457,11 @@ template <class Trie>
 void Grower<Trie>::write(ProposedTree& out) {
   ProposeWorkspace& ws = ws_;
   const uint32_t n = static_cast<uint32_t>(ws.nodes.size());
-  // A counting sort by depth: stable, so within a depth in the order chosen.
   std::vector<uint32_t>& order = ws.order;
-  std::vector<uint32_t>& start = ws.depth_start;
-  uint32_t deepest = 0;
-  for (const Node& node : ws.nodes) deepest = std::max(deepest, node.depth);
-  start.assign(deepest + 2, 0);
-  for (const Node& node : ws.nodes) ++start[node.depth + 1];
-  for (uint32_t d = 1; d <= deepest + 1; ++d) start[d] += start[d - 1];
   order.resize(n);
-  for (uint32_t i = 0; i < n; ++i) order[start[ws.nodes[i].depth]++] = i;
+  for (uint32_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return ws.nodes[a].depth < ws.nodes[b].depth; });
   std::vector<int32_t>& place = ws.encode.dfs_stack;  // chosen index -> output index
   place.assign(n, 0);
   for (uint32_t i = 0; i < n; ++i) place[order[i]] = static_cast<int32_t>(i);

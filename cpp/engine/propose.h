@@ -116,8 +116,7 @@ struct ProposeWorkspace {
   std::vector<int32_t> next_tokens;
   std::vector<uint64_t> run_counts, run_counts_sorted;  // a long run's counts, read whole once
   std::vector<uint32_t> match_lens;     // the root's match length at each position of the context
-  std::vector<uint32_t> order, depth_start;  // write(): the nodes by depth
-
+  std::vector<uint32_t> order;
   float weights[kMaxOrder];            // backoff ** d
   // The lists this thread has found in a trie's RunTopCache (whose entries
   // never move), direct-mapped by key: most nodes read the same few long

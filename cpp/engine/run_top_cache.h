@@ -22,7 +22,7 @@ namespace ngram {
 struct RunTop {
   static constexpr uint32_t kTop = 32;
   uint32_t size = 0;
-  int32_t tokens[kTop] = {};  // all defined: hint lookups compare every slot at once
+  int32_t tokens[kTop];
   uint64_t counts[kTop];
   uint64_t index[kTop];
 };
