@@ -276,8 +276,16 @@ def main() -> None:
     dtype = {"auto": torch.bfloat16 if dev.type == "cuda" else torch.float32, "float32": torch.float32,
              "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    start = time.perf_counter()
+
+    def progress(what: str) -> None:  # a large shape takes minutes: say where it is
+        print(f"# {time.perf_counter() - start:7.1f} s  {what}", file=sys.stderr, flush=True)
+
     with tempfile.TemporaryDirectory(prefix="bench-dart-") as work, contextlib.ExitStack() as stack:
+        progress(f"building a random {args.shape} target on {dev}")
         target = random_target(args.shape, family=args.family, dtype=dtype, device=dev)
+        progress(f"target built: {sum(p.numel() for p in target.parameters()) / 1e9:.2f} B parameters on "
+                 f"{next(target.parameters()).device}")
         vocab = target.config.vocab_size
         trie, trie_src = build_trie(args, vocab, Path(work))
         prompts, prompt_src = prompts_for(vocab, args.prompts, args.prompt_tokens)
@@ -295,6 +303,7 @@ def main() -> None:
         seen = set(ids)
         ids += [i for i in range(vocab) if i not in seen][: dv - len(ids)]
         drafter = random_drafter(target, draft_length=args.draft_length, draft_ids=ids, seed=1)
+        progress("drafter built")
 
         host = None
         if not args.no_remote:
@@ -313,6 +322,7 @@ def main() -> None:
                 rp = stack.enter_context(RemoteProposer(host.target, deadline=args.deadline_ms / 1000))
                 gens["propose-remote"] = ProposalGenerator(target, rp)
             gens["lookup"] = ProposalGenerator(target, LookupProposer())
+        progress("warm-up of every mode")
         for mode, gen in gens.items():  # warm-up, then the stats count the timed steps only
             decode(gen, prompts[:1], 8, mode)
             link = getattr(gen, "pruner", None) or getattr(gen, "proposer", None)
@@ -321,11 +331,13 @@ def main() -> None:
         # Interleaved (A, B, C, A, B, C, ...): on a GPU the mode timed first can pay far more per forward.
         results: dict[str, list[Any]] = {m: [] for m in gens}
         batch_rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             for mode, gen in gens.items():
+                progress(f"round {r + 1}/{args.rounds}: {mode}")
                 results[mode] += decode(gen, prompts, args.new_tokens, mode)
             for mode, gen in gens.items():
                 if mode != "autoregressive":
+                    progress(f"round {r + 1}/{args.rounds}: {mode}, batches {args.batch_sizes}")
                     for row in run_batches(gen, ragged, sizes, args.new_tokens, mode):
                         batch_rows.setdefault((mode, row["batch"]), []).append(row)
         rows = [summarize(results[m], m, gens[m], args.rounds) for m in gens]
