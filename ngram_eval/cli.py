@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,16 +212,9 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
         result = evaluate(list(tries), lat, settings, threads=threads, lattice_info=info, progress=say)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    click.echo(format_table(result))
-    if json_out:
-        _write_json(json_out, result)
-    if plot_out:
-        from ngram_eval.plot import plot_grid
+    from ngram_eval.plot import plot_grid
 
-        try:
-            plot_grid(result, plot_out)
-        except RuntimeError as e:
-            raise click.ClickException(str(e)) from None
+    _report(result, format_table(result), json_out, plot_out, plot_grid)
 
 
 def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenizer: str, text_field: str,
@@ -240,14 +234,20 @@ def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenize
         raise click.ClickException(str(e)) from None
     result["texts"] = list(texts)
     result["text_bytes"] = nbytes
-    click.echo(format_proposals(result))
+    from ngram_eval.plot import plot_proposals
+
+    _report(result, format_proposals(result), json_out, plot_out, plot_proposals)
+
+
+def _report(result: dict[str, Any], table: str, json_out: str | None, plot_out: str | None,
+            plot: Callable[[dict[str, Any], str], None]) -> None:
+    """The table on stdout, then the JSON and the plot where asked for."""
+    click.echo(table)
     if json_out:
         _write_json(json_out, result)
     if plot_out:
-        from ngram_eval.plot import plot_proposals
-
         try:
-            plot_proposals(result, plot_out)
+            plot(result, plot_out)
         except RuntimeError as e:
             raise click.ClickException(str(e)) from None
 
