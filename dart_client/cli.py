@@ -61,6 +61,12 @@ class _TextTokenizer:
         self.hf: Any = None
         self.tok: Any = None
         p = Path(spec)
+        if p.is_dir() and (p / "tokenizer.json").is_file() and not any(
+                (p / name).is_file() for name in ("tokenizer_config.json", "config.json")):
+            # A bare tokenizer folder: transformers 4.x guesses a model type
+            # from the folder's name there (indexer/sample/ -> "sam") and fails.
+            p = p / "tokenizer.json"
+        self.file = p
         if p.is_file():
             from tokenizers import Tokenizer
 
@@ -87,7 +93,7 @@ class _TextTokenizer:
         eos_token of a tokenizer_config.json beside it."""
         if self.hf is not None:
             return self.hf.eos_token_id
-        cfg = Path(self.spec).parent / "tokenizer_config.json"
+        cfg = self.file.parent / "tokenizer_config.json"
         if not cfg.is_file():
             return None
         eos = json.loads(cfg.read_text()).get("eos_token")

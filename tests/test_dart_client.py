@@ -500,6 +500,20 @@ def test_cli_generates_and_reports(target_dir: Path, drafter_dir: Path, sample_t
     assert res.exit_code != 0 and "exactly one of --trie" in res.output
 
 
+def test_cli_takes_a_bare_tokenizer_folder(target_dir: Path, drafter_dir: Path, sample_trie: Path) -> None:
+    """A folder holding only tokenizer.json (indexer/sample/) encodes as that file does: transformers
+    4.x guessed a model type from such a folder's name ("sam") and raised KeyError: 'SamConfig'."""
+    from dart_client.cli import main
+
+    outs = []
+    for tok in (SAMPLE_TOKENIZER, SAMPLE_TOKENIZER.parent):
+        res = CliRunner().invoke(main, [str(target_dir), str(drafter_dir), "--tokenizer", str(tok), "-n", "6",
+                                        "-p", PROMPTS[0], "--trie", str(sample_trie), "--json"])
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.stdout))
+    assert outs[0]["prompt_tokens"] == outs[1]["prompt_tokens"] and outs[0]["text"] == outs[1]["text"]
+
+
 def test_cli_prints_host_statistics_only_with_a_host(target_dir: Path, drafter_dir: Path, sample_trie: Path) -> None:
     from dart_client.cli import main
 
