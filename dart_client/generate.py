@@ -486,13 +486,10 @@ class ProposalSource(TreeSource):
 
 def load_target(model: str | Path, *, device: Any = None, dtype: Any = None) -> Any:
     """A transformers causal LM folder (or hub id), with sdpa attention, in eval mode."""
-    import transformers
     from transformers import AutoModelForCausalLM
 
-    dt = _dtype(dtype)
-    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-    key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
-    target = AutoModelForCausalLM.from_pretrained(str(model), attn_implementation="sdpa", **{key: dt})
+    # `dtype`, not `torch_dtype`: renamed in 4.56, the dart extra's floor.
+    target = AutoModelForCausalLM.from_pretrained(str(model), attn_implementation="sdpa", dtype=_dtype(dtype))
     return target.to(device or "cpu").eval()
 
 
