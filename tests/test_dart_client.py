@@ -406,6 +406,7 @@ def test_tree_speculative_sampling_keeps_the_target_distribution() -> None:
     the second, after node 1's token, as the target's p at node 1. Token ids
     differ from node numbers, so a node read as a token is caught."""
     from dart_client import DraftTree
+    from dart_client.sampling import accept_tree_sampling
 
     logits = torch.log(torch.tensor([[0.1, 0.4, 0.2, 0.3, 1e-9],     # at the root
                                      [0.45, 0.05, 0.15, 0.05, 0.3],  # after node 1 (token 3)
@@ -419,7 +420,7 @@ def test_tree_speculative_sampling_keeps_the_target_distribution() -> None:
     second: collections.Counter = collections.Counter()
     n = 6000
     for _ in range(n):
-        _path, drafts, bonus = DartGenerator._accept_sampling(tree, logits, 1.0, 0, 1.0, gen)
+        _path, drafts, bonus = accept_tree_sampling(tree, logits, 1.0, 0, 1.0, gen)
         committed = drafts + [bonus]
         first[committed[0]] += 1
         if committed[0] == 3:

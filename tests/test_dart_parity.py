@@ -195,12 +195,12 @@ def test_sampling_order_matches_the_named_warper_chain(order: str) -> None:
     """'dart' (the default) is DART's prepare_logits_processor: temperature,
     top-p, top-k; 'transformers' is generate's: temperature, top-k, top-p.
     Checked against transformers' own warpers."""
-    from dart_client.generate import _process_logits
+    from dart_client.sampling import process_logits
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(64, 500, generator=g) * 2
     for temperature, top_k, top_p in ((0.7, 20, 0.9), (1.3, 5, 0.5), (1.0, 50, 0.95)):
-        ours = _process_logits(logits, temperature, top_k, top_p, order)
+        ours = process_logits(logits, temperature, top_k, top_p, order)
         torch.testing.assert_close(ours, _hf_probs(logits, temperature, top_k, top_p, order), rtol=1e-6, atol=1e-7)
 
 
@@ -211,11 +211,11 @@ def test_the_two_orders_differ_and_dart_is_the_default() -> None:
     import inspect
 
     from dart_client import DartGenerator
-    from dart_client.generate import _process_logits
+    from dart_client.sampling import process_logits
 
     logits = torch.log(torch.tensor([0.5, 0.2, 0.15, 0.15]))
-    assert (_process_logits(logits, 1.0, 2, 0.6, "dart") > 0).tolist() == [True, True, False, False]
-    assert (_process_logits(logits, 1.0, 2, 0.6, "transformers") > 0).tolist() == [True, False, False, False]
+    assert (process_logits(logits, 1.0, 2, 0.6, "dart") > 0).tolist() == [True, True, False, False]
+    assert (process_logits(logits, 1.0, 2, 0.6, "transformers") > 0).tolist() == [True, False, False, False]
     assert inspect.signature(DartGenerator.generate).parameters["sampling_order"].default == "dart"
     with pytest.raises(ValueError, match="sampling_order"):
         DartGenerator.generate(None, [1], 2, sampling_order="hf")  # type: ignore[arg-type]
