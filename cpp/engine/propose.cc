@@ -105,6 +105,9 @@ class Grower {
  private:
   void start();
   void expand(uint32_t v);
+  void fill_tail(uint32_t v, uint32_t L);
+  void prepare(uint32_t v);
+  float bound(uint32_t v);
   void find_occurrences(uint32_t v);
   void score_corpus(uint32_t v, uint32_t L);
   void score_document(uint32_t v);
@@ -358,23 +361,30 @@ uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
   }
 }
 
+// ws.tail = the sequence's last L tokens at node v: the path up to the
+// root, then the context.
 template <class Trie>
-void Grower<Trie>::expand(uint32_t v) {
+void Grower<Trie>::fill_tail(uint32_t v, uint32_t L) {
+  ProposeWorkspace& ws = ws_;
+  ws.tail.resize(std::max<uint32_t>(L, 1));
+  uint32_t i = L;
+  uint32_t u = v;
+  while (i > 0 && u != 0) {
+    ws.tail[--i] = ws.nodes[u].token;
+    u = static_cast<uint32_t>(ws.nodes[u].parent);
+  }
+  for (uint64_t c = n_; i > 0;) ws.tail[--i] = static_cast<int32_t>(ctx_[--c]);
+}
+
+// A chosen node's suffixes placed in the trie (those its parent's runs did
+// not place) and its document occurrences: what its bound and its expansion
+// read. Leaves ws.tail filled for it.
+template <class Trie>
+void Grower<Trie>::prepare(uint32_t v) {
   ProposeWorkspace& ws = ws_;
   const uint32_t depth = ws.nodes[v].depth;
   const uint32_t L = p_.corpus ? suffix_len(depth) : 0;
-  // The sequence's last L tokens: the path up to the root, then the context.
-  ws.tail.resize(std::max<uint32_t>(L, 1));
-  {
-    uint32_t i = L;
-    uint32_t u = v;
-    while (i > 0 && u != 0) {
-      ws.tail[--i] = ws.nodes[u].token;
-      u = static_cast<uint32_t>(ws.nodes[u].parent);
-    }
-    for (uint64_t c = n_; i > 0;) ws.tail[--i] = static_cast<int32_t>(ctx_[--c]);
-  }
-  // The suffixes the parent's runs did not place.
+  fill_tail(v, L);
   const uint32_t pos = ws.nodes[v].pos;
   for (uint32_t len = 1; len <= L; ++len) {
     if (ws.positions[pos + len] != kUnknown) continue;
@@ -382,6 +392,67 @@ void Grower<Trie>::expand(uint32_t v) {
     ws.positions[pos + len] = trie_.find(ws.tail.data() + (L - len), len, &idx) ? idx : kAbsent;
   }
   if (p_.lookup && v != 0) find_occurrences(v);
+}
+
+// A bound of every continuation's score at node v (after prepare(v)),
+// reached by the same float operations that score them: each stored
+// suffix's largest child count over its own count, weighted as
+// score_corpus weighs it, and the document's most frequent next token.
+template <class Trie>
+float Grower<Trie>::bound(uint32_t v) {
+  ProposeWorkspace& ws = ws_;
+  const Node& node = ws.nodes[v];
+  float b = 0.0f;
+  const uint32_t L = p_.corpus ? suffix_len(node.depth) : 0;
+  for (uint32_t len = L; len >= 1; --len) {
+    const uint64_t at = ws.positions[node.pos + len];
+    if (at == kAbsent) continue;
+    uint64_t lo, hi;
+    trie_.children(len, at, &lo, &hi);
+    if (lo >= hi) continue;
+    uint64_t m = 0;
+    if (hi - lo >= RunTopCache::kMinRun) {
+      const RunTop& top = long_run_top(len, at, lo, hi, ws.tail.data() + (L - len));  // what the expansion reads
+      m = top.size > 0 ? top.counts[0] : 0;
+    } else {
+      const uint64_t key = RunTopCache::key(len, at);
+      static_assert(ProposeWorkspace::kChildMaxSlots == 1u << 16, "the slot is the hash's top 16 bits");
+      auto& slot = ws.child_max[(key * 0x9E3779B97F4A7C15ull) >> 48];
+      if (slot.first == key) {
+        m = slot.second;
+      } else {
+        for (uint64_t i = lo; i < hi; ++i) m = std::max<uint64_t>(m, trie_.count(len + 1, i));
+        slot = {key, m};
+      }
+    }
+    const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
+    b = std::max(b, static_cast<float>(m) * inv * ws.weights[L - len]);
+  }
+  if (p_.lookup && node.occ_size > 0) {
+    std::vector<int32_t>& next = ws.next_tokens;
+    next.resize(node.occ_size);
+    for (uint32_t k = 0; k < node.occ_size; ++k)
+      next[k] = static_cast<int32_t>(ctx_[ws.occurrences[node.occ_begin + k] + 1]);
+    std::sort(next.begin(), next.end());
+    uint64_t most = 0;
+    for (size_t i = 0; i < next.size();) {
+      size_t j = i + 1;
+      while (j < next.size() && next[j] == next[i]) ++j;
+      most = std::max<uint64_t>(most, j - i);
+      i = j;
+    }
+    const float inv = 1.0f / static_cast<float>(node.occ_size);
+    b = std::max(b, static_cast<float>(most) * inv * p_.lookup_weight);
+  }
+  return b;
+}
+
+template <class Trie>
+void Grower<Trie>::expand(uint32_t v) {
+  ProposeWorkspace& ws = ws_;
+  const uint32_t depth = ws.nodes[v].depth;
+  const uint32_t L = p_.corpus ? suffix_len(depth) : 0;
+  fill_tail(v, L);
 
   ws.scored.clear();
   if (L > 0) score_corpus(v, L);
@@ -418,16 +489,24 @@ void Grower<Trie>::run(ProposedTree& out) {
   start();
   const uint32_t max_nodes = static_cast<uint32_t>(p_.max_nodes);
   const uint32_t max_depth = static_cast<uint32_t>(p_.max_depth);
+  if (index_ != nullptr && ws.child_max_trie != index_->run_tops().id()) {
+    ws.child_max.assign(ProposeWorkspace::kChildMaxSlots, {~uint64_t{0}, 0});
+    ws.child_max_trie = index_->run_tops().id();
+  }
+  ws.expand_key.clear();
   auto lower_prob = [&](uint32_t a, uint32_t b) {
-    const float pa = ws.nodes[a].prob, pb = ws.nodes[b].prob;
+    const float pa = ws.expand_key[a], pb = ws.expand_key[b];
     return pa != pb ? pa < pb : a > b;
   };
-  if (max_depth > 0 && max_nodes > 0) ws.unexpanded.push_back(0);
+  ws.expand_key.resize(1);
+  prepare(0);
+  ws.expand_key[0] = ws.nodes[0].prob * bound(0);
+  if (max_depth > 0 && max_nodes > 0 && ws.expand_key[0] > 0.0f) ws.unexpanded.push_back(0);
   while (ws.nodes.size() - 1 < max_nodes) {
-    // A chosen node is expanded once the best candidate no longer beats it:
-    // its children's probabilities are at most its own.
+    // A chosen node is expanded once the best candidate no longer beats
+    // the bound of its children's probabilities.
     while (!ws.unexpanded.empty() &&
-           (ws.frontier.empty() || ws.nodes[ws.unexpanded.front()].prob >= ws.frontier.front().prob)) {
+           (ws.frontier.empty() || ws.expand_key[ws.unexpanded.front()] >= ws.frontier.front().prob)) {
       std::pop_heap(ws.unexpanded.begin(), ws.unexpanded.end(), lower_prob);
       const uint32_t v = ws.unexpanded.back();
       ws.unexpanded.pop_back();
@@ -444,9 +523,15 @@ void Grower<Trie>::run(ProposedTree& out) {
     node.prob = c.prob;
     node.pos = c.hints;
     ws.nodes.push_back(node);
+    const uint32_t v = static_cast<uint32_t>(ws.nodes.size() - 1);
+    ws.expand_key.resize(v + 1, 0.0f);
     if (c.depth < max_depth) {
-      ws.unexpanded.push_back(static_cast<uint32_t>(ws.nodes.size() - 1));
-      std::push_heap(ws.unexpanded.begin(), ws.unexpanded.end(), lower_prob);
+      prepare(v);
+      ws.expand_key[v] = node.prob * bound(v);
+      if (ws.expand_key[v] > 0.0f) {
+        ws.unexpanded.push_back(v);
+        std::push_heap(ws.unexpanded.begin(), ws.unexpanded.end(), lower_prob);
+      }
     }
   }
   write(out);
