@@ -19,7 +19,7 @@ F = np.float32
 
 class Corpus:
     """Random documents over a Zipf-like vocabulary: some contexts have runs
-    of continuations longer than the engine reads whole (64), most do not."""
+    of continuations longer than the engine reads whole (16), most do not."""
 
     def __init__(self, seed: int, order: int, vocab: int = 160, docs: int = 60, length: int = 300) -> None:
         rng = np.random.default_rng(seed)

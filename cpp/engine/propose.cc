@@ -42,6 +42,7 @@ struct NoTrie {
 
 using Node = ProposeWorkspace::Node;
 using Candidate = ProposeWorkspace::Candidate;
+using Child = ProposeWorkspace::Child;
 using Scored = ProposeWorkspace::Scored;
 constexpr uint64_t kAbsent = ProposeWorkspace::kAbsent;
 constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
@@ -105,6 +106,7 @@ class Grower {
  private:
   void start();
   void expand(uint32_t v);
+  void offer(uint32_t v, uint32_t j);
   void fill_tail(uint32_t v, uint32_t L);
   void prepare(uint32_t v);
   float bound(uint32_t v);
@@ -133,6 +135,8 @@ void Grower<Trie>::start() {
   ProposeWorkspace& ws = ws_;
   ws.nodes.clear();
   ws.frontier.clear();
+  ws.children.clear();
+  ws.family_end.clear();
   ws.unexpanded.clear();
   ws.positions.clear();
   ws.occurrences.clear();
@@ -464,23 +468,54 @@ void Grower<Trie>::expand(uint32_t v) {
   });
   const float prob = ws.nodes[v].prob;
   const uint32_t child_len = p_.corpus ? suffix_len(depth + 1) : 0;
+  const uint32_t first = static_cast<uint32_t>(ws.children.size());
   for (uint32_t j = 0; j < keep; ++j) {
     const float child = prob * ws.scored[j].score;
     if (!(child >= p_.min_prob) || child <= 0.0f) break;  // the rest score no higher
-    const int32_t tok = ws.scored[j].token;
-    Candidate c;
-    c.prob = child;
-    c.depth = depth + 1;
-    c.parent = v;
-    c.token = tok;
-    c.hints = static_cast<uint32_t>(ws.positions.size());
-    ws.positions.resize(ws.positions.size() + max_len_ + 1, kAbsent);
-    if (child_len >= 1) ws.positions[c.hints + 1] = static_cast<uint64_t>(tok);  // level 1 is indexed by token
-    for (uint32_t len = 1; len + 1 <= child_len; ++len)
-      ws.positions[c.hints + len + 1] = len <= L ? hint_for(tok, len) : kUnknown;
-    ws.frontier.push_back(c);
-    std::push_heap(ws.frontier.begin(), ws.frontier.end(), after);
+    ws.children.push_back({ws.scored[j].token, child, 0});
   }
+  const uint32_t end = static_cast<uint32_t>(ws.children.size());
+  if (first == end) return;
+  // The family in the frontier's order: by path probability, ties by the
+  // smaller token. The scores' order already is that but where two scores'
+  // products round to one probability.
+  for (uint32_t j = first + 1; j < end; ++j) {
+    const Child x = ws.children[j];
+    uint32_t i = j;
+    for (; i > first && ws.children[i - 1].prob == x.prob && ws.children[i - 1].token > x.token; --i)
+      ws.children[i] = ws.children[i - 1];
+    ws.children[i] = x;
+  }
+  // Their suffixes' entries, as far as this node's runs place them.
+  const uint32_t stride = max_len_ + 1;
+  uint32_t hints = static_cast<uint32_t>(ws.positions.size());
+  ws.positions.resize(hints + (end - first) * stride, kAbsent);
+  for (uint32_t j = first; j < end; ++j, hints += stride) {
+    const int32_t tok = ws.children[j].token;
+    ws.children[j].hints = hints;
+    if (child_len >= 1) ws.positions[hints + 1] = static_cast<uint64_t>(tok);  // level 1 is indexed by token
+    for (uint32_t len = 1; len + 1 <= child_len; ++len)
+      ws.positions[hints + len + 1] = len <= L ? hint_for(tok, len) : kUnknown;
+  }
+  if (ws.family_end.size() <= v) ws.family_end.resize(v + 1, 0);
+  ws.family_end[v] = end;
+  offer(v, first);
+}
+
+// Puts the continuation children[j] of node v into the frontier.
+template <class Trie>
+void Grower<Trie>::offer(uint32_t v, uint32_t j) {
+  ProposeWorkspace& ws = ws_;
+  const Child& child = ws.children[j];
+  Candidate c;
+  c.prob = child.prob;
+  c.depth = ws.nodes[v].depth + 1;
+  c.parent = v;
+  c.token = child.token;
+  c.hints = child.hints;
+  c.next = j + 1;
+  ws.frontier.push_back(c);
+  std::push_heap(ws.frontier.begin(), ws.frontier.end(), after);
 }
 
 template <class Trie>
@@ -516,6 +551,7 @@ void Grower<Trie>::run(ProposedTree& out) {
     std::pop_heap(ws.frontier.begin(), ws.frontier.end(), after);
     const Candidate c = ws.frontier.back();
     ws.frontier.pop_back();
+    if (c.next < ws.family_end[c.parent]) offer(c.parent, c.next);
     Node node{};
     node.token = c.token;
     node.parent = static_cast<int32_t>(c.parent);

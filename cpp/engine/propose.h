@@ -95,6 +95,12 @@ struct ProposeWorkspace {
     uint32_t parent;     // index into nodes
     int32_t token;
     uint32_t hints;      // its suffixes' entries as far as known: positions[hints + len]
+    uint32_t next;       // its parent's next continuation: children[next], none at family_end[parent]
+  };
+  struct Child {         // a continuation of an expanded node, its family in best-first order
+    int32_t token;
+    float prob;
+    uint32_t hints;
   };
   struct Scored {        // one continuation of the node being expanded
     int32_t token;
@@ -102,7 +108,11 @@ struct ProposeWorkspace {
   };
 
   std::vector<Node> nodes;
-  std::vector<Candidate> frontier;     // a heap (best on top)
+  // The frontier holds each expanded node's best continuation not chosen
+  // yet (a heap, best on top); choosing it offers the next of its family.
+  std::vector<Candidate> frontier;
+  std::vector<Child> children;         // the expanded nodes' continuations, family by family
+  std::vector<uint32_t> family_end;    // by node: the end of its family in children
   std::vector<uint32_t> unexpanded;    // chosen nodes not expanded yet: a heap by probability
   std::vector<uint64_t> positions;
   std::vector<uint32_t> occurrences;   // positions i in the context, the match ending at i

@@ -2,9 +2,9 @@
 // children, found once per open trie and kept. Proposals (propose.h) need a
 // run's few most frequent continuations at every node they grow; a run is
 // sorted by token, not by count, so finding them reads the whole run. Short
-// runs are cheap to read each time; the long ones (the children of frequent
-// short contexts, tens of thousands of entries) recur across nodes and calls
-// and are read once here. Entries are never removed, so a pointer returned
+// runs are cheap to read each time; the longer ones (up to the children of
+// frequent short contexts, tens of thousands of entries) recur across nodes
+// and calls and are read once here. Entries are never removed, so a pointer returned
 // stays valid while the trie is open; past a memory budget nothing more is
 // kept and callers compute the list themselves.
 #pragma once
@@ -30,7 +30,7 @@ struct RunTop {
 class RunTopCache {
  public:
   // Runs at least this long are cached; shorter ones are read each time.
-  static constexpr uint64_t kMinRun = 64;
+  static constexpr uint64_t kMinRun = 16;
   static constexpr uint64_t kBudgetBytes = uint64_t{64} << 20;
 
   // The list of the run of children of entry `node` of level `len`, or
