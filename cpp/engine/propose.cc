@@ -176,20 +176,27 @@ void Grower<Trie>::find_occurrences(uint32_t v) {
   node.occ_size = 0;
   if (n_ < 2) return;
   if (v == 0) {
+    // A match ends only where the last token stands: the positions that
+    // hold it and their match lengths, in context order.
     uint32_t best = 0;
+    std::vector<uint32_t>& at = ws.match_at;
     std::vector<uint32_t>& lens = ws.match_lens;
-    lens.assign(n_ - 1, 0);
+    at.clear();
+    lens.clear();
+    const int64_t last = ctx_[n_ - 1];
     for (uint64_t i = 0; i + 1 < n_; ++i) {
-      uint32_t l = 0;
+      if (ctx_[i] != last) continue;
+      uint32_t l = 1;
       while (l < ProposeLimits::kMaxMatch && l <= i && ctx_[i - l] == ctx_[n_ - 1 - l]) ++l;
-      lens[i] = l;
+      at.push_back(static_cast<uint32_t>(i));
+      lens.push_back(l);
       best = std::max(best, l);
     }
     if (best < static_cast<uint32_t>(p_.lookup_min_match)) return;
     uint32_t kept = 0;
-    for (uint64_t i = n_ - 1; i-- > 0 && kept < ProposeLimits::kMaxOccurrences;)
-      if (lens[i] == best) {
-        ws.occurrences.push_back(static_cast<uint32_t>(i));
+    for (size_t k = at.size(); k-- > 0 && kept < ProposeLimits::kMaxOccurrences;)
+      if (lens[k] == best) {
+        ws.occurrences.push_back(at[k]);
         ++kept;
       }
     std::reverse(ws.occurrences.begin() + node.occ_begin, ws.occurrences.end());
@@ -463,9 +470,19 @@ void Grower<Trie>::expand(uint32_t v) {
   if (p_.lookup) score_document(v);
   if (ws.scored.empty()) return;
   const uint32_t keep = std::min<uint32_t>(branch_, static_cast<uint32_t>(ws.scored.size()));
-  std::partial_sort(ws.scored.begin(), ws.scored.begin() + keep, ws.scored.end(), [](const Scored& a, const Scored& b) {
+  const auto better = [](const Scored& a, const Scored& b) {
     return a.score != b.score ? a.score > b.score : a.token < b.token;
-  });
+  };
+  if (ws.scored.size() <= 32) {  // the usual few dozen: an insertion sort beats the heap of partial_sort
+    for (size_t j = 1; j < ws.scored.size(); ++j) {
+      const Scored x = ws.scored[j];
+      size_t i = j;
+      for (; i > 0 && better(x, ws.scored[i - 1]); --i) ws.scored[i] = ws.scored[i - 1];
+      ws.scored[i] = x;
+    }
+  } else {
+    std::partial_sort(ws.scored.begin(), ws.scored.begin() + keep, ws.scored.end(), better);
+  }
   const float prob = ws.nodes[v].prob;
   const uint32_t child_len = p_.corpus ? suffix_len(depth + 1) : 0;
   const uint32_t first = static_cast<uint32_t>(ws.children.size());

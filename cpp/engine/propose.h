@@ -125,7 +125,8 @@ struct ProposeWorkspace {
   std::vector<int32_t> tail;           // the sequence's last order-1 tokens at the node
   std::vector<int32_t> next_tokens;
   std::vector<uint64_t> run_counts, run_counts_sorted;  // a long run's counts, read whole once
-  std::vector<uint32_t> match_lens;     // the root's match length at each position of the context
+  std::vector<uint32_t> match_at;       // the root's candidate match ends: where the last token stands
+  std::vector<uint32_t> match_lens;     // and their match lengths
   std::vector<uint32_t> order;
   std::vector<float> expand_key;       // by node: its probability times its continuations' bound
   // The largest child count of the short runs this thread has bounded, by
