@@ -113,11 +113,14 @@ class Grower {
   void find_occurrences(uint32_t v);
   void score_corpus(uint32_t v, uint32_t L);
   void score_document(uint32_t v);
+  const std::vector<int32_t>& sorted_next_tokens(const Node& node);
   const RunTop& long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi, const int32_t* suffix);
   uint64_t hint_for(int32_t tok, uint32_t len) const;
   uint32_t suffix_len(uint32_t depth) const {
     return static_cast<uint32_t>(std::min<uint64_t>(max_len_, n_ + depth));
   }
+  // The suffix length the corpus source conditions on at a depth (0 without it).
+  uint32_t corpus_len(uint32_t depth) const { return p_.corpus ? suffix_len(depth) : 0; }
   void write(ProposedTree& out);
 
   const Trie& trie_;
@@ -322,6 +325,18 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
   }
 }
 
+// The tokens that follow a node's document occurrences, sorted (in
+// ws.next_tokens).
+template <class Trie>
+const std::vector<int32_t>& Grower<Trie>::sorted_next_tokens(const Node& node) {
+  std::vector<int32_t>& next = ws_.next_tokens;
+  next.resize(node.occ_size);
+  for (uint32_t k = 0; k < node.occ_size; ++k)
+    next[k] = static_cast<int32_t>(ctx_[ws_.occurrences[node.occ_begin + k] + 1]);
+  std::sort(next.begin(), next.end());
+  return next;
+}
+
 // The document source: the tokens that follow the node's occurrences,
 // each scored lookup_weight * (its occurrences) / (all occurrences).
 template <class Trie>
@@ -329,11 +344,7 @@ void Grower<Trie>::score_document(uint32_t v) {
   ProposeWorkspace& ws = ws_;
   const Node& node = ws.nodes[v];
   if (node.occ_size == 0) return;
-  std::vector<int32_t>& next = ws.next_tokens;
-  next.resize(node.occ_size);
-  for (uint32_t k = 0; k < node.occ_size; ++k)
-    next[k] = static_cast<int32_t>(ctx_[ws.occurrences[node.occ_begin + k] + 1]);
-  std::sort(next.begin(), next.end());
+  const std::vector<int32_t>& next = sorted_next_tokens(node);
   uint64_t counts[ProposeLimits::kMaxBranch];
   int32_t tokens[ProposeLimits::kMaxBranch];
   uint32_t n = 0;
@@ -394,7 +405,7 @@ template <class Trie>
 void Grower<Trie>::prepare(uint32_t v) {
   ProposeWorkspace& ws = ws_;
   const uint32_t depth = ws.nodes[v].depth;
-  const uint32_t L = p_.corpus ? suffix_len(depth) : 0;
+  const uint32_t L = corpus_len(depth);
   fill_tail(v, L);
   const uint32_t pos = ws.nodes[v].pos;
   for (uint32_t len = 1; len <= L; ++len) {
@@ -414,7 +425,7 @@ float Grower<Trie>::bound(uint32_t v) {
   ProposeWorkspace& ws = ws_;
   const Node& node = ws.nodes[v];
   float b = 0.0f;
-  const uint32_t L = p_.corpus ? suffix_len(node.depth) : 0;
+  const uint32_t L = corpus_len(node.depth);
   for (uint32_t len = L; len >= 1; --len) {
     const uint64_t at = ws.positions[node.pos + len];
     if (at == kAbsent) continue;
@@ -440,11 +451,7 @@ float Grower<Trie>::bound(uint32_t v) {
     b = std::max(b, static_cast<float>(m) * inv * ws.weights[L - len]);
   }
   if (p_.lookup && node.occ_size > 0) {
-    std::vector<int32_t>& next = ws.next_tokens;
-    next.resize(node.occ_size);
-    for (uint32_t k = 0; k < node.occ_size; ++k)
-      next[k] = static_cast<int32_t>(ctx_[ws.occurrences[node.occ_begin + k] + 1]);
-    std::sort(next.begin(), next.end());
+    const std::vector<int32_t>& next = sorted_next_tokens(node);
     uint64_t most = 0;
     for (size_t i = 0; i < next.size();) {
       size_t j = i + 1;
@@ -462,7 +469,7 @@ template <class Trie>
 void Grower<Trie>::expand(uint32_t v) {
   ProposeWorkspace& ws = ws_;
   const uint32_t depth = ws.nodes[v].depth;
-  const uint32_t L = p_.corpus ? suffix_len(depth) : 0;
+  const uint32_t L = corpus_len(depth);
   fill_tail(v, L);
 
   ws.scored.clear();
@@ -484,7 +491,7 @@ void Grower<Trie>::expand(uint32_t v) {
     std::partial_sort(ws.scored.begin(), ws.scored.begin() + keep, ws.scored.end(), better);
   }
   const float prob = ws.nodes[v].prob;
-  const uint32_t child_len = p_.corpus ? suffix_len(depth + 1) : 0;
+  const uint32_t child_len = corpus_len(depth + 1);
   const uint32_t first = static_cast<uint32_t>(ws.children.size());
   for (uint32_t j = 0; j < keep; ++j) {
     const float child = prob * ws.scored[j].score;

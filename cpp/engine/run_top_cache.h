@@ -4,9 +4,9 @@
 // sorted by token, not by count, so finding them reads the whole run. Short
 // runs are cheap to read each time; the longer ones (up to the children of
 // frequent short contexts, tens of thousands of entries) recur across nodes
-// and calls and are read once here. Entries are never removed, so a pointer returned
-// stays valid while the trie is open; past a memory budget nothing more is
-// kept and callers compute the list themselves.
+// and calls and are read once here. Entries are never removed, so a pointer
+// returned stays valid while the trie is open; past a memory budget nothing
+// more is kept and callers compute the list themselves.
 #pragma once
 #include <array>
 #include <atomic>
