@@ -98,7 +98,7 @@ class Grower {
   // index: the trie's RunTopCache owner (nullptr for NoTrie, which has no runs).
   Grower(const Trie& trie, const TrieIndex* index, const int64_t* context, uint64_t n, const ProposeParams& p,
          ProposeWorkspace& ws)
-      : trie_(trie), index_(index), ctx_(context), n_(n), p_(p), ws_(ws),
+      : trie_(trie), index_(index), bounds_(index ? &index->run_bounds() : nullptr), ctx_(context), n_(n), p_(p), ws_(ws),
         max_len_(trie.order() - 1), branch_(static_cast<uint32_t>(p.max_branch)) {}
 
   void run(ProposedTree& out);
@@ -110,6 +110,7 @@ class Grower {
   void fill_tail(uint32_t v, uint32_t L);
   void prepare(uint32_t v);
   float bound(uint32_t v);
+  float run_ratio(uint32_t len, uint64_t at, const int32_t* suffix);
   void find_occurrences(uint32_t v);
   void score_corpus(uint32_t v, uint32_t L);
   void score_document(uint32_t v);
@@ -125,6 +126,7 @@ class Grower {
 
   const Trie& trie_;
   const TrieIndex* index_;
+  const RunBounds* bounds_;  // index_'s (nullptr for NoTrie)
   const int64_t* ctx_;
   const uint64_t n_;
   const ProposeParams& p_;
@@ -416,10 +418,31 @@ void Grower<Trie>::prepare(uint32_t v) {
   if (p_.lookup && v != 0) find_occurrences(v);
 }
 
-// A bound of every continuation's score at node v (after prepare(v)),
-// reached by the same float operations that score them: each stored
-// suffix's largest child count over its own count, weighted as
-// score_corpus weighs it, and the document's most frequent next token.
+// The largest probability a continuation of the stored suffix (entry at of
+// level len, the last len tokens of ws.tail) has: its most frequent child's
+// count times 1 / its count, as score_corpus computes a score; 0 without
+// children.
+template <class Trie>
+float Grower<Trie>::run_ratio(uint32_t len, uint64_t at, const int32_t* suffix) {
+  uint64_t lo, hi;
+  trie_.children(len, at, &lo, &hi);
+  if (lo >= hi) return 0.0f;
+  uint64_t m = 0;
+  if (hi - lo >= RunTopCache::kMinRun) {
+    const RunTop& top = long_run_top(len, at, lo, hi, suffix);  // what an expansion reads
+    m = top.size > 0 ? top.counts[0] : 0;
+  } else {
+    for (uint64_t i = lo; i < hi; ++i) m = std::max<uint64_t>(m, trie_.count(len + 1, i));
+  }
+  return static_cast<float>(m) * (1.0f / static_cast<float>(trie_.count(len, at)));
+}
+
+// A bound of every continuation's score at node v (after prepare(v)): for
+// each stored suffix, its run's largest continuation probability (the
+// largest child count over the suffix's count, by the float operations
+// that score it, rounded up in RunBounds) times the suffix's weight as
+// score_corpus weighs it; for the document, its most frequent next
+// token's share.
 template <class Trie>
 float Grower<Trie>::bound(uint32_t v) {
   ProposeWorkspace& ws = ws_;
@@ -429,26 +452,12 @@ float Grower<Trie>::bound(uint32_t v) {
   for (uint32_t len = L; len >= 1; --len) {
     const uint64_t at = ws.positions[node.pos + len];
     if (at == kAbsent) continue;
-    uint64_t lo, hi;
-    trie_.children(len, at, &lo, &hi);
-    if (lo >= hi) continue;
-    uint64_t m = 0;
-    if (hi - lo >= RunTopCache::kMinRun) {
-      const RunTop& top = long_run_top(len, at, lo, hi, ws.tail.data() + (L - len));  // what the expansion reads
-      m = top.size > 0 ? top.counts[0] : 0;
-    } else {
-      const uint64_t key = RunTopCache::key(len, at);
-      static_assert(ProposeWorkspace::kChildMaxSlots == 1u << 16, "the slot is the hash's top 16 bits");
-      auto& slot = ws.child_max[(key * 0x9E3779B97F4A7C15ull) >> 48];
-      if (slot.first == key) {
-        m = slot.second;
-      } else {
-        for (uint64_t i = lo; i < hi; ++i) m = std::max<uint64_t>(m, trie_.count(len + 1, i));
-        slot = {key, m};
-      }
+    uint16_t slot = bounds_->load(len, at);
+    if (slot == RunBounds::kUnknown) {
+      slot = RunBounds::encode(run_ratio(len, at, ws.tail.data() + (L - len)));
+      bounds_->store(len, at, slot);
     }
-    const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
-    b = std::max(b, static_cast<float>(m) * inv * ws.weights[L - len]);
+    b = std::max(b, RunBounds::decode(slot) * ws.weights[L - len]);
   }
   if (p_.lookup && node.occ_size > 0) {
     const std::vector<int32_t>& next = sorted_next_tokens(node);
@@ -548,10 +557,6 @@ void Grower<Trie>::run(ProposedTree& out) {
   start();
   const uint32_t max_nodes = static_cast<uint32_t>(p_.max_nodes);
   const uint32_t max_depth = static_cast<uint32_t>(p_.max_depth);
-  if (index_ != nullptr && ws.child_max_trie != index_->run_tops().id()) {
-    ws.child_max.assign(ProposeWorkspace::kChildMaxSlots, {~uint64_t{0}, 0});
-    ws.child_max_trie = index_->run_tops().id();
-  }
   ws.expand_key.clear();
   auto lower_prob = [&](uint32_t a, uint32_t b) {
     const float pa = ws.expand_key[a], pb = ws.expand_key[b];

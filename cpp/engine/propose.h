@@ -129,12 +129,6 @@ struct ProposeWorkspace {
   std::vector<uint32_t> match_lens;     // and their match lengths
   std::vector<uint32_t> order;
   std::vector<float> expand_key;       // by node: its probability times its continuations' bound
-  // The largest child count of the short runs this thread has bounded, by
-  // RunTopCache::key, direct-mapped (a collision costs a new read, never a
-  // wrong bound): trees meet the same runs again and again.
-  static constexpr uint32_t kChildMaxSlots = 1u << 16;
-  uint64_t child_max_trie = 0;         // the RunTopCache::id the slots hold counts of
-  std::vector<std::pair<uint64_t, uint64_t>> child_max;
   float weights[kMaxOrder];            // backoff ** d
   // The lists this thread has found in a trie's RunTopCache (whose entries
   // never move), direct-mapped by key: most nodes read the same few long

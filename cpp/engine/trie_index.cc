@@ -141,6 +141,17 @@ uint64_t TrieIndex::ngram_count(uint32_t k) const {
   return distinct_unigrams_;
 }
 
+const RunBounds& TrieIndex::run_bounds() const {
+  run_bounds_.reserve([this] {
+    std::vector<uint64_t> sizes;
+    visit([&](const auto& trie) {
+      for (uint32_t k = 1; k < trie.order(); ++k) sizes.push_back(trie.size(k));
+    });
+    return sizes;
+  });
+  return run_bounds_;
+}
+
 void TrieIndex::verify_checksums() const {
   naming(path_, [this] { check_sections(); });
 }

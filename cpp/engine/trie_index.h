@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "anonymous_memory.h"
+#include "run_bounds.h"
 #include "run_top_cache.h"
 #include "section_table.h"
 #include "trie_format.h"
@@ -73,6 +74,9 @@ class TrieIndex {
   // The most frequent continuations of the long runs that proposals have
   // read, kept while the trie is open (run_top_cache.h).
   RunTopCache& run_tops() const { return run_tops_; }
+  // Each run's largest continuation probability, as far as proposals have
+  // computed it (run_bounds.h); its slots are allocated on the first call.
+  const RunBounds& run_bounds() const;
 
  private:
   using Representation = std::variant<TrieV1, TrieV1Ram, TrieV2>;
@@ -94,6 +98,7 @@ class TrieIndex {
   mutable uint64_t total_tokens_ = 0;
   mutable uint64_t distinct_unigrams_ = 0;
   mutable RunTopCache run_tops_;
+  RunBounds run_bounds_;
 };
 
 }  // namespace ngram
