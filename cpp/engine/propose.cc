@@ -252,24 +252,21 @@ const RunTop& Grower<Trie>::long_run_top(uint32_t len, uint64_t node, uint64_t l
   uint32_t above = 0;
   for (uint64_t i = 0; i < m; ++i) above += counts[i] > bound;
   uint32_t at_bound = static_cast<uint32_t>(k) - above, n = 0;
+  uint32_t picked[RunTop::kTop];  // offsets in the run
   for (uint64_t i = 0; i < m; ++i) {
     if (counts[i] < bound || (counts[i] == bound && at_bound == 0)) continue;
     if (counts[i] == bound) --at_bound;
-    top.tokens[n] = toks[i];
-    top.counts[n] = counts[i];
-    top.index[n++] = lo + i;
+    picked[n++] = static_cast<uint32_t>(i);
   }
-  top.size = n;
-  uint32_t order[RunTop::kTop];
-  for (uint32_t j = 0; j < n; ++j) order[j] = j;
-  std::sort(order, order + n, [&](uint32_t a, uint32_t b) {
-    return more_frequent(top.counts[a], top.tokens[a], top.counts[b], top.tokens[b]);
+  std::sort(picked, picked + n, [&](uint32_t a, uint32_t b) {
+    return more_frequent(counts[a], toks[a], counts[b], toks[b]);
   });
-  const RunTop unsorted = top;
+  const float inv = 1.0f / static_cast<float>(trie_.count(len, node));
+  top.size = n;
+  top.lo = lo;
   for (uint32_t j = 0; j < n; ++j) {
-    top.tokens[j] = unsorted.tokens[order[j]];
-    top.counts[j] = unsorted.counts[order[j]];
-    top.index[j] = unsorted.index[order[j]];
+    top.entries[j] = {toks[picked[j]], static_cast<float>(counts[picked[j]]) * inv};
+    top.offset[j] = picked[j];
   }
   if (const RunTop* kept = cache.insert(len, node, top)) {
     slot = {key, kept};
@@ -303,9 +300,9 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
       for (uint32_t l = len; l >= 1; --l) ws.run_kind[l] = 3;  // not read: the lookups are the child's
       return;
     }
-    const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
     const int32_t* suffix = tail + (L - len);
     if (hi - lo < RunTopCache::kMinRun) {
+      const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
       std::vector<int32_t>& toks = ws.run_tokens[len];
       toks.resize(hi - lo);
       trie_.run_tokens(suffix, len, lo, hi, toks.data());
@@ -321,8 +318,7 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
       ws.run_kind[len] = 2;
       ws.run_top[len] = &top;
       const uint32_t n = std::min(top.size, branch_);
-      for (uint32_t j = 0; j < n; ++j)
-        offer_score(ws.scored, top.tokens[j], static_cast<float>(top.counts[j]) * inv * w);
+      for (uint32_t j = 0; j < n; ++j) offer_score(ws.scored, top.entries[j].token, top.entries[j].ratio * w);
     }
   }
 }
@@ -375,7 +371,7 @@ uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
     case 2: {
       const RunTop& top = *ws_.run_top[len];
       for (uint32_t j = 0; j < top.size; ++j)
-        if (top.tokens[j] == tok) return top.index[j];
+        if (top.entries[j].token == tok) return top.lo + top.offset[j];
       return kUnknown;
     }
     case 3:
@@ -427,13 +423,12 @@ float Grower<Trie>::run_ratio(uint32_t len, uint64_t at, const int32_t* suffix) 
   uint64_t lo, hi;
   trie_.children(len, at, &lo, &hi);
   if (lo >= hi) return 0.0f;
-  uint64_t m = 0;
   if (hi - lo >= RunTopCache::kMinRun) {
     const RunTop& top = long_run_top(len, at, lo, hi, suffix);  // what an expansion reads
-    m = top.size > 0 ? top.counts[0] : 0;
-  } else {
-    for (uint64_t i = lo; i < hi; ++i) m = std::max<uint64_t>(m, trie_.count(len + 1, i));
+    return top.size > 0 ? top.entries[0].ratio : 0.0f;
   }
+  uint64_t m = 0;
+  for (uint64_t i = lo; i < hi; ++i) m = std::max<uint64_t>(m, trie_.count(len + 1, i));
   return static_cast<float>(m) * (1.0f / static_cast<float>(trie_.count(len, at)));
 }
 
@@ -607,14 +602,19 @@ template <class Trie>
 void Grower<Trie>::write(ProposedTree& out) {
   ProposeWorkspace& ws = ws_;
   const uint32_t n = static_cast<uint32_t>(ws.nodes.size());
+  // A counting sort by depth keeps the chosen order within a depth.
+  uint32_t first[ProposeLimits::kMaxDepth + 2] = {};
+  for (uint32_t i = 0; i < n; ++i) ++first[ws.nodes[i].depth + 1];
+  for (uint32_t d = 1; d <= ProposeLimits::kMaxDepth + 1; ++d) first[d] += first[d - 1];
   std::vector<uint32_t>& order = ws.order;
-  order.resize(n);
-  for (uint32_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return ws.nodes[a].depth < ws.nodes[b].depth; });
   std::vector<int32_t>& place = ws.encode.dfs_stack;  // chosen index -> output index
-  place.assign(n, 0);
-  for (uint32_t i = 0; i < n; ++i) place[order[i]] = static_cast<int32_t>(i);
+  order.resize(n);
+  place.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t at = first[ws.nodes[i].depth]++;
+    order[at] = i;
+    place[i] = static_cast<int32_t>(at);
+  }
   out.tokens.resize(n);
   out.parents.resize(n);
   out.scores.resize(n);

@@ -18,13 +18,20 @@
 namespace ngram {
 
 // The first kTop continuations of one run by count descending, then token
-// ascending: token, count and index in the run's level.
-struct RunTop {
+// ascending: each one's token and probability after the run's context,
+// float(count) * (1 / float(context's count)) as proposals score it, and
+// its index in the run's level (lo + offset). The first entries, which
+// proposals read most, share a cache line.
+struct alignas(64) RunTop {
   static constexpr uint32_t kTop = 32;
+  struct Entry {
+    int32_t token;
+    float ratio;
+  };
+  Entry entries[kTop];
   uint32_t size = 0;
-  int32_t tokens[kTop];
-  uint64_t counts[kTop];
-  uint64_t index[kTop];
+  uint64_t lo = 0;
+  uint32_t offset[kTop];
 };
 
 class RunTopCache {
