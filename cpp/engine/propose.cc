@@ -49,13 +49,16 @@ constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
 
 // The best-first order: higher path probability first; ties by smaller
 // depth, then the earlier chosen parent, then the smaller token. true when
-// a comes after b (the heaps' "less").
-bool after(const Candidate& a, const Candidate& b) {
-  if (a.prob != b.prob) return a.prob < b.prob;
-  if (a.depth != b.depth) return a.depth > b.depth;
-  if (a.parent != b.parent) return a.parent > b.parent;
-  return a.token > b.token;
-}
+// a comes after b (the heaps' "less"). A type, not a function, so that the
+// heap operations inline it.
+struct After {
+  bool operator()(const Candidate& a, const Candidate& b) const {
+    if (a.prob != b.prob) return a.prob < b.prob;
+    if (a.depth != b.depth) return a.depth > b.depth;
+    if (a.parent != b.parent) return a.parent > b.parent;
+    return a.token > b.token;
+  }
+};
 
 // Count order within one source: more frequent first, ties by smaller token.
 bool more_frequent(uint64_t ca, int32_t ta, uint64_t cb, int32_t tb) { return ca != cb ? ca > cb : ta < tb; }
@@ -543,7 +546,7 @@ void Grower<Trie>::offer(uint32_t v, uint32_t j) {
   c.hints = child.hints;
   c.next = j + 1;
   ws.frontier.push_back(c);
-  std::push_heap(ws.frontier.begin(), ws.frontier.end(), after);
+  std::push_heap(ws.frontier.begin(), ws.frontier.end(), After{});
 }
 
 template <class Trie>
@@ -572,7 +575,7 @@ void Grower<Trie>::run(ProposedTree& out) {
       expand(v);
     }
     if (ws.frontier.empty()) break;
-    std::pop_heap(ws.frontier.begin(), ws.frontier.end(), after);
+    std::pop_heap(ws.frontier.begin(), ws.frontier.end(), After{});
     const Candidate c = ws.frontier.back();
     ws.frontier.pop_back();
     if (c.next < ws.family_end[c.parent]) offer(c.parent, c.next);
@@ -584,7 +587,7 @@ void Grower<Trie>::run(ProposedTree& out) {
     node.pos = c.hints;
     ws.nodes.push_back(node);
     const uint32_t v = static_cast<uint32_t>(ws.nodes.size() - 1);
-    ws.expand_key.resize(v + 1, 0.0f);
+    ws.expand_key.push_back(0.0f);  // expand_key[v]
     if (c.depth < max_depth) {
       prepare(v);
       ws.expand_key[v] = node.prob * bound(v);
