@@ -193,6 +193,14 @@ void Grower<Trie>::find_occurrences(uint32_t v) {
     lens.clear();
     const int64_t last = ctx_[n_ - 1];
     for (uint64_t i = 0; i + 1 < n_; ++i) {
+      // Most positions do not hold the last token: skip 8 at a time, with
+      // no branch inside the 8, so that the compiler vectorizes the test.
+      while (i + 9 < n_) {
+        bool any = false;
+        for (uint32_t k = 0; k < 8; ++k) any |= ctx_[i + k] == last;
+        if (any) break;
+        i += 8;
+      }
       if (ctx_[i] != last) continue;
       uint32_t l = 1;
       while (l < ProposeLimits::kMaxMatch && l <= i && ctx_[i - l] == ctx_[n_ - 1 - l]) ++l;
