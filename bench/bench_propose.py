@@ -6,9 +6,10 @@ cut from held-out documents, one thread, for each trie and representation.
 
 Each context is the document up to a uniformly drawn position (at most its
 last 2,048 tokens). A pass proposes one tree for every context; the first
-pass meets every long run of children for the first time (a cold trie: each
-is read whole once and kept, cpp/engine/run_top_cache.h), later passes find
-them kept (warm: a long-running host's steady state). Times are this
+pass meets runs of children for the first time (a cold trie: each run's
+bound is computed and kept, cpp/engine/run_bounds.h, and each long run is
+read whole once and its list kept, cpp/engine/run_top_cache.h), later
+passes find them kept (warm: a long-running host's steady state). Times are this
 thread's CPU time (time.thread_time), so that other work on a shared machine
 inflates them less; the passes of every (trie, mode) are interleaved.
 "batched/s" is the same contexts through propose_batch on one thread, --batch

@@ -239,7 +239,7 @@ const RunTop& Grower<Trie>::long_run_top(uint32_t len, uint64_t node, uint64_t l
     ws.memo_cache = cache.id();
   }
   const uint64_t key = RunTopCache::key(len, node);
-  auto& slot = ws.memo[(key * 0x9E3779B97F4A7C15ull) >> 52];
+  auto& slot = ws.memo[(key * 0x9E3779B97F4A7C15ull) >> (64 - ProposeWorkspace::kMemoBits)];
   if (slot.first == key) return *slot.second;
   if (const RunTop* kept = cache.find(len, node)) {
     slot = {key, kept};

@@ -133,7 +133,8 @@ struct ProposeWorkspace {
   // The lists this thread has found in a trie's RunTopCache (whose entries
   // never move), direct-mapped by key: most nodes read the same few long
   // runs, and the cache's lock costs more than the rest of the read.
-  static constexpr uint32_t kMemoSlots = 4096;
+  static constexpr uint32_t kMemoBits = 14;  // 256 KiB a thread
+  static constexpr uint32_t kMemoSlots = 1u << kMemoBits;
   uint64_t memo_cache = 0;             // the RunTopCache::id the memo holds lists of
   std::vector<std::pair<uint64_t, const RunTop*>> memo;
   PruneWorkspace encode;
