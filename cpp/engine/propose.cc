@@ -98,11 +98,12 @@ inline void offer_score(std::vector<Scored>& scored, int32_t tok, float score) {
 template <class Trie>
 class Grower {
  public:
-  // index: the trie's RunTopCache owner (nullptr for NoTrie, which has no runs).
+  // index: the owner of the trie's RunTopCache and RunBounds (nullptr for
+  // NoTrie, which has no runs).
   Grower(const Trie& trie, const TrieIndex* index, const int64_t* context, uint64_t n, const ProposeParams& p,
          ProposeWorkspace& ws)
-      : trie_(trie), index_(index), bounds_(index ? &index->run_bounds() : nullptr), ctx_(context), n_(n), p_(p), ws_(ws),
-        max_len_(trie.order() - 1), branch_(static_cast<uint32_t>(p.max_branch)) {}
+      : trie_(trie), index_(index), bounds_(index ? &index->run_bounds() : nullptr), ctx_(context), n_(n), p_(p),
+        ws_(ws), max_len_(trie.order() - 1), branch_(static_cast<uint32_t>(p.max_branch)) {}
 
   void run(ProposedTree& out);
 
