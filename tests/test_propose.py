@@ -215,6 +215,18 @@ def test_batch_equals_one_at_a_time(corpus: Corpus, tries: dict) -> None:
             assert tree.tokens.tolist() == one.tokens.tolist() and tree.parents.tolist() == one.parents.tolist()
 
 
+def test_threads_filling_a_fresh_trie_answer_as_one(corpus: Corpus, tmp_path: Path) -> None:
+    """A fresh open's first batch on 4 threads fills the runs' bounds and
+    lists concurrently; a second fresh open, one context at a time, agrees."""
+    path = corpus.write(tmp_path / "fresh.ngt", 1)
+    ctxs = contexts(corpus, seed=17) * 4
+    batch = NgramIndex.open(path, mode="ram").propose_batch(ctxs, threads=4)
+    single = NgramIndex.open(path, mode="ram")
+    for ctx, tree in zip(ctxs, batch):
+        one = single.propose(ctx)
+        assert tree.tokens.tolist() == one.tokens.tolist() and tree.scores.tolist() == one.scores.tolist()
+
+
 def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     """corpus=False: only the context's own earlier occurrences propose."""
     c = Corpus(seed=1, order=3, vocab=20, docs=3, length=10)
