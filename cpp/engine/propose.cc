@@ -53,10 +53,7 @@ constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
 // heap operations inline it.
 struct After {
   bool operator()(const Candidate& a, const Candidate& b) const {
-    if (a.prob != b.prob) return a.prob < b.prob;
-    if (a.depth != b.depth) return a.depth > b.depth;
-    if (a.parent != b.parent) return a.parent > b.parent;
-    return a.token > b.token;
+    return a.rank != b.rank ? a.rank < b.rank : a.token > b.token;
   }
 };
 
@@ -491,20 +488,20 @@ void Grower<Trie>::expand(uint32_t v) {
   ws.scored.clear();
   if (L > 0) score_corpus(v, L);
   if (p_.lookup) score_document(v);
-  if (ws.scored.empty()) return;
-  const uint32_t keep = std::min<uint32_t>(branch_, static_cast<uint32_t>(ws.scored.size()));
+  // The best branch_ to the front, best first: each score enters the kept
+  // ones by insertion when it beats the last of them (most do not).
+  Scored* sc = ws.scored.data();
+  const uint32_t size = static_cast<uint32_t>(ws.scored.size());
+  uint32_t keep = 0;
   const auto better = [](const Scored& a, const Scored& b) {
     return a.score != b.score ? a.score > b.score : a.token < b.token;
   };
-  if (ws.scored.size() <= 32) {  // the usual few dozen: an insertion sort beats the heap of partial_sort
-    for (size_t j = 1; j < ws.scored.size(); ++j) {
-      const Scored x = ws.scored[j];
-      size_t i = j;
-      for (; i > 0 && better(x, ws.scored[i - 1]); --i) ws.scored[i] = ws.scored[i - 1];
-      ws.scored[i] = x;
-    }
-  } else {
-    std::partial_sort(ws.scored.begin(), ws.scored.begin() + keep, ws.scored.end(), better);
+  for (uint32_t j = 0; j < size; ++j) {
+    const Scored x = sc[j];
+    if (keep == branch_ && !better(x, sc[keep - 1])) continue;
+    uint32_t i = keep < branch_ ? keep++ : keep - 1;
+    for (; i > 0 && better(x, sc[i - 1]); --i) sc[i] = sc[i - 1];
+    sc[i] = x;
   }
   const float prob = ws.nodes[v].prob;
   const uint32_t child_len = corpus_len(depth + 1);
@@ -519,12 +516,13 @@ void Grower<Trie>::expand(uint32_t v) {
   // The family in the frontier's order: by path probability, ties by the
   // smaller token. The scores' order already is that but where two scores'
   // products round to one probability.
+  Child* family = ws.children.data();
   for (uint32_t j = first + 1; j < end; ++j) {
-    const Child x = ws.children[j];
+    if (family[j - 1].prob != family[j].prob || family[j - 1].token < family[j].token) continue;  // in order
+    const Child x = family[j];
     uint32_t i = j;
-    for (; i > first && ws.children[i - 1].prob == x.prob && ws.children[i - 1].token > x.token; --i)
-      ws.children[i] = ws.children[i - 1];
-    ws.children[i] = x;
+    for (; i > first && family[i - 1].prob == x.prob && family[i - 1].token > x.token; --i) family[i] = family[i - 1];
+    family[i] = x;
   }
   // Their suffixes' entries, as far as this node's runs place them.
   const uint32_t stride = max_len_ + 1;
@@ -548,9 +546,7 @@ void Grower<Trie>::offer(uint32_t v, uint32_t j) {
   ProposeWorkspace& ws = ws_;
   const Child& child = ws.children[j];
   Candidate c;
-  c.prob = child.prob;
-  c.depth = ws.nodes[v].depth + 1;
-  c.parent = v;
+  c.rank = Candidate::make_rank(child.prob, ws.nodes[v].depth + 1, v);
   c.token = child.token;
   c.hints = child.hints;
   c.next = j + 1;
@@ -577,7 +573,7 @@ void Grower<Trie>::run(ProposedTree& out) {
     // A chosen node is expanded once the best candidate no longer beats
     // the bound of its children's probabilities.
     while (!ws.unexpanded.empty() &&
-           (ws.frontier.empty() || ws.expand_key[ws.unexpanded.front()] >= ws.frontier.front().prob)) {
+           (ws.frontier.empty() || ws.expand_key[ws.unexpanded.front()] >= ws.frontier.front().prob())) {
       std::pop_heap(ws.unexpanded.begin(), ws.unexpanded.end(), lower_prob);
       const uint32_t v = ws.unexpanded.back();
       ws.unexpanded.pop_back();
@@ -587,17 +583,18 @@ void Grower<Trie>::run(ProposedTree& out) {
     std::pop_heap(ws.frontier.begin(), ws.frontier.end(), After{});
     const Candidate c = ws.frontier.back();
     ws.frontier.pop_back();
-    if (c.next < ws.family_end[c.parent]) offer(c.parent, c.next);
+    const uint32_t parent = c.parent();
+    if (c.next < ws.family_end[parent]) offer(parent, c.next);
     Node node{};
     node.token = c.token;
-    node.parent = static_cast<int32_t>(c.parent);
-    node.depth = c.depth;
-    node.prob = c.prob;
+    node.parent = static_cast<int32_t>(parent);
+    node.depth = c.depth();
+    node.prob = c.prob();
     node.pos = c.hints;
     ws.nodes.push_back(node);
     const uint32_t v = static_cast<uint32_t>(ws.nodes.size() - 1);
     ws.expand_key.push_back(0.0f);  // expand_key[v]
-    if (c.depth < max_depth) {
+    if (node.depth < max_depth) {
       prepare(v);
       ws.expand_key[v] = node.prob * bound(v);
       if (ws.expand_key[v] > 0.0f) {

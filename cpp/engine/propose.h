@@ -8,6 +8,7 @@
 // single definition in code.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "prune_tree.h"
@@ -90,13 +91,38 @@ struct ProposeWorkspace {
     uint32_t occ_size;
   };
   struct Candidate {     // a continuation not yet chosen
-    float prob;
-    uint32_t depth;
-    uint32_t parent;     // index into nodes
+    // Its path probability, depth and parent (an index into nodes) in one
+    // word that orders candidates as the search does but for the token: the
+    // probability's bits (a positive float's order), then 127 - depth, then
+    // 8191 - parent, so that one comparison settles nearly every pair.
+    uint64_t rank;
     int32_t token;
     uint32_t hints;      // its suffixes' entries as far as known: positions[hints + len]
     uint32_t next;       // its parent's next continuation: children[next], none at family_end[parent]
+    static constexpr uint32_t kDepthBits = 7, kParentBits = 13;
+    static uint64_t make_rank(float prob, uint32_t depth, uint32_t parent) {
+      uint32_t bits;
+      std::memcpy(&bits, &prob, 4);
+      return (uint64_t{bits} << (kDepthBits + kParentBits)) |
+             (uint64_t{(1u << kDepthBits) - 1 - depth} << kParentBits) | ((1u << kParentBits) - 1 - parent);
+    }
+    float prob() const {
+      const uint32_t bits = static_cast<uint32_t>(rank >> (kDepthBits + kParentBits));
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    uint32_t depth() const {
+      const uint32_t mask = (1u << kDepthBits) - 1;
+      return mask - (static_cast<uint32_t>(rank >> kParentBits) & mask);
+    }
+    uint32_t parent() const {
+      const uint32_t mask = (1u << kParentBits) - 1;
+      return mask - (static_cast<uint32_t>(rank) & mask);
+    }
   };
+  static_assert(ProposeLimits::kMaxDepth < (1u << Candidate::kDepthBits), "a depth fits the rank");
+  static_assert(ProposeLimits::kMaxNodes < (1u << Candidate::kParentBits), "a parent fits the rank");
   struct Child {         // a continuation of an expanded node, its family in best-first order
     int32_t token;
     float prob;
