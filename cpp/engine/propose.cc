@@ -4,6 +4,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "errors.h"
 #include "parallel_batch.h"
@@ -46,6 +47,8 @@ using Child = ProposeWorkspace::Child;
 using Scored = ProposeWorkspace::Scored;
 constexpr uint64_t kAbsent = ProposeWorkspace::kAbsent;
 constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
+constexpr uint64_t kInTop = ProposeWorkspace::kInTop;
+bool in_top(uint64_t position) { return (position >> 62) == 1; }
 
 // The best-first order: higher path probability first; ties by smaller
 // depth, then the earlier chosen parent, then the smaller token. true when
@@ -81,14 +84,27 @@ inline void offer_top(uint64_t c, int32_t tok, uint32_t cap, uint64_t* counts, i
 }
 
 // Adds a continuation's score from one source: a token scored twice keeps
-// the larger.
-inline void offer_score(std::vector<Scored>& scored, int32_t tok, float score) {
-  for (Scored& s : scored)
-    if (s.token == tok) {
-      s.score = std::max(s.score, score);
+// the larger. A token finds its earlier score through a direct-mapped table
+// of this node's tokens (ws.seen), or, where another token holds its slot,
+// by a scan.
+inline void offer_score(ProposeWorkspace& ws, int32_t tok, float score) {
+  ProposeWorkspace::Seen& slot = ws.seen[(static_cast<uint32_t>(tok) * 0x9E3779B1u) >> (32 - ProposeWorkspace::kSeenBits)];
+  if (slot.stamp == ws.seen_stamp) {
+    Scored* s = &ws.scored[slot.at];
+    if (s->token != tok) {
+      s = nullptr;
+      for (Scored& t : ws.scored)
+        if (t.token == tok) s = &t;
+    }
+    if (s != nullptr) {
+      s->score = std::max(s->score, score);
       return;
     }
-  scored.push_back({tok, score});
+  } else {
+    slot.stamp = ws.seen_stamp;
+    slot.at = static_cast<uint32_t>(ws.scored.size());
+  }
+  ws.scored.push_back({tok, score});
 }
 
 // One proposal's search over the representation Trie.
@@ -110,6 +126,7 @@ class Grower {
   void offer(uint32_t v, uint32_t j);
   void fill_tail(uint32_t v, uint32_t L);
   void prepare(uint32_t v);
+  uint64_t find_suffix(uint32_t v, uint32_t len, const int32_t* suffix) const;
   float bound(uint32_t v);
   float run_ratio(uint32_t len, uint64_t at, const int32_t* suffix);
   void find_occurrences(uint32_t v);
@@ -146,6 +163,7 @@ void Grower<Trie>::start() {
   ws.unexpanded.clear();
   ws.positions.clear();
   ws.occurrences.clear();
+  ws.top_refs.clear();
   ws.weights[0] = 1.0f;
   for (uint32_t d = 1; d < kMaxOrder; ++d) ws.weights[d] = ws.weights[d - 1] * p_.backoff;
   // The root: the context's last token; its suffixes looked up in full.
@@ -321,13 +339,20 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
       int32_t tokens[ProposeLimits::kMaxBranch];
       uint32_t n = 0;
       for (uint64_t i = lo; i < hi; ++i) offer_top(trie_.count(len + 1, i), toks[i - lo], branch_, counts, tokens, &n);
-      for (uint32_t j = 0; j < n; ++j) offer_score(ws.scored, tokens[j], static_cast<float>(counts[j]) * inv * w);
+      for (uint32_t j = 0; j < n; ++j) offer_score(ws, tokens[j], static_cast<float>(counts[j]) * inv * w);
     } else {
       const RunTop& top = long_run_top(len, at, lo, hi, suffix);
       ws.run_kind[len] = 2;
       ws.run_top[len] = &top;
+      // A kept list never moves: the children's hints point into it and are
+      // looked up only for the children chosen (about a quarter of them).
+      ws.run_top_ref[len] = kUnknown;
+      if (&top != &ws.local_top[len]) {
+        ws.run_top_ref[len] = kInTop | ws.top_refs.size();
+        ws.top_refs.push_back(&top);
+      }
       const uint32_t n = std::min(top.size, branch_);
-      for (uint32_t j = 0; j < n; ++j) offer_score(ws.scored, top.entries[j].token, top.entries[j].ratio * w);
+      for (uint32_t j = 0; j < n; ++j) offer_score(ws, top.entries[j].token, top.entries[j].ratio * w);
     }
   }
 }
@@ -363,12 +388,20 @@ void Grower<Trie>::score_document(uint32_t v) {
   }
   const float inv = 1.0f / static_cast<float>(node.occ_size);
   for (uint32_t j = 0; j < n; ++j)
-    offer_score(ws.scored, tokens[j], static_cast<float>(counts[j]) * inv * p_.lookup_weight);
+    offer_score(ws, tokens[j], static_cast<float>(counts[j]) * inv * p_.lookup_weight);
+}
+
+// The entry of tok in a run's list, kUnknown when the list does not hold it.
+uint64_t find_in_top(const RunTop& top, int32_t tok) {
+  for (uint32_t j = 0; j < top.size; ++j)
+    if (top.entries[j].token == tok) return top.lo + top.offset[j];
+  return kUnknown;
 }
 
 // Where a continuation tok of the node just scored lies in level len + 1:
 // its entry after the node's suffix of length len, kAbsent when it does not
-// follow it, kUnknown when that run was not read whole.
+// follow it, kUnknown when that run was not read whole, kInTop | r when it
+// is to be looked up in a kept list.
 template <class Trie>
 uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
   switch (ws_.run_kind[len]) {
@@ -377,12 +410,8 @@ uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
       auto it = std::lower_bound(toks.begin(), toks.end(), tok);
       return it != toks.end() && *it == tok ? ws_.run_lo[len] + static_cast<uint64_t>(it - toks.begin()) : kAbsent;
     }
-    case 2: {
-      const RunTop& top = *ws_.run_top[len];
-      for (uint32_t j = 0; j < top.size; ++j)
-        if (top.entries[j].token == tok) return top.lo + top.offset[j];
-      return kUnknown;
-    }
+    case 2:
+      return ws_.run_top_ref[len] != kUnknown ? ws_.run_top_ref[len] : find_in_top(*ws_.run_top[len], tok);
     case 3:
       return kUnknown;
     default:
@@ -405,6 +434,30 @@ void Grower<Trie>::fill_tail(uint32_t v, uint32_t L) {
   for (uint64_t c = n_; i > 0;) ws.tail[--i] = static_cast<int32_t>(ctx_[--c]);
 }
 
+// The entry of node v's suffix of length len (suffix[0..len)), or kAbsent.
+// It is its parent's suffix of length len - 1 followed by v's token: where
+// the representation can search one run (version 1), only that run is
+// searched, else the trie from its first level.
+template <class Trie>
+uint64_t Grower<Trie>::find_suffix(uint32_t v, uint32_t len, const int32_t* suffix) const {
+  if constexpr (std::is_base_of_v<TrieV1, Trie>) {
+    const Node& node = ws_.nodes[v];
+    if (len >= 2 && v != 0) {
+      // Resolved when the parent was prepared: an entry or kAbsent.
+      const uint64_t up = ws_.positions[ws_.nodes[node.parent].pos + len - 1];
+      if (up == kAbsent) return kAbsent;
+      uint64_t lo, hi;
+      trie_.children(len - 1, up, &lo, &hi);
+      const LevelV1& level = trie_.level(len);
+      const uint64_t tok = static_cast<uint32_t>(node.token);
+      const uint64_t i = level.lower_bound_token(lo, hi, tok);
+      return i < hi && level.token(i) == tok ? i : kAbsent;
+    }
+  }
+  uint64_t idx;
+  return trie_.find(suffix, len, &idx) ? idx : kAbsent;
+}
+
 // A chosen node's suffixes placed in the trie (those its parent's runs did
 // not place) and its document occurrences: what its bound and its expansion
 // read. Leaves ws.tail filled for it.
@@ -416,9 +469,9 @@ void Grower<Trie>::prepare(uint32_t v) {
   fill_tail(v, L);
   const uint32_t pos = ws.nodes[v].pos;
   for (uint32_t len = 1; len <= L; ++len) {
-    if (ws.positions[pos + len] != kUnknown) continue;
-    uint64_t idx;
-    ws.positions[pos + len] = trie_.find(ws.tail.data() + (L - len), len, &idx) ? idx : kAbsent;
+    uint64_t& at = ws.positions[pos + len];
+    if (in_top(at)) at = find_in_top(*ws.top_refs[at & (kInTop - 1)], ws.nodes[v].token);
+    if (at == kUnknown) at = find_suffix(v, len, ws.tail.data() + (L - len));
   }
   if (p_.lookup && v != 0) find_occurrences(v);
 }
@@ -486,6 +539,10 @@ void Grower<Trie>::expand(uint32_t v) {
   fill_tail(v, L);
 
   ws.scored.clear();
+  if (++ws.seen_stamp == 0) {  // wrapped: no slot may look current
+    ws.seen.assign(ProposeWorkspace::kSeenSlots, {0, 0});
+    ws.seen_stamp = 1;
+  }
   if (L > 0) score_corpus(v, L);
   if (p_.lookup) score_document(v);
   // The best branch_ to the front, best first: each score enters the kept

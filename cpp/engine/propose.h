@@ -80,6 +80,10 @@ void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, cons
 struct ProposeWorkspace {
   static constexpr uint64_t kAbsent = ~uint64_t{0};  // a suffix that is not stored
   static constexpr uint64_t kUnknown = kAbsent - 1;  // not yet looked up
+  // Or kInTop | r: if anywhere, among the entries of top_refs[r] (a kept
+  // RunTop), looked up there once the node is chosen. Entries of a level
+  // are below 2^62; kAbsent and kUnknown have both top bits set.
+  static constexpr uint64_t kInTop = uint64_t{1} << 62;
 
   struct Node {          // a node of the tree, in the order chosen
     int32_t token;
@@ -142,11 +146,23 @@ struct ProposeWorkspace {
   std::vector<uint32_t> unexpanded;    // chosen nodes not expanded yet: a heap by probability
   std::vector<uint64_t> positions;
   std::vector<uint32_t> occurrences;   // positions i in the context, the match ending at i
-  std::vector<Scored> scored, doc;
+  std::vector<Scored> scored;          // the node being expanded's continuations, each token once
+  // Where a token of scored lies, direct-mapped by token; current when its
+  // stamp is seen_stamp (one stamp per expansion, so nothing is cleared).
+  struct Seen {
+    uint32_t stamp;
+    uint32_t at;
+  };
+  static constexpr uint32_t kSeenBits = 8;
+  static constexpr uint32_t kSeenSlots = 1u << kSeenBits;
+  std::vector<Seen> seen = std::vector<Seen>(kSeenSlots, Seen{0, 0});
+  uint32_t seen_stamp = 0;
   std::vector<int32_t> run_tokens[kMaxOrder];  // the short runs read at this node, by suffix length
   uint64_t run_lo[kMaxOrder];
   uint8_t run_kind[kMaxOrder];         // 0: no run; 1: read whole (run_tokens); 2: a RunTop
   const RunTop* run_top[kMaxOrder];
+  uint64_t run_top_ref[kMaxOrder];     // kInTop | its index in top_refs, or kUnknown for a list not kept
+  std::vector<const RunTop*> top_refs;  // the kept lists this tree's hints point into
   RunTop local_top[kMaxOrder];         // a long run's list when the cache is full, by suffix length
   std::vector<int32_t> tail;           // the sequence's last order-1 tokens at the node
   std::vector<int32_t> next_tokens;
