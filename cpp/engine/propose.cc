@@ -88,7 +88,8 @@ inline void offer_top(uint64_t c, int32_t tok, uint32_t cap, uint64_t* counts, i
 // of this node's tokens (ws.seen), or, where another token holds its slot,
 // by a scan.
 inline void offer_score(ProposeWorkspace& ws, int32_t tok, float score) {
-  ProposeWorkspace::Seen& slot = ws.seen[(static_cast<uint32_t>(tok) * 0x9E3779B1u) >> (32 - ProposeWorkspace::kSeenBits)];
+  const uint32_t h = (static_cast<uint32_t>(tok) * 0x9E3779B1u) >> (32 - ProposeWorkspace::kSeenBits);
+  ProposeWorkspace::Seen& slot = ws.seen[h];
   if (slot.stamp == ws.seen_stamp) {
     Scored* s = &ws.scored[slot.at];
     if (s->token != tok) {
