@@ -227,6 +227,18 @@ def test_threads_filling_a_fresh_trie_answer_as_one(corpus: Corpus, tmp_path: Pa
         assert tree.tokens.tolist() == one.tokens.tolist() and tree.scores.tolist() == one.scores.tolist()
 
 
+def test_bounds_past_the_budget_are_computed_each_time(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trie opened with no room for kept run bounds (every level past the
+    budget) computes each bound when needed: still the brute force's trees."""
+    monkeypatch.setenv("NGRAM_RUN_BOUNDS_BYTES", "0")
+    index = NgramIndex.open(corpus.write(tmp_path / "t.ngt", 1), mode="ram")
+    for params in PARAMS:
+        for ctx in contexts(corpus, seed=len(params)):
+            assert_same(index.propose(np.array(ctx), **params), reference(corpus, ctx, **params))
+
+
 def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     """corpus=False: only the context's own earlier occurrences propose."""
     c = Corpus(seed=1, order=3, vocab=20, docs=3, length=10)

@@ -510,12 +510,18 @@ float Grower<Trie>::bound(uint32_t v) {
   for (uint32_t len = L; len >= 1; --len) {
     const uint64_t at = ws.positions[node.pos + len];
     if (at == kAbsent) continue;
-    uint16_t slot = bounds_->load(len, at);
-    if (slot == RunBounds::kUnknown) {
-      slot = RunBounds::encode(run_ratio(len, at, ws.tail.data() + (L - len)));
-      bounds_->store(len, at, slot);
+    float ratio;
+    if (bounds_->covers(len)) {
+      uint16_t slot = bounds_->load(len, at);
+      if (slot == RunBounds::kUnknown) {
+        slot = RunBounds::encode(run_ratio(len, at, ws.tail.data() + (L - len)));
+        bounds_->store(len, at, slot);
+      }
+      ratio = RunBounds::decode(slot);
+    } else {
+      ratio = run_ratio(len, at, ws.tail.data() + (L - len));
     }
-    b = std::max(b, RunBounds::decode(slot) * ws.weights[L - len]);
+    b = std::max(b, ratio * ws.weights[L - len]);
   }
   if (p_.lookup && node.occ_size > 0) {
     const std::vector<int32_t>& next = sorted_next_tokens(node);

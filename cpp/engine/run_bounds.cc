@@ -1,11 +1,16 @@
 #include "run_bounds.h"
 
+#include <cstdlib>
+
 namespace ngram {
 
 void RunBounds::allocate(const std::vector<uint64_t>& sizes) const {
+  uint64_t budget = kBudgetBytes;
+  if (const char* e = std::getenv("NGRAM_RUN_BOUNDS_BYTES")) budget = std::strtoull(e, nullptr, 10);
   uint64_t total = 0;
   first_.clear();
   for (uint64_t n : sizes) {
+    if ((total + n) * sizeof(uint16_t) > budget) break;
     first_.push_back(total);
     total += n;
   }

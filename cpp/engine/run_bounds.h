@@ -10,6 +10,11 @@
 // upper 16 bits), so that it is never below the ratio it stands for. The
 // slots lie in anonymous memory: pages are resident only where proposals
 // have been. Threads fill slots without a lock: each writes the same value.
+// Levels are covered from level 1 up while their slots fit kBudgetBytes, or
+// the bytes $NGRAM_RUN_BOUNDS_BYTES names (read when a trie's slots are
+// allocated); a corpus-scale trie's larger levels would otherwise cost up
+// to 2 bytes per entry in RAM. A bound on a level not covered is computed
+// each time.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -22,6 +27,7 @@ namespace ngram {
 
 class RunBounds {
  public:
+  static constexpr uint64_t kBudgetBytes = uint64_t{64} << 20;
   static constexpr uint16_t kUnknown = 0;      // not computed yet
   static constexpr uint16_t kNoRun = 0x8000;   // -0.0: no children, adds nothing to a bound
 
@@ -40,14 +46,17 @@ class RunBounds {
     return f;
   }
 
-  // The slot of entry i of level k (1 <= k < order): kUnknown until set.
+  // Whether level k has slots (after reserve).
+  bool covers(uint32_t k) const { return k <= first_.size(); }
+  // The slot of entry i of level k (covers(k)): kUnknown until set.
   uint16_t load(uint32_t k, uint64_t i) const {
     return __atomic_load_n(slots(k) + i, __ATOMIC_RELAXED);
   }
   void store(uint32_t k, uint64_t i, uint16_t v) const { __atomic_store_n(slots(k) + i, v, __ATOMIC_RELAXED); }
 
-  // Allocates, on the first call only, the slots of levels 1..n for the n
-  // level sizes sizes() returns (level k: sizes()[k-1] entries).
+  // Allocates, on the first call only, the slots of the levels 1..n that
+  // fit the budget, for the level sizes sizes() returns (level k:
+  // sizes()[k-1] entries).
   template <class Sizes>
   void reserve(Sizes sizes) const {
     std::call_once(once_, [&] { allocate(sizes()); });
