@@ -52,8 +52,8 @@ bool in_top(uint64_t position) { return (position >> 62) == 1; }
 
 // The best-first order: higher path probability first; ties by smaller
 // depth, then the earlier chosen parent, then the smaller token. true when
-// a comes after b (the heaps' "less"). A type, not a function, so that the
-// heap operations inline it.
+// a comes after b (the frontier's sort order). A type, not a function, so
+// that the search inlines it.
 struct After {
   bool operator()(const Candidate& a, const Candidate& b) const {
     return a.rank != b.rank ? a.rank < b.rank : a.token > b.token;
@@ -614,8 +614,7 @@ void Grower<Trie>::offer(uint32_t v, uint32_t j) {
   c.token = child.token;
   c.hints = child.hints;
   c.next = j + 1;
-  ws.frontier.push_back(c);
-  std::push_heap(ws.frontier.begin(), ws.frontier.end(), After{});
+  ws.frontier.insert(std::upper_bound(ws.frontier.begin(), ws.frontier.end(), c, After{}), c);
 }
 
 template <class Trie>
@@ -637,14 +636,13 @@ void Grower<Trie>::run(ProposedTree& out) {
     // A chosen node is expanded once the best candidate no longer beats
     // the bound of its children's probabilities.
     while (!ws.unexpanded.empty() &&
-           (ws.frontier.empty() || ws.expand_key[ws.unexpanded.front()] >= ws.frontier.front().prob())) {
+           (ws.frontier.empty() || ws.expand_key[ws.unexpanded.front()] >= ws.frontier.back().prob())) {
       std::pop_heap(ws.unexpanded.begin(), ws.unexpanded.end(), lower_prob);
       const uint32_t v = ws.unexpanded.back();
       ws.unexpanded.pop_back();
       expand(v);
     }
     if (ws.frontier.empty()) break;
-    std::pop_heap(ws.frontier.begin(), ws.frontier.end(), After{});
     const Candidate c = ws.frontier.back();
     ws.frontier.pop_back();
     const uint32_t parent = c.parent();

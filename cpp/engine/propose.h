@@ -139,7 +139,9 @@ struct ProposeWorkspace {
 
   std::vector<Node> nodes;
   // The frontier holds each expanded node's best continuation not chosen
-  // yet (a heap, best on top); choosing it offers the next of its family.
+  // yet, sorted worst first (a few dozen: inserting into the sorted array
+  // costs less than a heap's sift-down on every choice); choosing the last
+  // offers the next of its family.
   std::vector<Candidate> frontier;
   std::vector<Child> children;         // the expanded nodes' continuations, family by family
   std::vector<uint32_t> family_end;    // by node: the end of its family in children
