@@ -125,7 +125,7 @@ class Grower {
   void start();
   void expand(uint32_t v);
   void offer(uint32_t v, uint32_t j);
-  void fill_tail(uint32_t v, uint32_t L);
+  uint32_t fill_tail(uint32_t v);
   void prepare(uint32_t v);
   uint64_t find_suffix(uint32_t v, uint32_t len, const int32_t* suffix) const;
   float bound(uint32_t v);
@@ -133,7 +133,8 @@ class Grower {
   void find_occurrences(uint32_t v);
   void score_corpus(uint32_t v, uint32_t L);
   void score_document(uint32_t v);
-  const std::vector<int32_t>& sorted_next_tokens(const Node& node);
+  template <class F>
+  void for_each_next_token(const Node& node, F f);
   const RunTop& long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi, const int32_t* suffix);
   uint64_t hint_for(int32_t tok, uint32_t len) const;
   uint32_t suffix_len(uint32_t depth) const {
@@ -358,16 +359,22 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
   }
 }
 
-// The tokens that follow a node's document occurrences, sorted (in
-// ws.next_tokens).
+// f(token, count) for each distinct token that follows a node's document
+// occurrences, in token order.
 template <class Trie>
-const std::vector<int32_t>& Grower<Trie>::sorted_next_tokens(const Node& node) {
+template <class F>
+void Grower<Trie>::for_each_next_token(const Node& node, F f) {
   std::vector<int32_t>& next = ws_.next_tokens;
   next.resize(node.occ_size);
   for (uint32_t k = 0; k < node.occ_size; ++k)
     next[k] = static_cast<int32_t>(ctx_[ws_.occurrences[node.occ_begin + k] + 1]);
   std::sort(next.begin(), next.end());
-  return next;
+  for (size_t i = 0; i < next.size();) {
+    size_t j = i + 1;
+    while (j < next.size() && next[j] == next[i]) ++j;
+    f(next[i], static_cast<uint64_t>(j - i));
+    i = j;
+  }
 }
 
 // The document source: the tokens that follow the node's occurrences,
@@ -377,16 +384,10 @@ void Grower<Trie>::score_document(uint32_t v) {
   ProposeWorkspace& ws = ws_;
   const Node& node = ws.nodes[v];
   if (node.occ_size == 0) return;
-  const std::vector<int32_t>& next = sorted_next_tokens(node);
   uint64_t counts[ProposeLimits::kMaxBranch];
   int32_t tokens[ProposeLimits::kMaxBranch];
   uint32_t n = 0;
-  for (size_t i = 0; i < next.size();) {
-    size_t j = i + 1;
-    while (j < next.size() && next[j] == next[i]) ++j;
-    offer_top(j - i, next[i], branch_, counts, tokens, &n);
-    i = j;
-  }
+  for_each_next_token(node, [&](int32_t tok, uint64_t c) { offer_top(c, tok, branch_, counts, tokens, &n); });
   const float inv = 1.0f / static_cast<float>(node.occ_size);
   for (uint32_t j = 0; j < n; ++j)
     offer_score(ws, tokens[j], static_cast<float>(counts[j]) * inv * p_.lookup_weight);
@@ -420,11 +421,13 @@ uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
   }
 }
 
-// ws.tail = the sequence's last L tokens at node v: the path up to the
-// root, then the context.
+// ws.tail = the sequence's last L tokens at node v, L the suffix length the
+// corpus source conditions on there (returned): the path up to the root,
+// then the context.
 template <class Trie>
-void Grower<Trie>::fill_tail(uint32_t v, uint32_t L) {
+uint32_t Grower<Trie>::fill_tail(uint32_t v) {
   ProposeWorkspace& ws = ws_;
+  const uint32_t L = corpus_len(ws.nodes[v].depth);
   ws.tail.resize(std::max<uint32_t>(L, 1));
   uint32_t i = L;
   uint32_t u = v;
@@ -433,6 +436,7 @@ void Grower<Trie>::fill_tail(uint32_t v, uint32_t L) {
     u = static_cast<uint32_t>(ws.nodes[u].parent);
   }
   for (uint64_t c = n_; i > 0;) ws.tail[--i] = static_cast<int32_t>(ctx_[--c]);
+  return L;
 }
 
 // The entry of node v's suffix of length len (suffix[0..len)), or kAbsent.
@@ -465,9 +469,7 @@ uint64_t Grower<Trie>::find_suffix(uint32_t v, uint32_t len, const int32_t* suff
 template <class Trie>
 void Grower<Trie>::prepare(uint32_t v) {
   ProposeWorkspace& ws = ws_;
-  const uint32_t depth = ws.nodes[v].depth;
-  const uint32_t L = corpus_len(depth);
-  fill_tail(v, L);
+  const uint32_t L = fill_tail(v);
   const uint32_t pos = ws.nodes[v].pos;
   for (uint32_t len = 1; len <= L; ++len) {
     uint64_t& at = ws.positions[pos + len];
@@ -524,14 +526,8 @@ float Grower<Trie>::bound(uint32_t v) {
     b = std::max(b, ratio * ws.weights[L - len]);
   }
   if (p_.lookup && node.occ_size > 0) {
-    const std::vector<int32_t>& next = sorted_next_tokens(node);
     uint64_t most = 0;
-    for (size_t i = 0; i < next.size();) {
-      size_t j = i + 1;
-      while (j < next.size() && next[j] == next[i]) ++j;
-      most = std::max<uint64_t>(most, j - i);
-      i = j;
-    }
+    for_each_next_token(node, [&](int32_t, uint64_t c) { most = std::max(most, c); });
     const float inv = 1.0f / static_cast<float>(node.occ_size);
     b = std::max(b, static_cast<float>(most) * inv * p_.lookup_weight);
   }
@@ -542,8 +538,7 @@ template <class Trie>
 void Grower<Trie>::expand(uint32_t v) {
   ProposeWorkspace& ws = ws_;
   const uint32_t depth = ws.nodes[v].depth;
-  const uint32_t L = corpus_len(depth);
-  fill_tail(v, L);
+  const uint32_t L = fill_tail(v);
 
   ws.scored.clear();
   if (++ws.seen_stamp == 0) {  // wrapped: no slot may look current
