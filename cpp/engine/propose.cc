@@ -45,6 +45,7 @@ using Node = ProposeWorkspace::Node;
 using Candidate = ProposeWorkspace::Candidate;
 using Child = ProposeWorkspace::Child;
 using Scored = ProposeWorkspace::Scored;
+using RunRead = ProposeWorkspace::RunRead;
 constexpr uint64_t kAbsent = ProposeWorkspace::kAbsent;
 constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
 constexpr uint64_t kInTop = ProposeWorkspace::kInTop;
@@ -83,29 +84,35 @@ inline void offer_top(uint64_t c, int32_t tok, uint32_t cap, uint64_t* counts, i
   tokens[i] = tok;
 }
 
-// Adds a continuation's score from one source: a token scored twice keeps
-// the larger. A token finds its earlier score through a direct-mapped table
-// of this node's tokens (ws.seen), or, where another token holds its slot,
-// by a scan.
-inline void offer_score(ProposeWorkspace& ws, int32_t tok, float score) {
-  const uint32_t h = (static_cast<uint32_t>(tok) * 0x9E3779B1u) >> (32 - ProposeWorkspace::kSeenBits);
-  ProposeWorkspace::Seen& slot = ws.seen[h];
-  if (slot.stamp == ws.seen_stamp) {
-    Scored* s = &ws.scored[slot.at];
-    if (s->token != tok) {
-      s = nullptr;
-      for (Scored& t : ws.scored)
-        if (t.token == tok) s = &t;
-    }
-    if (s != nullptr) {
-      s->score = std::max(s->score, score);
-      return;
-    }
+// The order of a node's continuations: higher score first, ties by the
+// smaller token.
+inline bool better(const Scored& a, const Scored& b) {
+  return a.score != b.score ? a.score > b.score : a.token < b.token;
+}
+
+// Adds a continuation's score from one source to the node's best `cap`
+// (ws.best): a token scored twice keeps the larger score. Keeping only the
+// best as they come leaves the same ones as scoring all and choosing after:
+// a score that cannot enter is below `cap` others, which only rise. Returns
+// false when the score is below all `cap` kept, as is every lower score.
+inline bool offer_score(ProposeWorkspace& ws, uint32_t cap, int32_t tok, float score) {
+  Scored* best = ws.best;
+  uint32_t n = ws.best_size;
+  const Scored x{tok, score};
+  uint32_t i = n;
+  for (uint32_t k = 0; k < n; ++k)
+    if (best[k].token == tok) i = k;
+  if (i < n) {
+    if (!(score > best[i].score)) return true;
+  } else if (n == cap) {
+    if (!better(x, best[cap - 1])) return !(score < best[cap - 1].score);
+    i = cap - 1;
   } else {
-    slot.stamp = ws.seen_stamp;
-    slot.at = static_cast<uint32_t>(ws.scored.size());
+    ws.best_size = n + 1;
   }
-  ws.scored.push_back({tok, score});
+  for (; i > 0 && better(x, best[i - 1]); --i) best[i] = best[i - 1];
+  best[i] = x;
+  return true;
 }
 
 // One proposal's search over the representation Trie.
@@ -316,35 +323,44 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
   const Node& node = ws.nodes[v];
   const int32_t* tail = ws.tail.data();
   for (uint32_t len = L; len >= 1; --len) {
-    ws.run_kind[len] = 0;
+    ws.run_read[len] = RunRead::kNone;
     const uint64_t at = ws.positions[node.pos + len];
     if (at == kAbsent) continue;
     uint64_t lo, hi;
     trie_.children(len, at, &lo, &hi);
     if (lo >= hi) continue;
     const float w = ws.weights[L - len];
-    uint32_t above = 0;
-    for (const Scored& s : ws.scored) above += s.score > w;
-    if (above >= branch_) {
-      for (uint32_t l = len; l >= 1; --l) ws.run_kind[l] = 3;  // not read: the lookups are the child's
+    // No score of this suffix or a shorter one exceeds w.
+    if (ws.best_size == branch_ && ws.best[branch_ - 1].score > w) {
+      for (uint32_t l = len; l >= 1; --l) ws.run_read[l] = RunRead::kLater;  // not read
       return;
     }
     const int32_t* suffix = tail + (L - len);
     if (hi - lo < RunTopCache::kMinRun) {
       const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
-      std::vector<int32_t>& toks = ws.run_tokens[len];
-      toks.resize(hi - lo);
-      trie_.run_tokens(suffix, len, lo, hi, toks.data());
-      ws.run_kind[len] = 1;
-      ws.run_lo[len] = lo;
       uint64_t counts[ProposeLimits::kMaxBranch];
       int32_t tokens[ProposeLimits::kMaxBranch];
       uint32_t n = 0;
-      for (uint64_t i = lo; i < hi; ++i) offer_top(trie_.count(len + 1, i), toks[i - lo], branch_, counts, tokens, &n);
-      for (uint32_t j = 0; j < n; ++j) offer_score(ws, tokens[j], static_cast<float>(counts[j]) * inv * w);
+      if constexpr (std::is_base_of_v<TrieV1, Trie>) {
+        // Read where it lies: a chosen child searches this run again
+        // (find_suffix), which costs less than copying it for every child.
+        const LevelV1& next = trie_.level(len + 1);
+        for (uint64_t i = lo; i < hi; ++i)
+          offer_top(next.count(i), static_cast<int32_t>(next.token(i)), branch_, counts, tokens, &n);
+        ws.run_read[len] = RunRead::kLater;
+      } else {
+        std::vector<int32_t>& toks = ws.run_tokens[len];
+        toks.resize(hi - lo);
+        trie_.run_tokens(suffix, len, lo, hi, toks.data());
+        ws.run_read[len] = RunRead::kCopied;
+        ws.run_lo[len] = lo;
+        for (uint64_t i = lo; i < hi; ++i)
+          offer_top(trie_.count(len + 1, i), toks[i - lo], branch_, counts, tokens, &n);
+      }
+      for (uint32_t j = 0; j < n; ++j) offer_score(ws, branch_, tokens[j], static_cast<float>(counts[j]) * inv * w);
     } else {
       const RunTop& top = long_run_top(len, at, lo, hi, suffix);
-      ws.run_kind[len] = 2;
+      ws.run_read[len] = RunRead::kTop;
       ws.run_top[len] = &top;
       // A kept list never moves: the children's hints point into it and are
       // looked up only for the children chosen (about a quarter of them).
@@ -354,7 +370,8 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
         ws.top_refs.push_back(&top);
       }
       const uint32_t n = std::min(top.size, branch_);
-      for (uint32_t j = 0; j < n; ++j) offer_score(ws, top.entries[j].token, top.entries[j].ratio * w);
+      for (uint32_t j = 0; j < n; ++j)
+        if (!offer_score(ws, branch_, top.entries[j].token, top.entries[j].ratio * w)) break;  // sorted
     }
   }
 }
@@ -390,7 +407,7 @@ void Grower<Trie>::score_document(uint32_t v) {
   for_each_next_token(node, [&](int32_t tok, uint64_t c) { offer_top(c, tok, branch_, counts, tokens, &n); });
   const float inv = 1.0f / static_cast<float>(node.occ_size);
   for (uint32_t j = 0; j < n; ++j)
-    offer_score(ws, tokens[j], static_cast<float>(counts[j]) * inv * p_.lookup_weight);
+    offer_score(ws, branch_, tokens[j], static_cast<float>(counts[j]) * inv * p_.lookup_weight);
 }
 
 // The entry of tok in a run's list, kUnknown when the list does not hold it.
@@ -406,19 +423,20 @@ uint64_t find_in_top(const RunTop& top, int32_t tok) {
 // is to be looked up in a kept list.
 template <class Trie>
 uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
-  switch (ws_.run_kind[len]) {
-    case 1: {
+  switch (ws_.run_read[len]) {
+    case RunRead::kCopied: {
       const std::vector<int32_t>& toks = ws_.run_tokens[len];
       auto it = std::lower_bound(toks.begin(), toks.end(), tok);
       return it != toks.end() && *it == tok ? ws_.run_lo[len] + static_cast<uint64_t>(it - toks.begin()) : kAbsent;
     }
-    case 2:
+    case RunRead::kTop:
       return ws_.run_top_ref[len] != kUnknown ? ws_.run_top_ref[len] : find_in_top(*ws_.run_top[len], tok);
-    case 3:
+    case RunRead::kLater:
       return kUnknown;
-    default:
-      return kAbsent;
+    case RunRead::kNone:
+      break;
   }
+  return kAbsent;
 }
 
 // ws.tail = the sequence's last L tokens at node v, L the suffix length the
@@ -540,35 +558,16 @@ void Grower<Trie>::expand(uint32_t v) {
   const uint32_t depth = ws.nodes[v].depth;
   const uint32_t L = fill_tail(v);
 
-  ws.scored.clear();
-  if (++ws.seen_stamp == 0) {  // wrapped: no slot may look current
-    ws.seen.assign(ProposeWorkspace::kSeenSlots, {0, 0});
-    ws.seen_stamp = 1;
-  }
+  ws.best_size = 0;
   if (L > 0) score_corpus(v, L);
   if (p_.lookup) score_document(v);
-  // The best branch_ to the front, best first: each score enters the kept
-  // ones by insertion when it beats the last of them (most do not).
-  Scored* sc = ws.scored.data();
-  const uint32_t size = static_cast<uint32_t>(ws.scored.size());
-  uint32_t keep = 0;
-  const auto better = [](const Scored& a, const Scored& b) {
-    return a.score != b.score ? a.score > b.score : a.token < b.token;
-  };
-  for (uint32_t j = 0; j < size; ++j) {
-    const Scored x = sc[j];
-    if (keep == branch_ && !better(x, sc[keep - 1])) continue;
-    uint32_t i = keep < branch_ ? keep++ : keep - 1;
-    for (; i > 0 && better(x, sc[i - 1]); --i) sc[i] = sc[i - 1];
-    sc[i] = x;
-  }
   const float prob = ws.nodes[v].prob;
   const uint32_t child_len = corpus_len(depth + 1);
   const uint32_t first = static_cast<uint32_t>(ws.children.size());
-  for (uint32_t j = 0; j < keep; ++j) {
-    const float child = prob * ws.scored[j].score;
+  for (uint32_t j = 0; j < ws.best_size; ++j) {
+    const float child = prob * ws.best[j].score;
     if (!(child >= p_.min_prob) || child <= 0.0f) break;  // the rest score no higher
-    ws.children.push_back({ws.scored[j].token, child, 0});
+    ws.children.push_back({ws.best[j].token, child, 0});
   }
   const uint32_t end = static_cast<uint32_t>(ws.children.size());
   if (first == end) return;

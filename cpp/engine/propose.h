@@ -148,20 +148,21 @@ struct ProposeWorkspace {
   std::vector<uint32_t> unexpanded;    // chosen nodes not expanded yet: a heap by probability
   std::vector<uint64_t> positions;
   std::vector<uint32_t> occurrences;   // positions i in the context, the match ending at i
-  std::vector<Scored> scored;          // the node being expanded's continuations, each token once
-  // Where a token of scored lies, direct-mapped by token; current when its
-  // stamp is seen_stamp (one stamp per expansion, so nothing is cleared).
-  struct Seen {
-    uint32_t stamp;
-    uint32_t at;
+  // The node being expanded's best max_branch continuations so far, each
+  // token once with its best score, best first (score_corpus, score_document).
+  Scored best[ProposeLimits::kMaxBranch];
+  uint32_t best_size = 0;
+  // How the node being expanded read its run after each suffix length,
+  // and so where its children's entries after that suffix are found.
+  enum class RunRead : uint8_t {
+    kNone,     // no run: no child follows that suffix (kAbsent)
+    kCopied,   // a short run copied whole into run_tokens: searched there
+    kTop,      // a long run's RunTop (run_top): looked up in it
+    kLater,    // not kept: a chosen child searches the trie (kUnknown)
   };
-  static constexpr uint32_t kSeenBits = 8;
-  static constexpr uint32_t kSeenSlots = 1u << kSeenBits;
-  std::vector<Seen> seen = std::vector<Seen>(kSeenSlots, Seen{0, 0});
-  uint32_t seen_stamp = 0;
-  std::vector<int32_t> run_tokens[kMaxOrder];  // the short runs read at this node, by suffix length
+  std::vector<int32_t> run_tokens[kMaxOrder];  // the short runs copied at this node, by suffix length
   uint64_t run_lo[kMaxOrder];
-  uint8_t run_kind[kMaxOrder];         // 0: no run; 1: read whole (run_tokens); 2: a RunTop
+  RunRead run_read[kMaxOrder];
   const RunTop* run_top[kMaxOrder];
   uint64_t run_top_ref[kMaxOrder];     // kInTop | its index in top_refs, or kUnknown for a list not kept
   std::vector<const RunTop*> top_refs;  // the kept lists this tree's hints point into
