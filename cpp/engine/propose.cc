@@ -6,6 +6,10 @@
 #include <string>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "errors.h"
 #include "parallel_batch.h"
 #include "queries.h"
@@ -44,22 +48,31 @@ struct NoTrie {
 using Node = ProposeWorkspace::Node;
 using Candidate = ProposeWorkspace::Candidate;
 using Child = ProposeWorkspace::Child;
-using Scored = ProposeWorkspace::Scored;
 using RunRead = ProposeWorkspace::RunRead;
 constexpr uint64_t kAbsent = ProposeWorkspace::kAbsent;
 constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
 constexpr uint64_t kInTop = ProposeWorkspace::kInTop;
+constexpr uint64_t kPerChild = kUnknown - 1;  // shared_hint's answer only, never stored
 bool in_top(uint64_t position) { return (position >> 62) == 1; }
 
-// The best-first order: higher path probability first; ties by smaller
-// depth, then the earlier chosen parent, then the smaller token. true when
-// a comes after b (the frontier's sort order). A type, not a function, so
-// that the search inlines it.
-struct After {
-  bool operator()(const Candidate& a, const Candidate& b) const {
-    return a.rank != b.rank ? a.rank < b.rank : a.token > b.token;
+// Where c goes in the frontier, sorted worst first: after every candidate
+// it beats. The best-first order is higher path probability first, ties by
+// smaller depth, then the earlier chosen parent, then the smaller token;
+// but no two candidates in the frontier share a parent (a family offers its
+// next only once its last is chosen), so their ranks differ and decide. A
+// search without branches: which half holds the place is a coin toss for
+// the predictor.
+size_t frontier_place(const std::vector<Candidate>& frontier, uint64_t rank) {
+  const Candidate* base = frontier.data();
+  size_t n = frontier.size();
+  if (n == 0) return 0;
+  while (n > 1) {
+    const size_t half = n / 2;
+    base = base[half - 1].rank < rank ? base + half : base;
+    n -= half;
   }
-};
+  return static_cast<size_t>(base - frontier.data()) + (base->rank < rank);
+}
 
 // Count order within one source: more frequent first, ties by smaller token.
 bool more_frequent(uint64_t ca, int32_t ta, uint64_t cb, int32_t tb) { return ca != cb ? ca > cb : ta < tb; }
@@ -85,33 +98,56 @@ inline void offer_top(uint64_t c, int32_t tok, uint32_t cap, uint64_t* counts, i
 }
 
 // The order of a node's continuations: higher score first, ties by the
-// smaller token.
-inline bool better(const Scored& a, const Scored& b) {
-  return a.score != b.score ? a.score > b.score : a.token < b.token;
+// smaller token. true when (sa, ta) comes before (sb, tb).
+inline bool better(float sa, int32_t ta, float sb, int32_t tb) { return sa != sb ? sa > sb : ta < tb; }
+
+static_assert(ProposeLimits::kMaxBranch % 8 == 0, "the kept tokens are compared 8 at a time");
+
+// The index of tok among the first n of tokens (an array of kMaxBranch), n if none.
+// Branch-free within 8: a scan's exit, mispredicted about every other
+// offer, cost more than the comparisons.
+inline uint32_t find_token(const int32_t* tokens, uint32_t n, int32_t tok) {
+  for (uint32_t k0 = 0; k0 < n; k0 += 8) {
+#if defined(__SSE2__)
+    const __m128i t = _mm_set1_epi32(tok);
+    const __m128i lo = _mm_cmpeq_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tokens + k0)), t);
+    const __m128i hi = _mm_cmpeq_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tokens + k0 + 4)), t);
+    uint32_t hits = static_cast<uint32_t>(_mm_movemask_ps(_mm_castsi128_ps(lo)) |
+                                          (_mm_movemask_ps(_mm_castsi128_ps(hi)) << 4));
+#else
+    uint32_t hits = 0;
+    for (uint32_t k = 0; k < 8; ++k) hits |= static_cast<uint32_t>(tokens[k0 + k] == tok) << k;
+#endif
+    if (n - k0 < 8) hits &= (1u << (n - k0)) - 1;  // the rest are stale
+    if (hits != 0) return k0 + static_cast<uint32_t>(__builtin_ctz(hits));
+  }
+  return n;
 }
 
 // Adds a continuation's score from one source to the node's best `cap`
-// (ws.best): a token scored twice keeps the larger score. Keeping only the
+// (ws.best_*): a token scored twice keeps the larger score. Keeping only the
 // best as they come leaves the same ones as scoring all and choosing after:
 // a score that cannot enter is below `cap` others, which only rise. Returns
 // false when the score is below all `cap` kept, as is every lower score.
 inline bool offer_score(ProposeWorkspace& ws, uint32_t cap, int32_t tok, float score) {
-  Scored* best = ws.best;
-  uint32_t n = ws.best_size;
-  const Scored x{tok, score};
-  uint32_t i = n;
-  for (uint32_t k = 0; k < n; ++k)
-    if (best[k].token == tok) i = k;
+  int32_t* tokens = ws.best_token;
+  float* scores = ws.best_score;
+  const uint32_t n = ws.best_size;
+  uint32_t i = find_token(tokens, n, tok);
   if (i < n) {
-    if (!(score > best[i].score)) return true;
+    if (!(score > scores[i])) return true;
   } else if (n == cap) {
-    if (!better(x, best[cap - 1])) return !(score < best[cap - 1].score);
+    if (!better(score, tok, scores[cap - 1], tokens[cap - 1])) return !(score < scores[cap - 1]);
     i = cap - 1;
   } else {
     ws.best_size = n + 1;
   }
-  for (; i > 0 && better(x, best[i - 1]); --i) best[i] = best[i - 1];
-  best[i] = x;
+  for (; i > 0 && better(score, tok, scores[i - 1], tokens[i - 1]); --i) {
+    scores[i] = scores[i - 1];
+    tokens[i] = tokens[i - 1];
+  }
+  scores[i] = score;
+  tokens[i] = tok;
   return true;
 }
 
@@ -143,6 +179,7 @@ class Grower {
   template <class F>
   void for_each_next_token(const Node& node, F f);
   const RunTop& long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi, const int32_t* suffix);
+  uint64_t shared_hint(uint32_t len) const;
   uint64_t hint_for(int32_t tok, uint32_t len) const;
   uint32_t suffix_len(uint32_t depth) const {
     return static_cast<uint32_t>(std::min<uint64_t>(max_len_, n_ + depth));
@@ -331,7 +368,7 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
     if (lo >= hi) continue;
     const float w = ws.weights[L - len];
     // No score of this suffix or a shorter one exceeds w.
-    if (ws.best_size == branch_ && ws.best[branch_ - 1].score > w) {
+    if (ws.best_size == branch_ && ws.best_score[branch_ - 1] > w) {
       for (uint32_t l = len; l >= 1; --l) ws.run_read[l] = RunRead::kLater;  // not read
       return;
     }
@@ -417,26 +454,34 @@ uint64_t find_in_top(const RunTop& top, int32_t tok) {
   return kUnknown;
 }
 
-// Where a continuation tok of the node just scored lies in level len + 1:
-// its entry after the node's suffix of length len, kAbsent when it does not
-// follow it, kUnknown when that run was not read whole, kInTop | r when it
-// is to be looked up in a kept list.
+// Where the continuations of the node just scored lie in level len + 1,
+// when all share the answer: kAbsent when none follows its suffix of length
+// len, kUnknown when that run was not kept, kInTop | r when it is to be
+// looked up in a kept list; kPerChild when each child's is its own
+// (hint_for).
 template <class Trie>
-uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
+uint64_t Grower<Trie>::shared_hint(uint32_t len) const {
   switch (ws_.run_read[len]) {
-    case RunRead::kCopied: {
-      const std::vector<int32_t>& toks = ws_.run_tokens[len];
-      auto it = std::lower_bound(toks.begin(), toks.end(), tok);
-      return it != toks.end() && *it == tok ? ws_.run_lo[len] + static_cast<uint64_t>(it - toks.begin()) : kAbsent;
-    }
+    case RunRead::kCopied:
+      return kPerChild;
     case RunRead::kTop:
-      return ws_.run_top_ref[len] != kUnknown ? ws_.run_top_ref[len] : find_in_top(*ws_.run_top[len], tok);
+      return ws_.run_top_ref[len] != kUnknown ? ws_.run_top_ref[len] : kPerChild;
     case RunRead::kLater:
       return kUnknown;
     case RunRead::kNone:
       break;
   }
   return kAbsent;
+}
+
+// Where the continuation tok lies in level len + 1 where shared_hint is
+// kPerChild: searched in the copied run or the list not kept.
+template <class Trie>
+uint64_t Grower<Trie>::hint_for(int32_t tok, uint32_t len) const {
+  if (ws_.run_read[len] == RunRead::kTop) return find_in_top(*ws_.run_top[len], tok);
+  const std::vector<int32_t>& toks = ws_.run_tokens[len];
+  auto it = std::lower_bound(toks.begin(), toks.end(), tok);
+  return it != toks.end() && *it == tok ? ws_.run_lo[len] + static_cast<uint64_t>(it - toks.begin()) : kAbsent;
 }
 
 // ws.tail = the sequence's last L tokens at node v, L the suffix length the
@@ -565,9 +610,9 @@ void Grower<Trie>::expand(uint32_t v) {
   const uint32_t child_len = corpus_len(depth + 1);
   const uint32_t first = static_cast<uint32_t>(ws.children.size());
   for (uint32_t j = 0; j < ws.best_size; ++j) {
-    const float child = prob * ws.best[j].score;
+    const float child = prob * ws.best_score[j];
     if (!(child >= p_.min_prob) || child <= 0.0f) break;  // the rest score no higher
-    ws.children.push_back({ws.best[j].token, child, 0});
+    ws.children.push_back({ws.best_token[j], child, 0});
   }
   const uint32_t end = static_cast<uint32_t>(ws.children.size());
   if (first == end) return;
@@ -586,12 +631,14 @@ void Grower<Trie>::expand(uint32_t v) {
   const uint32_t stride = max_len_ + 1;
   uint32_t hints = static_cast<uint32_t>(ws.positions.size());
   ws.positions.resize(hints + (end - first) * stride, kAbsent);
+  uint64_t shared[kMaxOrder];
+  for (uint32_t len = 1; len + 1 <= child_len; ++len) shared[len] = len <= L ? shared_hint(len) : kUnknown;
   for (uint32_t j = first; j < end; ++j, hints += stride) {
     const int32_t tok = ws.children[j].token;
     ws.children[j].hints = hints;
     if (child_len >= 1) ws.positions[hints + 1] = static_cast<uint64_t>(tok);  // level 1 is indexed by token
     for (uint32_t len = 1; len + 1 <= child_len; ++len)
-      ws.positions[hints + len + 1] = len <= L ? hint_for(tok, len) : kUnknown;
+      ws.positions[hints + len + 1] = shared[len] != kPerChild ? shared[len] : hint_for(tok, len);
   }
   if (ws.family_end.size() <= v) ws.family_end.resize(v + 1, 0);
   ws.family_end[v] = end;
@@ -608,7 +655,7 @@ void Grower<Trie>::offer(uint32_t v, uint32_t j) {
   c.token = child.token;
   c.hints = child.hints;
   c.next = j + 1;
-  ws.frontier.insert(std::upper_bound(ws.frontier.begin(), ws.frontier.end(), c, After{}), c);
+  ws.frontier.insert(ws.frontier.begin() + static_cast<ptrdiff_t>(frontier_place(ws.frontier, c.rank)), c);
 }
 
 template <class Trie>

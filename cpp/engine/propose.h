@@ -132,10 +132,6 @@ struct ProposeWorkspace {
     float prob;
     uint32_t hints;
   };
-  struct Scored {        // one continuation of the node being expanded
-    int32_t token;
-    float score;
-  };
 
   std::vector<Node> nodes;
   // The frontier holds each expanded node's best continuation not chosen
@@ -149,8 +145,10 @@ struct ProposeWorkspace {
   std::vector<uint64_t> positions;
   std::vector<uint32_t> occurrences;   // positions i in the context, the match ending at i
   // The node being expanded's best max_branch continuations so far, each
-  // token once with its best score, best first (score_corpus, score_document).
-  Scored best[ProposeLimits::kMaxBranch];
+  // token once with its best score, best first (score_corpus,
+  // score_document); apart, so that a token is found by comparing 8 at once.
+  int32_t best_token[ProposeLimits::kMaxBranch];
+  float best_score[ProposeLimits::kMaxBranch];
   uint32_t best_size = 0;
   // How the node being expanded read its run after each suffix length,
   // and so where its children's entries after that suffix are found.
