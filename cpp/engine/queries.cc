@@ -14,15 +14,15 @@ namespace {
 template <class Id>
 void check_ids(const TrieIndex& t, const Id* toks, uint64_t n, const char* field) {
   const int64_t v = static_cast<int64_t>(t.vocab_size());
-  // The largest id read as unsigned (a negative id wraps above any
-  // vocabulary), with no early exit, so that the compiler vectorizes it;
-  // only a batch with a bad id looks for the first one. (The limit is at
-  // most 2^(bits-1), where the negative ids start.)
-  using U = std::make_unsigned_t<Id>;
-  const U limit = static_cast<U>(std::min<uint64_t>(static_cast<uint64_t>(v), uint64_t{1} << (8 * sizeof(Id) - 1)));
-  U largest = 0;
-  for (uint64_t i = 0; i < n; ++i) largest = std::max(largest, static_cast<U>(toks[i]));
-  if (n == 0 || largest < limit) return;
+  // The smallest and largest ids, signed, with no early exit, so that the
+  // compiler vectorizes them (SSE4.2 compares signed 64-bit words, not
+  // unsigned ones); only a batch with a bad id looks for the first one.
+  Id smallest = 0, largest = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    smallest = std::min(smallest, toks[i]);
+    largest = std::max(largest, toks[i]);
+  }
+  if (smallest >= 0 && static_cast<int64_t>(largest) < v) return;
   for (uint64_t i = 0; i < n; ++i) {
     if (toks[i] < 0 || toks[i] >= v)
       throw InvalidArgument(std::string(field) + "[" + std::to_string(i) + "] = " +
