@@ -62,16 +62,12 @@ bool in_top(uint64_t position) { return (position >> 62) == 1; }
 // next only once its last is chosen), so their ranks differ and decide. A
 // search without branches: which half holds the place is a coin toss for
 // the predictor.
-size_t frontier_place(const std::vector<Candidate>& frontier, uint64_t rank) {
-  const Candidate* base = frontier.data();
-  size_t n = frontier.size();
-  if (n == 0) return 0;
-  while (n > 1) {
-    const size_t half = n / 2;
-    base = base[half - 1].rank < rank ? base + half : base;
-    n -= half;
-  }
-  return static_cast<size_t>(base - frontier.data()) + (base->rank < rank);
+void frontier_insert(std::vector<Candidate>& frontier, const Candidate& c) {
+  frontier.push_back(c);
+  Candidate* f = frontier.data();
+  size_t i = frontier.size() - 1;
+  for (; i > 0 && f[i - 1].rank > c.rank; --i) f[i] = f[i - 1];
+  f[i] = c;
 }
 
 // Count order within one source: more frequent first, ties by smaller token.
@@ -231,6 +227,7 @@ void Grower<Trie>::start() {
   root.occ_begin = 0;
   root.occ_size = 0;
   ws.nodes.push_back(root);
+  ws.family_end.push_back(0);
   if (p_.lookup) find_occurrences(0);
 }
 
@@ -627,20 +624,26 @@ void Grower<Trie>::expand(uint32_t v) {
     for (; i > first && family[i - 1].prob == x.prob && family[i - 1].token > x.token; --i) family[i] = family[i - 1];
     family[i] = x;
   }
-  // Their suffixes' entries, as far as this node's runs place them.
-  const uint32_t stride = max_len_ + 1;
-  uint32_t hints = static_cast<uint32_t>(ws.positions.size());
-  ws.positions.resize(hints + (end - first) * stride, kAbsent);
+  // Their suffixes' entries, as far as this node's runs place them: a row
+  // of max_len_ + 1 each (entry 0 unused), appended one by one (a resize's
+  // fill, out of line, cost more than the row).
   uint64_t shared[kMaxOrder];
   for (uint32_t len = 1; len + 1 <= child_len; ++len) shared[len] = len <= L ? shared_hint(len) : kUnknown;
-  for (uint32_t j = first; j < end; ++j, hints += stride) {
+  std::vector<uint64_t>& positions = ws.positions;
+  for (uint32_t j = first; j < end; ++j) {
     const int32_t tok = ws.children[j].token;
-    ws.children[j].hints = hints;
-    if (child_len >= 1) ws.positions[hints + 1] = static_cast<uint64_t>(tok);  // level 1 is indexed by token
-    for (uint32_t len = 1; len + 1 <= child_len; ++len)
-      ws.positions[hints + len + 1] = shared[len] != kPerChild ? shared[len] : hint_for(tok, len);
+    ws.children[j].hints = static_cast<uint32_t>(positions.size());
+    positions.push_back(kAbsent);
+    for (uint32_t len = 1; len <= max_len_; ++len) {
+      uint64_t at = kAbsent;
+      if (len == 1) {
+        if (child_len >= 1) at = static_cast<uint64_t>(tok);  // level 1 is indexed by token
+      } else if (len <= child_len) {
+        at = shared[len - 1] != kPerChild ? shared[len - 1] : hint_for(tok, len - 1);
+      }
+      positions.push_back(at);
+    }
   }
-  if (ws.family_end.size() <= v) ws.family_end.resize(v + 1, 0);
   ws.family_end[v] = end;
   offer(v, first);
 }
@@ -655,7 +658,7 @@ void Grower<Trie>::offer(uint32_t v, uint32_t j) {
   c.token = child.token;
   c.hints = child.hints;
   c.next = j + 1;
-  ws.frontier.insert(ws.frontier.begin() + static_cast<ptrdiff_t>(frontier_place(ws.frontier, c.rank)), c);
+  frontier_insert(ws.frontier, c);
 }
 
 template <class Trie>
@@ -697,6 +700,7 @@ void Grower<Trie>::run(ProposedTree& out) {
     ws.nodes.push_back(node);
     const uint32_t v = static_cast<uint32_t>(ws.nodes.size() - 1);
     ws.expand_key.push_back(0.0f);  // expand_key[v]
+    ws.family_end.push_back(0);     // family_end[v], set if v is expanded
     if (node.depth < max_depth) {
       prepare(v);
       ws.expand_key[v] = node.prob * bound(v);
