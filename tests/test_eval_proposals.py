@@ -67,7 +67,10 @@ def test_cli_proposals_table_and_json(sample_trie: Path, tmp_path: Path) -> None
     # the trie was built from this text: its proposals beat the document alone
     assert rows[2]["tokens_per_step"] > rows[3]["tokens_per_step"] > 1.0
     assert set(doc["lookup_chain"]["by_min_n"]) == {"1", "2", "3"}
-    assert "vs chain" in r.output and "(document alone, a tree)" in r.output
+    vllm = doc["lookup_chain"]["vllm_default"]
+    assert (vllm["min_n"], vllm["max_n"]) == (5, 5) and vllm["tokens"] == rows[0]["tokens"]
+    assert vllm["tokens_per_step"] >= 1.0 and vllm["steps"] > 0
+    assert "vs chain" in r.output and "vLLM's defaults" in r.output and "(document alone, a tree)" in r.output
 
 
 @pytest.mark.parametrize("args, message", [
