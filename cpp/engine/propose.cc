@@ -55,13 +55,14 @@ constexpr uint64_t kInTop = ProposeWorkspace::kInTop;
 constexpr uint64_t kPerChild = kUnknown - 1;  // shared_hint's answer only, never stored
 bool in_top(uint64_t position) { return (position >> 62) == 1; }
 
-// Where c goes in the frontier, sorted worst first: after every candidate
-// it beats. The best-first order is higher path probability first, ties by
+// Puts c into the frontier, sorted worst first: after every candidate it
+// beats. The best-first order is higher path probability first, ties by
 // smaller depth, then the earlier chosen parent, then the smaller token;
 // but no two candidates in the frontier share a parent (a family offers its
-// next only once its last is chosen), so their ranks differ and decide. A
-// search without branches: which half holds the place is a coin toss for
-// the predictor.
+// next only once its last is chosen), so their ranks differ and decide.
+// By insertion from the best end: most offers land near it (a node is
+// expanded when its best child about beats the frontier's best), so that
+// few candidates move.
 void frontier_insert(std::vector<Candidate>& frontier, const Candidate& c) {
   frontier.push_back(c);
   Candidate* f = frontier.data();
@@ -364,7 +365,8 @@ void Grower<Trie>::score_corpus(uint32_t v, uint32_t L) {
     trie_.children(len, at, &lo, &hi);
     if (lo >= hi) continue;
     const float w = ws.weights[L - len];
-    // No score of this suffix or a shorter one exceeds w.
+    // No score of this suffix or a shorter one exceeds w: once all the
+    // kept best do, none of theirs can enter.
     if (ws.best_size == branch_ && ws.best_score[branch_ - 1] > w) {
       for (uint32_t l = len; l >= 1; --l) ws.run_read[l] = RunRead::kLater;  // not read
       return;
