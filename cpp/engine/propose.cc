@@ -53,6 +53,7 @@ constexpr uint64_t kAbsent = ProposeWorkspace::kAbsent;
 constexpr uint64_t kUnknown = ProposeWorkspace::kUnknown;
 constexpr uint64_t kInTop = ProposeWorkspace::kInTop;
 constexpr uint64_t kPerChild = kUnknown - 1;  // shared_hint's answer only, never stored
+constexpr uint32_t kFamilyRow = ProposeWorkspace::kFamilyRow;
 bool in_top(uint64_t position) { return (position >> 62) == 1; }
 
 // Puts c into the frontier, sorted worst first: after every candidate it
@@ -178,6 +179,7 @@ class Grower {
   const RunTop& long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi, const int32_t* suffix);
   uint64_t shared_hint(uint32_t len) const;
   uint64_t hint_for(int32_t tok, uint32_t len) const;
+  uint32_t own_row(uint32_t hints, int32_t token);
   uint32_t suffix_len(uint32_t depth) const {
     return static_cast<uint32_t>(std::min<uint64_t>(max_len_, n_ + depth));
   }
@@ -626,15 +628,19 @@ void Grower<Trie>::expand(uint32_t v) {
     for (; i > first && family[i - 1].prob == x.prob && family[i - 1].token > x.token; --i) family[i] = family[i - 1];
     family[i] = x;
   }
-  // Their suffixes' entries, as far as this node's runs place them: a row
-  // of max_len_ + 1 each (entry 0 unused), appended one by one (a resize's
-  // fill, out of line, cost more than the row).
+  // Their suffixes' entries, as far as this node's runs place them, in
+  // rows of max_len_ + 1 (entry 0 unused): where every child's are the same
+  // but for its token, one row of the family, which a child copies once
+  // chosen (own_row); else a row of each child's.
   uint64_t shared[kMaxOrder];
-  for (uint32_t len = 1; len + 1 <= child_len; ++len) shared[len] = len <= L ? shared_hint(len) : kUnknown;
+  bool per_child = false;
+  for (uint32_t len = 1; len + 1 <= child_len; ++len) {
+    shared[len] = len <= L ? shared_hint(len) : kUnknown;
+    per_child |= shared[len] == kPerChild;
+  }
   std::vector<uint64_t>& positions = ws.positions;
-  for (uint32_t j = first; j < end; ++j) {
-    const int32_t tok = ws.children[j].token;
-    ws.children[j].hints = static_cast<uint32_t>(positions.size());
+  const auto append_row = [&](int32_t tok) {
+    const uint32_t row = static_cast<uint32_t>(positions.size());
     positions.push_back(kAbsent);
     for (uint32_t len = 1; len <= max_len_; ++len) {
       uint64_t at = kAbsent;
@@ -645,9 +651,29 @@ void Grower<Trie>::expand(uint32_t v) {
       }
       positions.push_back(at);
     }
+    return row;
+  };
+  if (!per_child) {
+    const uint32_t row = append_row(ws.children[first].token) | kFamilyRow;
+    for (uint32_t j = first; j < end; ++j) ws.children[j].hints = row;
+  } else {
+    for (uint32_t j = first; j < end; ++j) ws.children[j].hints = append_row(ws.children[j].token);
   }
   ws.family_end[v] = end;
   offer(v, first);
+}
+
+// The row of a chosen node's suffixes' entries (Node::pos), from its
+// candidate's hints: its own row, or a copy of its family's with its token.
+template <class Trie>
+uint32_t Grower<Trie>::own_row(uint32_t hints, int32_t token) {
+  if ((hints & kFamilyRow) == 0) return hints;
+  std::vector<uint64_t>& positions = ws_.positions;
+  const uint32_t family = hints & ~kFamilyRow;
+  const uint32_t row = static_cast<uint32_t>(positions.size());
+  for (uint32_t len = 0; len <= max_len_; ++len) positions.push_back(positions[family + len]);
+  if (max_len_ >= 1 && positions[family + 1] != kAbsent) positions[row + 1] = static_cast<uint64_t>(token);
+  return row;
 }
 
 // Puts the continuation children[j] of node v into the frontier.
@@ -698,7 +724,7 @@ void Grower<Trie>::run(ProposedTree& out) {
     node.parent = static_cast<int32_t>(parent);
     node.depth = c.depth();
     node.prob = c.prob();
-    node.pos = c.hints;
+    node.pos = own_row(c.hints, c.token);
     ws.nodes.push_back(node);
     const uint32_t v = static_cast<uint32_t>(ws.nodes.size() - 1);
     ws.expand_key.push_back(0.0f);  // expand_key[v]

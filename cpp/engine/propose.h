@@ -84,6 +84,7 @@ struct ProposeWorkspace {
   // RunTop), looked up there once the node is chosen. Entries of a level
   // are below 2^62; kAbsent and kUnknown have both top bits set.
   static constexpr uint64_t kInTop = uint64_t{1} << 62;
+  static constexpr uint32_t kFamilyRow = uint32_t{1} << 31;  // a Candidate::hints flag
 
   struct Node {          // a node of the tree, in the order chosen
     int32_t token;
@@ -101,7 +102,9 @@ struct ProposeWorkspace {
     // 8191 - parent, so that one comparison settles nearly every pair.
     uint64_t rank;
     int32_t token;
-    uint32_t hints;      // its suffixes' entries as far as known: positions[hints + len]
+    // Its suffixes' entries as far as known: positions[hints + len]; with
+    // kFamilyRow set, its family's row, which holds the first child's token.
+    uint32_t hints;
     uint32_t next;       // its parent's next continuation: children[next], none at family_end[parent]
     static constexpr uint32_t kDepthBits = 7, kParentBits = 13;
     static uint64_t make_rank(float prob, uint32_t depth, uint32_t parent) {
