@@ -239,6 +239,21 @@ def test_bounds_past_the_budget_are_computed_each_time(
             assert_same(index.propose(np.array(ctx), **params), reference(corpus, ctx, **params))
 
 
+@pytest.mark.parametrize("mode", ["ram", "mmap"])
+def test_lists_past_the_budget_are_computed_each_time(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """A trie opened with no room for kept lists of long runs (RunTopCache
+    past its budget) reads each long run when needed, and its children find
+    their entries in that list at once: still the brute force's trees."""
+    assert max(len(after) for after in corpus.after.values()) >= 16  # long runs exist (RunTopCache::kMinRun)
+    monkeypatch.setenv("NGRAM_RUN_TOPS_BYTES", "0")
+    index = NgramIndex.open(corpus.write(tmp_path / "t.ngt", 1), mode=mode)
+    for params in PARAMS:
+        for ctx in contexts(corpus, seed=len(params)):
+            assert_same(index.propose(np.array(ctx), **params), reference(corpus, ctx, **params))
+
+
 def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     """corpus=False: only the context's own earlier occurrences propose."""
     c = Corpus(seed=1, order=3, vocab=20, docs=3, length=10)

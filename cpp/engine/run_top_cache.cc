@@ -1,6 +1,13 @@
 #include "run_top_cache.h"
 
+#include <cstdlib>
+
 namespace ngram {
+
+uint64_t RunTopCache::budget_from_env() {
+  const char* e = std::getenv("NGRAM_RUN_TOPS_BYTES");
+  return e ? std::strtoull(e, nullptr, 10) : kBudgetBytes;
+}
 
 uint64_t RunTopCache::next_id() {
   static std::atomic<uint64_t> last{0};
@@ -23,7 +30,7 @@ const RunTop* RunTopCache::insert(uint32_t len, uint64_t node, const RunTop& top
   if (it != s.map.end()) return it->second.get();
   // An entry's cost: the list and about as much for the map's node.
   constexpr uint64_t kEntryBytes = sizeof(RunTop) + 64;
-  if (bytes_.load(std::memory_order_relaxed) + kEntryBytes > kBudgetBytes) return nullptr;
+  if (bytes_.load(std::memory_order_relaxed) + kEntryBytes > budget_) return nullptr;
   bytes_.fetch_add(kEntryBytes, std::memory_order_relaxed);
   auto& slot = s.map[k];
   slot = std::make_unique<RunTop>(top);

@@ -5,8 +5,10 @@
 // runs are cheap to read each time; the longer ones (up to the children of
 // frequent short contexts, tens of thousands of entries) recur across nodes
 // and calls and are read once here. Entries are never removed, so a pointer
-// returned stays valid while the trie is open; past a memory budget nothing
-// more is kept and callers compute the list themselves.
+// returned stays valid while the trie is open; past a memory budget
+// (kBudgetBytes, or the bytes $NGRAM_RUN_TOPS_BYTES names when the cache is
+// made, with its trie) nothing more is kept and callers compute the list
+// themselves.
 #pragma once
 #include <array>
 #include <atomic>
@@ -47,6 +49,7 @@ class RunTopCache {
   // list (an earlier one if another thread kept it first), or nullptr.
   const RunTop* insert(uint32_t len, uint64_t node, const RunTop& top);
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  uint64_t budget() const { return budget_; }
   // Distinct for every cache made in this process (never reused), so that a
   // thread may remember this cache's lists by (id, key) without locking.
   uint64_t id() const { return id_; }
@@ -62,8 +65,10 @@ class RunTopCache {
 
   mutable std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> bytes_{0};
+  const uint64_t budget_ = budget_from_env();
   const uint64_t id_ = next_id();
   static uint64_t next_id();
+  static uint64_t budget_from_env();
 };
 
 }  // namespace ngram
