@@ -227,27 +227,19 @@ def test_threads_filling_a_fresh_trie_answer_as_one(corpus: Corpus, tmp_path: Pa
         assert tree.tokens.tolist() == one.tokens.tolist() and tree.scores.tolist() == one.scores.tolist()
 
 
-def test_bounds_past_the_budget_are_computed_each_time(
-    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("budget, mode", [
+    ("NGRAM_RUN_BOUNDS_BYTES", "ram"), ("NGRAM_RUN_TOPS_BYTES", "ram"), ("NGRAM_RUN_TOPS_BYTES", "mmap")])
+def test_past_the_budgets_everything_is_computed_each_time(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: str, mode: str
 ) -> None:
-    """A trie opened with no room for kept run bounds (every level past the
-    budget) computes each bound when needed: still the brute force's trees."""
-    monkeypatch.setenv("NGRAM_RUN_BOUNDS_BYTES", "0")
-    index = NgramIndex.open(corpus.write(tmp_path / "t.ngt", 1), mode="ram")
-    for params in PARAMS:
-        for ctx in contexts(corpus, seed=len(params)):
-            assert_same(index.propose(np.array(ctx), **params), reference(corpus, ctx, **params))
-
-
-@pytest.mark.parametrize("mode", ["ram", "mmap"])
-def test_lists_past_the_budget_are_computed_each_time(
-    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
-) -> None:
-    """A trie opened with no room for kept lists of long runs (RunTopCache
-    past its budget) reads each long run when needed, and its children find
-    their entries in that list at once: still the brute force's trees."""
+    """A trie opened with no room for kept run bounds (every level past
+    RunBounds' budget) computes each bound when needed; with no room for
+    kept lists of long runs (RunTopCache's), it reads each long run when
+    needed and its children find their entries in that list at once, the
+    path of a corpus-scale trie whose lists fill the budget. Either way:
+    the brute force's trees."""
     assert max(len(after) for after in corpus.after.values()) >= 16  # long runs exist (RunTopCache::kMinRun)
-    monkeypatch.setenv("NGRAM_RUN_TOPS_BYTES", "0")
+    monkeypatch.setenv(budget, "0")
     index = NgramIndex.open(corpus.write(tmp_path / "t.ngt", 1), mode=mode)
     for params in PARAMS:
         for ctx in contexts(corpus, seed=len(params)):
