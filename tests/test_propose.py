@@ -246,6 +246,18 @@ def test_past_the_budgets_everything_is_computed_each_time(
             assert_same(index.propose(np.array(ctx), **params), reference(corpus, ctx, **params))
 
 
+@pytest.mark.parametrize("budget", ["NGRAM_RUN_BOUNDS_BYTES", "NGRAM_RUN_TOPS_BYTES"])
+def test_a_budget_that_is_not_a_number_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: str
+) -> None:
+    """A budget the environment sets to anything but a byte count raises,
+    naming the variable, rather than keeping nothing."""
+    path = Corpus(seed=1, order=3, vocab=20, docs=3, length=10).write(tmp_path / "t.ngt", 1)
+    monkeypatch.setenv(budget, "64MB")
+    with pytest.raises(ValueError, match=f"{budget} = '64MB': must be a number of bytes"):
+        NgramIndex.open(path).propose([1, 2, 3])
+
+
 def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     """corpus=False: only the context's own earlier occurrences propose."""
     c = Corpus(seed=1, order=3, vocab=20, docs=3, length=10)

@@ -1,12 +1,11 @@
 #include "run_bounds.h"
 
-#include <cstdlib>
+#include "env_bytes.h"
 
 namespace ngram {
 
 void RunBounds::allocate(const std::vector<uint64_t>& sizes) const {
-  uint64_t budget = kBudgetBytes;
-  if (const char* e = std::getenv("NGRAM_RUN_BOUNDS_BYTES")) budget = std::strtoull(e, nullptr, 10);
+  const uint64_t budget = bytes_from_env("NGRAM_RUN_BOUNDS_BYTES", kBudgetBytes);
   uint64_t total = 0;
   first_.clear();
   for (uint64_t n : sizes) {

@@ -1,13 +1,10 @@
 #include "run_top_cache.h"
 
-#include <cstdlib>
+#include "env_bytes.h"
 
 namespace ngram {
 
-uint64_t RunTopCache::budget_from_env() {
-  const char* e = std::getenv("NGRAM_RUN_TOPS_BYTES");
-  return e ? std::strtoull(e, nullptr, 10) : kBudgetBytes;
-}
+uint64_t RunTopCache::budget_bytes() { return bytes_from_env("NGRAM_RUN_TOPS_BYTES", kBudgetBytes); }
 
 uint64_t RunTopCache::next_id() {
   static std::atomic<uint64_t> last{0};

@@ -49,7 +49,6 @@ class RunTopCache {
   // list (an earlier one if another thread kept it first), or nullptr.
   const RunTop* insert(uint32_t len, uint64_t node, const RunTop& top);
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
-  uint64_t budget() const { return budget_; }
   // Distinct for every cache made in this process (never reused), so that a
   // thread may remember this cache's lists by (id, key) without locking.
   uint64_t id() const { return id_; }
@@ -65,10 +64,10 @@ class RunTopCache {
 
   mutable std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> bytes_{0};
-  const uint64_t budget_ = budget_from_env();
+  const uint64_t budget_ = budget_bytes();
   const uint64_t id_ = next_id();
   static uint64_t next_id();
-  static uint64_t budget_from_env();
+  static uint64_t budget_bytes();  // kBudgetBytes or $NGRAM_RUN_TOPS_BYTES
 };
 
 }  // namespace ngram
