@@ -49,7 +49,7 @@ def start_server(trie: Path, threads: int) -> tuple[subprocess.Popen, int]:
     if binary is None:
         sys.exit("ngram-serve-native was not built")
     p = subprocess.Popen([str(binary), str(trie), "--host", "127.0.0.1", "--port", "0", "--threads", str(threads),
-                          "--max-inflight", "1024"], stderr=subprocess.PIPE, text=True)
+                          "--max-queue", "1024"], stderr=subprocess.PIPE, text=True)
     assert p.stderr is not None
     for line in p.stderr:
         ev = json.loads(line)

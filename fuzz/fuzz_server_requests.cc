@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "compute_pool.h"
 #include "index_registry.h"
 #include "json_log.h"
 #include "metrics.h"
@@ -26,7 +27,7 @@ struct Host {
   ngram::server::ServerConfig config;
   ngram::server::IndexRegistry registry{false, false};
   std::unique_ptr<ngram::server::Metrics> metrics;
-  std::unique_ptr<ngram::server::Admission> admission;
+  std::unique_ptr<ngram::server::ComputePool> pool;
   std::unique_ptr<ngram::server::NgramServiceImpl> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<grpc::GenericStub> stub;
@@ -48,7 +49,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   ngram::server::route_protobuf_log();
   g_host = new Host;
   g_host->config.threads = 1;
-  g_host->config.max_inflight = 8;
+  g_host->config.max_queue = 8;
   // Small limits, so that a fuzzed request reaches the engine's checks
   // rather than spending its time on a huge batch.
   g_host->config.limits.max_batch = 16;
@@ -58,9 +59,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_host->config.limits.max_beam = 64;
   g_host->registry.add("fuzz", path);
   g_host->metrics = ngram::server::Metrics::create("", 0, g_host->registry);
-  g_host->admission = std::make_unique<ngram::server::Admission>(8, 1);
+  g_host->pool = std::make_unique<ngram::server::ComputePool>(1, 8, std::chrono::seconds(10));
   g_host->service = std::make_unique<ngram::server::NgramServiceImpl>(g_host->config, g_host->registry,
-                                                                      *g_host->metrics, *g_host->admission);
+                                                                      *g_host->metrics, *g_host->pool);
   grpc::ServerBuilder builder;
   builder.RegisterService(g_host->service.get());
   g_host->server = builder.BuildAndStart();

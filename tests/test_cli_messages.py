@@ -57,7 +57,7 @@ def json_lines(stderr: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("args,reason", [
     (["x.ngt", "--bogus"], "Error: unknown option --bogus"),
     ([], "Error: no trie FILE given"),
-    (["x.ngt", "--port", "70000"], "Error: --port: must be 0..65535"),
+    (["x.ngt", "--port", "70000"], "Error: --port: 70000 is out of range: must be 0..65535"),
 ], ids=["unknown-option", "no-file", "bad-port"])
 def test_native_usage_error_is_short(args: list[str], reason: str) -> None:
     r = run_native(*args)
@@ -300,7 +300,7 @@ def test_tokenizer_of_another_trie_is_refused(sample_trie: Path, other_tokenizer
 @needs_server
 def test_prune_limits_above_the_engines_are_refused_at_start(sample_trie: Path) -> None:
     r = run_native(str(sample_trie), "--port", "0", "--max-nodes", "5000")
-    assert r.returncode == 2 and r.stderr.splitlines()[-1] == "Error: --max-nodes 5000: at most the engine's 4096"
+    assert r.returncode == 2 and r.stderr.splitlines()[-1] == "Error: --max-nodes: 5000 is out of range: must be 1..4096"
 
 
 @needs_server

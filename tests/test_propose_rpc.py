@@ -304,7 +304,7 @@ def test_fingerprint_and_index(server: ServerProcess, sample_trie: Path) -> None
         c.propose([1, 2, 3])
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert e.value.details() == (f"tokenizer_fingerprint: index 'sample' was built with tokenizer {fp}; "
-                                 f"the request gives {'0' * 64}")
+                                 f"the request gives '{'0' * 64}'")
     with server.client(index="plain", tokenizer_fingerprint=fp) as c, pytest.raises(grpc.RpcError) as e:
         c.propose_batch([[1, 2]])
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "records no tokenizer" in e.value.details()
@@ -339,23 +339,24 @@ def test_metrics_and_log(sample_trie: Path, contexts: list[np.ndarray]) -> None:
 
 
 def test_admission(sample_trie: Path) -> None:
-    """ProposeTree is admitted as every method is: over --max-inflight it is
+    """ProposeTree is admitted as every method is: over --max-queue it is
     refused at once (RESOURCE_EXHAUSTED, counted), and the trees a PruneTree
     answers are counted beside it."""
     port = free_port()
-    with ServerProcess([sample_trie], "--threads", "1", "--max-inflight", "1", "--metrics-port", str(port),
-                       "--metrics-host", "127.0.0.1") as s, s.client(retry_attempts=1) as c:
-        slow = s.stub().PruneTree.future(_slow_prune_request(2), timeout=120)
-        wait_in_flight(port, 1)
+    with ServerProcess([sample_trie], "--threads", "1", "--max-queue", "1", "--max-queue-wait-ms", "600000",
+                       "--metrics-port", str(port), "--metrics-host", "127.0.0.1") as s, \
+            s.client(retry_attempts=1) as c:
+        slow = [s.stub().PruneTree.future(_slow_prune_request(2, seed=i), timeout=120) for i in range(2)]
+        wait_in_flight(port, 2)  # one running, one queued
         with pytest.raises(grpc.RpcError) as e:
             c.propose([1, 2])
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert not slow.done()
-        assert len(slow.result().trees) == 2
+        assert not any(f.done() for f in slow)
+        assert [len(f.result().trees) for f in slow] == [2, 2]
         assert len(c.propose([1, 2]).tokens) > 1  # the place is free again
         text = metrics_text(port)
-    assert 'ngram_rejected_total{method="ProposeTree"} 1' in text
-    assert 'ngram_trees_total{method="PruneTree"} 2' in text
+    assert 'ngram_rejected_total{method="ProposeTree",reason="queue_full"} 1' in text
+    assert 'ngram_trees_total{method="PruneTree"} 4' in text
 
 
 # ---- ngram-query propose ---------------------------------------------------------------

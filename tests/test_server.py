@@ -413,8 +413,8 @@ def test_call_queued_past_its_deadline_is_not_computed(sample_trie: Path) -> Non
     the vocabulary, so running them would have answered INVALID_ARGUMENT."""
     port = free_port()
     bad = pb.TopKRequest(context=[10**9], k=1)
-    with ServerProcess([sample_trie], "--threads", "1", "--log-requests", "--metrics-port", str(port),
-                       "--metrics-host", "127.0.0.1") as s:
+    with ServerProcess([sample_trie], "--threads", "1", "--log-requests", "--max-queue-wait-ms", "600000",
+                       "--metrics-port", str(port), "--metrics-host", "127.0.0.1") as s:
         stub = s.stub()
         heavy = stub.PruneTree.future(_slow_prune_request(6), timeout=120)
         wait_in_flight(port, 1)  # admitted with the slot free: computing
@@ -440,23 +440,23 @@ def test_call_queued_past_its_deadline_is_not_computed(sample_trie: Path) -> Non
 
 
 def test_resource_exhausted_under_overload(sample_trie: Path) -> None:
-    """Over --max-inflight a call is refused at once, whatever the speed of
-    the machine: two slow calls hold both places (one computing, one queued)."""
+    """Over --max-queue a call is refused at once, whatever the speed of the
+    machine: two slow calls hold the worker and the one place in the queue."""
     port = free_port()
-    with ServerProcess([sample_trie], "--threads", "1", "--max-inflight", "2", "--metrics-port", str(port),
-                       "--metrics-host", "127.0.0.1") as s:
+    with ServerProcess([sample_trie], "--threads", "1", "--max-queue", "1", "--max-queue-wait-ms", "600000",
+                       "--metrics-port", str(port), "--metrics-host", "127.0.0.1") as s:
         stub = s.stub()
         slow = [stub.PruneTree.future(_slow_prune_request(3, seed=i), timeout=120) for i in range(2)]
         wait_in_flight(port, 2)
         with pytest.raises(grpc.RpcError) as e:
             stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=30)
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "--max-inflight" in e.value.details()
+        assert "--max-queue" in e.value.details()
         assert not any(f.done() for f in slow)  # refused while both were still in flight
         assert [len(f.result().trees) for f in slow] == [3, 3]
         assert stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=30).tokens  # places freed
         text = metrics_text(port)
-    assert 'ngram_rejected_total{method="TopK"} 1' in text
+    assert 'ngram_rejected_total{method="TopK",reason="queue_full"} 1' in text
 
 
 @pytest.fixture(scope="module")
@@ -497,7 +497,9 @@ def test_reload_swaps_the_trie_under_load(sample_trie: Path, other_trie: Path, t
     port = free_port()
     seen: list[str] = []
     stop = threading.Event()
-    with ServerProcess([live], "--admin", "--threads", "2", "--metrics-port", str(port),
+    a_copy = tmp_path / "a.ngt"
+    shutil.copy(sample_trie, a_copy)
+    with ServerProcess([live], "--admin-port", "0", "--threads", "2", "--metrics-port", str(port),
                        "--metrics-host", "127.0.0.1") as s, s.client(timeout=60) as c:
         c.wait_ready()
 
@@ -521,7 +523,7 @@ def test_reload_swaps_the_trie_under_load(sample_trie: Path, other_trie: Path, t
         workers = [threading.Thread(target=load) for _ in range(3)]
         for w in workers:
             w.start()
-        admin = pb_grpc.NgramAdminStub(grpc.insecure_channel(s.target))
+        admin = pb_grpc.NgramAdminStub(grpc.insecure_channel(f"127.0.0.1:{s.listening['admin_port']}"))
         try:
             assert answers_now() == "a"
             n = len(s.events)
@@ -536,7 +538,7 @@ def test_reload_swaps_the_trie_under_load(sample_trie: Path, other_trie: Path, t
             s.proc.send_signal(signal.SIGHUP)  # reopens live.ngt, now broken
             assert "live.ngt" in s.wait_event("reload_failed", after=n)["error"]
             assert answers_now() == "b"  # the old trie keeps serving
-            r = admin.Reload(pb.ReloadRequest(path=str(sample_trie)), timeout=30)
+            r = admin.Reload(pb.ReloadRequest(path=str(a_copy)), timeout=30)
             assert r.index == "live" and r.file_bytes == sample_trie.stat().st_size
             assert answers_now() == "a"
             with pytest.raises(grpc.RpcError) as e:
@@ -545,7 +547,7 @@ def test_reload_swaps_the_trie_under_load(sample_trie: Path, other_trie: Path, t
             assert answers_now() == "a"
             with pytest.raises(grpc.RpcError) as e:
                 admin.Reload(pb.ReloadRequest(path=str(tmp_path / "missing.ngt")), timeout=30)
-            assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "missing.ngt" in e.value.details()
             text = metrics_text(port)
         finally:
             stop.set()
@@ -553,10 +555,10 @@ def test_reload_swaps_the_trie_under_load(sample_trie: Path, other_trie: Path, t
                 w.join(60)
     assert set(seen) == {"a", "b"}, collections.Counter(seen)
     assert 'ngram_reloads_total{index="live",result="ok"} 2' in text
-    assert 'ngram_reloads_total{index="live",result="error"} 3' in text
+    assert 'ngram_reloads_total{index="live",result="error"} 2' in text  # the missing path: refused before
     assert f'ngram_index_file_bytes{{index="live"}} {sample_trie.stat().st_size}' in text
     assert sum(ev["event"] == "reload" for ev in s.events) == 2
-    assert sum(ev["event"] == "reload_failed" for ev in s.events) == 3
+    assert sum(ev["event"] == "reload_failed" for ev in s.events) == 2
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -570,8 +572,8 @@ def test_drain_finishes_calls_in_flight_and_refuses_new_ones(sample_trie: Path, 
     want = _engine_trees(sample_trie, req)
     results: list[Any] = []
     port = free_port()
-    with ServerProcess([sample_trie], "--threads", "1", "--drain-seconds", "120", "--metrics-port", str(port),
-                       "--metrics-host", "127.0.0.1") as s:
+    with ServerProcess([sample_trie], "--threads", "1", "--drain-seconds", "120", "--max-queue-wait-ms", "600000",
+                       "--metrics-port", str(port), "--metrics-host", "127.0.0.1") as s:
         watch = health_pb2_grpc.HealthStub(grpc.insecure_channel(s.target)).Watch(
             health_pb2.HealthCheckRequest(service="ngram.v1.NgramService"), timeout=120)
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
@@ -605,11 +607,13 @@ def test_drain_finishes_calls_in_flight_and_refuses_new_ones(sample_trie: Path, 
 
 def test_drain_seconds_running_out_cancels_what_is_left(sample_trie: Path) -> None:
     """With --drain-seconds 0.2 and more work queued than that, the process
-    still exits 0; the calls not finished by then are refused."""
+    exits 0 within --drain-seconds + 1 s; the calls not finished by then,
+    the one running included, end UNAVAILABLE (which clients retry
+    elsewhere), never CANCELLED."""
     port = free_port()
     results: list[Any] = []
-    with ServerProcess([sample_trie], "--threads", "1", "--drain-seconds", "0.2", "--metrics-port", str(port),
-                       "--metrics-host", "127.0.0.1") as s:
+    with ServerProcess([sample_trie], "--threads", "1", "--drain-seconds", "0.2", "--max-queue-wait-ms", "600000",
+                       "--metrics-port", str(port), "--metrics-host", "127.0.0.1") as s:
         stub = s.stub()
 
         def call(seed: int) -> None:
@@ -622,14 +626,17 @@ def test_drain_seconds_running_out_cancels_what_is_left(sample_trie: Path) -> No
         for t in threads:
             t.start()
         wait_in_flight(port, 4)
+        t0 = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(60)
+        took = time.monotonic() - t0
         for t in threads:
             t.join(120)
-        rc = s.proc.wait(60)
     assert rc == 0 and s.events[-1]["event"] == "stopped"
+    assert took < 0.2 + 1.0 + 0.5, took  # the bound, and the signal's and exit's own time on a loaded machine
     cut = [r for r in results if r != 4]
     # Three calls queued behind a call of four slow trees cannot all finish in 0.2 s.
-    assert len(cut) >= 2 and set(cut) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}, results
+    assert len(cut) >= 3 and set(cut) == {grpc.StatusCode.UNAVAILABLE}, results
 
 
 def test_ram_and_verify(sample_trie: Path, tmp_path: Path) -> None:
@@ -646,7 +653,8 @@ def test_ram_and_verify(sample_trie: Path, tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     ctx, cand = rng.integers(0, 4096, (300, 2)), rng.integers(0, 4096, (300, 25))
     p0, m0 = idx.conditional_probs(ctx, cand)
-    with ServerProcess([sample_trie], "--ram", "--verify", "--admin") as s, s.client() as c:
+    with ServerProcess([sample_trie], "--ram", "--verify", "--admin-port", "0", "--reload-dir", str(tmp_path)) as s, \
+            s.client() as c:
         assert s.events[0]["event"] == "index_loaded" and s.events[0]["mapped"] is False
         info = c.info()
         assert info["mapped"] is False and info["file_bytes"] == sample_trie.stat().st_size
@@ -654,7 +662,8 @@ def test_ram_and_verify(sample_trie: Path, tmp_path: Path) -> None:
         np.testing.assert_array_equal(p, p0)
         np.testing.assert_array_equal(m, m0)
         with pytest.raises(grpc.RpcError) as e:
-            pb_grpc.NgramAdminStub(grpc.insecure_channel(s.target)).Reload(pb.ReloadRequest(path=str(bad)), timeout=30)
+            admin = pb_grpc.NgramAdminStub(grpc.insecure_channel(f"127.0.0.1:{s.listening['admin_port']}"))
+            admin.Reload(pb.ReloadRequest(path=str(bad)), timeout=30)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "checksum" in e.value.details()
     with ServerProcess([sample_trie]) as s, s.client() as c:
         assert s.events[0]["mapped"] is True and c.info()["mapped"] is True

@@ -50,14 +50,12 @@ class Interrupt {
     if (armed_) check_armed();
   }
 
-  // Why the call should stop now (kNone: it should go on).
+  // Why the call should stop now (kNone: it should go on). The deadline
+  // first: gRPC also cancels a call whose deadline passed.
   StopReason reason() const {
     if (!armed_) return StopReason::kNone;
-    if (flag_) {
-      const StopReason r = flag_->load(std::memory_order_relaxed);
-      if (r != StopReason::kNone) return r;
-    }
-    return Clock::now() >= deadline_ ? StopReason::kDeadline : StopReason::kNone;
+    if (deadline_ != Clock::time_point::max() && Clock::now() >= deadline_) return StopReason::kDeadline;
+    return flag_ ? flag_->load(std::memory_order_relaxed) : StopReason::kNone;
   }
 
  private:

@@ -28,6 +28,7 @@ void IndexRegistry::add(const std::string& name, const std::string& path) {
   if (slots_.count(name)) throw std::invalid_argument("index name '" + name + "' given twice");
   auto slot = std::make_unique<Slot>();
   slot->current = load(name, path);
+  slot->file = path;
   slots_[name] = std::move(slot);
   order_.push_back(name);
 }
@@ -44,13 +45,18 @@ std::shared_ptr<const LoadedIndex> IndexRegistry::reload(const std::string& name
   if (it == slots_.end()) throw std::out_of_range("no index named '" + name + "'");
   Slot& slot = *it->second;
   std::lock_guard<std::mutex> one_at_a_time(slot.reload_mu);
-  const std::string from = path.empty() ? get(it->first)->path : path;
-  auto fresh = load(it->first, from);  // may throw: the old index keeps serving
+  auto fresh = load(it->first, path);  // may throw: the old index keeps serving
   {
     std::lock_guard<std::mutex> lock(slot.mu);
     slot.current.swap(fresh);
   }
   return get(it->first);  // `fresh` (the old index) is released after the lock
+}
+
+const std::string& IndexRegistry::file_of(const std::string& name) const {
+  auto it = slots_.find(name.empty() ? order_.front() : name);
+  if (it == slots_.end()) throw std::out_of_range("no index named '" + name + "'");
+  return it->second->file;
 }
 
 }  // namespace ngram::server

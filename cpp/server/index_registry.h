@@ -31,9 +31,11 @@ class IndexRegistry {
   void add(const std::string& name, const std::string& path);
   // The index named `name` ("" = the default, the first added); nullptr if none.
   std::shared_ptr<const LoadedIndex> get(const std::string& name) const;
-  // Reopens `name` from `path` ("" = its current file) and swaps it in.
-  // Throws FormatError (the old index keeps serving) or std::out_of_range.
+  // Reopens `name` from `path` and swaps it in. Throws FormatError (the
+  // old index keeps serving) or std::out_of_range.
   std::shared_ptr<const LoadedIndex> reload(const std::string& name, const std::string& path);
+  // The file `name` was added from (the command line's): what SIGHUP reopens.
+  const std::string& file_of(const std::string& name) const;
   const std::vector<std::string>& names() const { return order_; }
   const std::string& default_name() const { return order_.front(); }
 
@@ -43,6 +45,7 @@ class IndexRegistry {
   struct Slot {
     mutable std::mutex mu;
     std::shared_ptr<const LoadedIndex> current;
+    std::string file;      // the file given at add()
     std::mutex reload_mu;  // one reload of a slot at a time
   };
   bool in_ram_, verify_;

@@ -8,8 +8,12 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <climits>
+#include <condition_variable>
+#include <mutex>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +26,7 @@
 #include "errors.h"
 #include "index_registry.h"
 #include "json_log.h"
+#include "compute_pool.h"
 #include "metrics.h"
 #include "server_config.h"
 #include "service.h"
@@ -48,20 +53,113 @@ std::shared_ptr<grpc::ServerCredentials> credentials(const ServerConfig& c) {
   return grpc::SslServerCredentials(opts);
 }
 
+// Builds and starts one listener; on failure logs startup_failed with what
+// gRPC said (say, the port is in use) and returns nullptr. `what` follows
+// the address in the message.
+std::unique_ptr<grpc::Server> listen(grpc::ServerBuilder& builder, const std::string& addr, const std::string& what) {
+  // One server per port: without this gRPC sets SO_REUSEPORT, and a second
+  // server on a port in use would start and share its calls.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  GrpcLogCapture grpc_log;  // gRPC says why it cannot listen only in its log
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server) return server;
+  const std::string said = grpc_log.text();
+  const std::string reason = grpc_error_reason(said);
+  LogLine("error", "startup_failed")
+      .kv("error", "cannot listen on " + addr + what + (reason.empty() ? "" : ": " + reason))
+      .kv("grpc", said)
+      .emit();
+  grpc_log.discard();
+  return nullptr;
+}
+
+std::string address(const std::string& host, int port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// The directories Reload may open files from: --reload-dir, else each
+// FILE's directory; resolved, so that a path is compared after realpath.
+std::vector<std::string> reload_dirs(const ServerConfig& c) {
+  std::vector<std::string> given;
+  if (!c.reload_dir.empty()) {
+    given.push_back(c.reload_dir);
+  } else {
+    for (const std::string& f : c.files) {
+      const size_t slash = f.find_last_of('/');
+      given.push_back(slash == std::string::npos ? "." : slash == 0 ? "/" : f.substr(0, slash));
+    }
+  }
+  std::vector<std::string> out;
+  for (const std::string& d : given) {
+    char buf[PATH_MAX];
+    if (!::realpath(d.c_str(), buf)) throw std::runtime_error("--reload-dir: cannot resolve " + d);
+    std::string r = buf;
+    if (r.size() > 1 && r.back() == '/') r.pop_back();
+    if (r == "/") r.clear();  // every absolute path then starts with r + '/'
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  }
+  return out;
+}
+
+// SIGHUP's reloads, on their own thread: loading a large trie takes a while,
+// and the signal thread must stay free for SIGTERM.
+class Reloader {
+ public:
+  Reloader(IndexRegistry& registry, Metrics& metrics) : registry_(registry), metrics_(metrics) {
+    thread_ = std::thread([this] { run(); });
+    thread_.detach();  // the process exits with _Exit, whatever it is loading
+  }
+  void request() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = true;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return pending_; });
+        pending_ = false;  // a SIGHUP during the reloads below asks for one more round
+      }
+      for (const auto& n : registry_.names()) {
+        try {
+          reload_index(registry_, metrics_, n, "", "SIGHUP");
+        } catch (const std::exception&) {
+          // logged by reload_index; the old index keeps serving
+        }
+      }
+    }
+  }
+  IndexRegistry& registry_;
+  Metrics& metrics_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool pending_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
 #ifdef NGRAM_ABSL_MUTEX_MODE
-  // Lock-order tracking costs every lock of gRPC's a graph update (about 1 %
-  // of the server's CPU in perf samples); it only reports, never prevents.
+  // Lock-order tracking costs every lock of gRPC's a graph update; it only
+  // reports, never prevents.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
+  // Large buffers (replies of many MB) come from mmap and go back to the
+  // system when freed: glibc's adaptive threshold would otherwise raise
+  // itself after the first large free and keep such memory in its heaps.
+  // An operator's own setting ($MALLOC_MMAP_THRESHOLD_) wins.
+  if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 1 << 20);
   // stderr carries JSON lines only (docs/SERVER.md, "Logs").
   route_grpc_log();
   route_protobuf_log();
   ServerConfig config = parse_args(argc, argv);
-  if (config.threads == 0) config.threads = std::max(1u, std::thread::hardware_concurrency());
-  if (config.max_inflight == 0) config.max_inflight = 64ull * config.threads;
+  resolve_defaults(config, std::thread::hardware_concurrency());
 
   // Signals are taken by one thread with sigwait: block them before any other
   // thread (gRPC's included) exists, so that every thread inherits the mask.
@@ -75,6 +173,7 @@ int main(int argc, char** argv) {
   IndexRegistry registry(config.in_ram, config.verify);
   std::unique_ptr<Metrics> metrics;
   std::shared_ptr<grpc::ServerCredentials> creds;
+  std::vector<std::string> allowed_dirs;
   try {
     for (size_t i = 0; i < config.files.size(); ++i) {
       const std::string name = i < config.names.size() ? config.names[i] : file_stem(config.files[i]);
@@ -93,58 +192,50 @@ int main(int argc, char** argv) {
           .emit();
     }
     creds = credentials(config);
+    if (config.admin_port >= 0) allowed_dirs = reload_dirs(config);
     metrics = Metrics::create(config.metrics_host, config.metrics_port, registry);
   } catch (const std::exception& e) {
     LogLine("error", "startup_failed").kv("error", e.what()).emit();
     return 1;
   }
 
-  Admission admission(config.max_inflight, config.threads);
-  NgramServiceImpl service(config, registry, *metrics, admission);
-  NgramAdminImpl admin(registry, *metrics);
+  ComputePool pool(config.threads, config.max_queue, std::chrono::milliseconds(config.max_queue_wait_ms));
+  metrics->watch(pool);
+  NgramServiceImpl service(config, registry, *metrics, pool);
+  NgramAdminImpl admin(registry, *metrics, allowed_dirs);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  const std::string addr = (config.host.find(':') != std::string::npos ? "[" + config.host + "]" : config.host) +
-                           ":" + std::to_string(config.port);
+  const std::string addr = address(config.host, config.port);
   builder.AddListeningPort(addr, creds, &bound_port);
   builder.RegisterService(&service);
-  if (config.admin) builder.RegisterService(&admin);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<uint64_t>(config.limits.max_message_bytes, INT32_MAX)));
-  builder.SetMaxSendMessageSize(static_cast<int>(std::min<uint64_t>(config.limits.max_message_bytes, INT32_MAX)));
-  // The sync server runs each call on a thread of its own pool; cap that pool
-  // a little above the admission limit (gRPC itself answers RESOURCE_EXHAUSTED
-  // beyond it) and keep enough pollers for the cores.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  // NgramService runs on the callback API and its own compute pool; only
+  // reflection is a synchronous service, and a few threads serve it.
   grpc::ResourceQuota quota("ngram-serve");
-  quota.SetMaxThreads(static_cast<int>(std::min<uint64_t>(config.max_inflight + 2 * config.threads + 8, 1 << 16)));
+  quota.SetMaxThreads(16);
   builder.SetResourceQuota(quota);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, static_cast<int>(config.threads));
-  // A thread that finishes a call exits when its queue already has
-  // MAX_POLLERS idle threads, and a new one is started for the next call:
-  // with a small maximum, every call under load paid a thread start and
-  // exit. Idle threads up to the admission limit stay instead.
-  const int pollers = static_cast<int>(std::min<uint64_t>(config.max_inflight / config.threads + 2, 1 << 12));
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, pollers);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
+  std::unique_ptr<grpc::Server> server = listen(builder, addr, "");
+  if (!server || bound_port == 0) return 1;
 
-  std::unique_ptr<grpc::Server> server;
-  {
-    // gRPC says why it cannot listen (say, the port is in use) only in its log.
-    GrpcLogCapture grpc_log;
-    server = builder.BuildAndStart();
-    if (!server || bound_port == 0) {
-      const std::string said = grpc_log.text();
-      const std::string reason = grpc_error_reason(said);
-      LogLine("error", "startup_failed")
-          .kv("error", "cannot listen on " + addr + (reason.empty() ? "" : ": " + reason))
-          .kv("grpc", said)
-          .emit();
-      grpc_log.discard();
-      return 1;
-    }
+  // The operator's listener: NgramAdmin alone, never on the query port.
+  std::unique_ptr<grpc::Server> admin_server;
+  int admin_port = 0;
+  if (config.admin_port >= 0) {
+    grpc::ServerBuilder admin_builder;
+    const std::string admin_addr = address(config.admin_host, config.admin_port);
+    admin_builder.AddListeningPort(admin_addr, creds, &admin_port);
+    admin_builder.RegisterService(&admin);
+    admin_server = listen(admin_builder, admin_addr, " (the admin listener)");
+    if (!admin_server || admin_port == 0) return 1;
   }
+
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   if (health) {
     health->SetServingStatus("", true);
@@ -152,58 +243,62 @@ int main(int argc, char** argv) {
   }
   std::string names;
   for (const auto& n : registry.names()) names += (names.empty() ? "" : ",") + n;
-  LogLine("info", "listening")
-      .kv("host", config.host)
+  LogLine listening("info", "listening");
+  listening.kv("host", config.host)
       .kv("port", bound_port)
       .kv("tls", !config.tls_cert.empty())
       .kv("mtls", !config.tls_client_ca.empty())
       .kv("indexes", names)
       .kv("threads", config.threads)
-      .kv("max_inflight", config.max_inflight)
+      .kv("max_queue", config.max_queue)
+      .kv("max_queue_wait_ms", config.max_queue_wait_ms)
+      .kv("max_request_work", config.limits.max_request_work)
       .kv("metrics", metrics->endpoint())
-      .kv("admin", config.admin)
-      .emit();
+      .kv("admin", admin_server != nullptr);
+  if (admin_server) listening.kv("admin_host", config.admin_host).kv("admin_port", admin_port);
+  listening.emit();
 
-  std::thread signals([&] {
-    while (true) {
-      int sig = 0;
-      if (sigwait(&sigs, &sig) != 0) continue;
-      if (sig == SIGHUP) {
-        LogLine("info", "signal").kv("signal", "SIGHUP").emit();
-        for (const auto& n : registry.names()) {
-          try {
-            reload_index(registry, *metrics, n, "");
-          } catch (const std::exception&) {
-            // logged by reload_index; the old index keeps serving
-          }
-        }
-        continue;
-      }
-      LogLine("info", "draining")
-          .kv("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT")
-          .kv("in_flight", admission.in_flight())
-          .kv("drain_seconds", config.drain_seconds)
-          .emit();
-      if (health) health->Shutdown();  // health checks now answer NOT_SERVING
-      service.begin_drain();             // new calls are refused (UNAVAILABLE)
-      const auto deadline = std::chrono::system_clock::now() +
-                            std::chrono::milliseconds(static_cast<int64_t>(config.drain_seconds * 1000));
-      // Wait for the admitted calls, then give their replies a second to leave:
-      // Shutdown(deadline) alone would also wait for health Watch streams,
-      // which never end by themselves, and so always take the whole
-      // --drain-seconds.
-      while (admission.in_flight() > 0 && std::chrono::system_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      server->Shutdown(std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(1)));
-      return;
+  Reloader reloader(registry, *metrics);
+  // This thread takes the signals from here on; gRPC's threads serve.
+  int sig = 0;
+  for (;;) {
+    if (sigwait(&sigs, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      LogLine("info", "signal").kv("signal", "SIGHUP").emit();
+      reloader.request();
+      continue;
     }
-  });
-  server->Wait();
-  signals.join();
-  LogLine("info", "stopped").kv("in_flight", admission.in_flight()).emit();
-  // Every call has finished or been cancelled by now. Leave without running
-  // gRPC's library teardown, which can wait seconds for client connections
-  // that are still open (e.g. a client watching connectivity).
+    break;
+  }
+  LogLine("info", "draining")
+      .kv("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT")
+      .kv("in_flight", service.in_flight())
+      .kv("drain_seconds", config.drain_seconds)
+      .emit();
+  if (health) health->Shutdown();  // health checks now answer NOT_SERVING
+  service.begin_drain();             // new calls are refused (UNAVAILABLE)
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(static_cast<int64_t>(config.drain_seconds * 1000));
+  while (service.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // What is left ends now with UNAVAILABLE: the queued calls as soon as a
+  // worker takes them, the running ones at their engine's next check.
+  const uint64_t cut = service.in_flight();
+  if (cut > 0) service.stop_all();
+  // Every call answered, and gRPC done sending it, within a bound.
+  const auto answered_by = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (service.live_calls() > 0 && std::chrono::steady_clock::now() < answered_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  LogLine("info", "stopped")
+      .kv("cut", cut)
+      .kv("unanswered", service.live_calls())
+      .kv("seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())
+      .emit();
+  // Exit without gRPC's Server::Shutdown: it cancels the calls that arrived
+  // but were not handed to the service yet, which clients see as CANCELLED
+  // (and do not retry), where a closed connection is UNAVAILABLE for every
+  // one of them (tests/test_server_resilience.py). Nor its library teardown,
+  // which can wait seconds for client connections that are still open.
   std::fflush(nullptr);
   std::_Exit(0);
 }

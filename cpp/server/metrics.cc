@@ -1,11 +1,14 @@
 #include "metrics.h"
 
+#include <atomic>
 #include <chrono>
+#include <vector>
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
 #include <unistd.h>
 
+#include "compute_pool.h"
 #include "index_registry.h"
 
 #ifdef NGRAM_WITH_PROMETHEUS
@@ -25,7 +28,9 @@ class NoMetrics final : public Metrics {
  public:
   void observe(const std::string&, int, double) override {}
   void in_flight(int) override {}
-  void rejected(const std::string&) override {}
+  void rejected(const std::string&, const char*) override {}
+  void queue_wait(double) override {}
+  void watch(const ComputePool&) override {}
   void trees(const std::string&, uint64_t, uint64_t) override {}
   void reloaded(const std::string&, bool) override {}
   std::string endpoint() const override { return ""; }
@@ -51,10 +56,12 @@ double resident_bytes() {
   return static_cast<double>(pages_rss) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
-// Index size and age and the process RSS, computed at scrape time.
+// Index size and age, the compute pool's queue and busy workers and the
+// process RSS, computed at scrape time.
 class ScrapeTimeGauges final : public Collectable {
  public:
   explicit ScrapeTimeGauges(const IndexRegistry& r) : registry_(r) {}
+  void watch(const ComputePool& pool) { pool_.store(&pool); }
   std::vector<MetricFamily> Collect() const override {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -80,23 +87,51 @@ class ScrapeTimeGauges final : public Collectable {
     ClientMetric m;
     m.gauge.value = resident_bytes();
     rss.metric.push_back(m);
-    return {bytes, age, ngrams, rss};
+    std::vector<MetricFamily> out = {bytes, age, ngrams, rss};
+    if (const ComputePool* pool = pool_.load()) {
+      const auto one = [&](const char* name, const char* help, double v) {
+        MetricFamily fam{name, help, MetricType::Gauge, {}};
+        ClientMetric x;
+        x.gauge.value = v;
+        fam.metric.push_back(x);
+        out.push_back(fam);
+      };
+      one("ngram_queued", "Calls waiting for a compute worker", static_cast<double>(pool->queued()));
+      one("ngram_queue_capacity", "The most calls that may wait (--max-queue)", static_cast<double>(pool->max_queue()));
+      one("ngram_workers_busy", "Compute workers running a call", static_cast<double>(pool->busy()));
+      one("ngram_workers", "Compute workers (--threads)", static_cast<double>(pool->threads()));
+    }
+    return out;
   }
 
  private:
   const IndexRegistry& registry_;
+  std::atomic<const ComputePool*> pool_{nullptr};
 };
+
+// civetweb's options for the /metrics listener: enough threads that idle or
+// slow connections cannot hold every one, and each connection's wait for a
+// request bounded, so that a scrape is answered whatever else is connected.
+std::vector<std::string> exposer_options(const std::string& host, int port) {
+  return {"listening_ports", host + ":" + std::to_string(port), "num_threads", "8",
+          "request_timeout_ms", "2000", "linger_timeout_ms", "0", "enable_keep_alive", "no"};
+}
 
 class PrometheusMetrics final : public Metrics {
  public:
   PrometheusMetrics(const std::string& host, int port, const IndexRegistry& r)
-      : exposer_(host + ":" + std::to_string(port)),
+      : exposer_(exposer_options(host, port)),
         registry_(std::make_shared<Registry>()),
         gauges_(std::make_shared<ScrapeTimeGauges>(r)),
         requests_(BuildCounter().Name("ngram_requests_total").Help("Calls finished, by method and status code")
                       .Register(*registry_)),
         rejected_(BuildCounter().Name("ngram_rejected_total")
-                      .Help("Calls refused at admission (RESOURCE_EXHAUSTED), by method").Register(*registry_)),
+                      .Help("Calls refused without running, by method and reason (queue_full, queue_stalled, "
+                            "queue_wait: RESOURCE_EXHAUSTED; draining: UNAVAILABLE)").Register(*registry_)),
+        queue_wait_(BuildHistogram().Name("ngram_queue_wait_seconds")
+                        .Help("Time calls waited for a compute worker").Register(*registry_)
+                        .Add({}, Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                                             0.1, 0.2, 0.5, 1, 5})),
         reloads_(BuildCounter().Name("ngram_reloads_total").Help("Index reloads, by index and result")
                      .Register(*registry_)),
         latency_(BuildHistogram().Name("ngram_request_seconds").Help("Call latency in the server, by method")
@@ -133,7 +168,11 @@ class PrometheusMetrics final : public Metrics {
     series->latency->Observe(seconds);
   }
   void in_flight(int delta) override { in_flight_.Increment(delta); }
-  void rejected(const std::string& method) override { rejected_.Add({{"method", method}}).Increment(); }
+  void rejected(const std::string& method, const char* reason) override {
+    rejected_.Add({{"method", method}, {"reason", reason}}).Increment();
+  }
+  void queue_wait(double seconds) override { queue_wait_.Observe(seconds); }
+  void watch(const ComputePool& pool) override { gauges_->watch(pool); }
   void trees(const std::string& method, uint64_t n_trees, uint64_t nodes) override {
     Series* series;
     {
@@ -158,6 +197,7 @@ class PrometheusMetrics final : public Metrics {
   std::shared_ptr<ScrapeTimeGauges> gauges_;
   Family<Counter>& requests_;
   Family<Counter>& rejected_;
+  Histogram& queue_wait_;
   Family<Counter>& reloads_;
   Family<Histogram>& latency_;
   Family<Counter>& trees_;

@@ -1,55 +1,32 @@
 // The gRPC services over the engine: NgramService (queries, tree pruning,
-// corpus proposals) and NgramAdmin (reload). Every call goes through
-// admission: a bounded number in flight (beyond it RESOURCE_EXHAUSTED at
-// once, never a queue that grows) and a pool of compute slots sized to the
-// cores. A call waits for a slot no longer than its deadline: one whose
-// deadline passed (or that was cancelled) while it waited is answered
-// without running.
+// corpus proposals) and NgramAdmin (reload, on the operator's own listener).
+// A call is read on one of gRPC's threads, which only checks whether it can
+// be queued: while draining it is refused with UNAVAILABLE, and when the
+// compute pool's queue is full or stalled with RESOURCE_EXHAUSTED, at once.
+// A queued call runs on a compute worker (compute_pool.h), its work bounded
+// before it starts (request_bounds.h) and stopped by its deadline, its
+// client's cancellation or the end of a drain (interrupt.h), whichever
+// comes first.
 #pragma once
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <map>
 #include <mutex>
+#include <string>
+#include <unordered_set>
 
+#include "compute_pool.h"
 #include "index_registry.h"
+#include "interrupt.h"
 #include "metrics.h"
 #include "ngram/v1/ngram.grpc.pb.h"
 #include "server_config.h"
 
 namespace ngram::server {
 
-// Admission control: in-flight calls and compute slots.
-class Admission {
- public:
-  Admission(uint64_t max_inflight, unsigned workers) : max_inflight_(max_inflight), free_workers_(workers) {}
-  bool enter();   // false: at the in-flight limit
-  void leave();
-  // Runs `task` on this thread when a compute slot is free; else queues it,
-  // and the thread that frees the next slot runs it. A callback-API thread
-  // never blocks here (blocked, it could not read the next call).
-  void run(std::function<void()> task);
-  // For the synchronous stream: waits for a compute slot until the call's
-  // deadline or cancellation. Queued tasks get freed slots first.
-  grpc::Status acquire_worker(grpc::ServerContextBase* ctx);
-  // Runs the queued tasks, if any, then frees the slot.
-  void release_worker();
-  uint64_t in_flight() const { return in_flight_.load(); }
-
- private:
-  const uint64_t max_inflight_;
-  std::atomic<uint64_t> in_flight_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  unsigned free_workers_;
-  std::deque<std::function<void()>> queued_;
-};
-
-// Every method uses the callback API (see unary() in service.cc) on the
-// request's bytes: the service parses them itself (typed()), so that a body
-// that is not the method's message is INVALID_ARGUMENT with a message, where
-// gRPC's own parsing answers UNIMPLEMENTED with none.
+// Every method uses the callback API on the request's bytes: the service
+// parses them itself (parse() in service.cc), on the compute worker, so that
+// a body that is not the method's message is INVALID_ARGUMENT with a
+// message, where gRPC's own parsing answers UNIMPLEMENTED with none.
 using NgramServiceBase = v1::NgramService::WithRawCallbackMethod_GetInfo<
     v1::NgramService::WithRawCallbackMethod_ConditionalProbs<v1::NgramService::WithRawCallbackMethod_TopK<
         v1::NgramService::WithRawCallbackMethod_PruneTree<
@@ -57,8 +34,8 @@ using NgramServiceBase = v1::NgramService::WithRawCallbackMethod_GetInfo<
 
 class NgramServiceImpl final : public NgramServiceBase {
  public:
-  NgramServiceImpl(const ServerConfig& config, IndexRegistry& registry, Metrics& metrics, Admission& admission)
-      : config_(config), registry_(registry), metrics_(metrics), admission_(admission) {}
+  NgramServiceImpl(const ServerConfig& config, IndexRegistry& registry, Metrics& metrics, ComputePool& pool)
+      : config_(config), registry_(registry), metrics_(metrics), pool_(pool) {}
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                     grpc::ByteBuffer* resp) override;
@@ -71,47 +48,68 @@ class NgramServiceImpl final : public NgramServiceBase {
   grpc::ServerUnaryReactor* ProposeTree(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                         grpc::ByteBuffer* resp) override;
 
-  // Before Server::Shutdown: from now on new calls are refused (UNAVAILABLE,
-  // which clients retry on another replica), so a drain waits only for the
-  // calls already admitted.
+  // The drain, in its order (main.cc): from begin_drain on, new calls are
+  // refused with UNAVAILABLE (clients retry on another replica); stop_all
+  // makes every call still queued or running end with UNAVAILABLE within
+  // the engine's check interval; live_calls() reaches 0 once every call
+  // has been answered and gRPC is done with it.
   void begin_drain() { draining_.store(true); }
+  void stop_all();
+  uint64_t live_calls() const;
+  // Calls admitted and not yet answered (queued or running).
+  uint64_t in_flight() const { return in_flight_.load(); }
 
  private:
-  // A unary call: admission, a compute slot (Admission::run), then `body`
-  // (a Status() function), its errors mapped to status codes, metrics and
-  // the optional request log; the reactor finishes with the status.
-  grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx,
-                                  std::function<grpc::Status()> body);
-  // unary() of `body` (a Status(const Req*, Resp*) function) on the request
-  // parsed from `in`; its response is serialized into `out` when it succeeds.
-  template <class Req, class Resp, class Body>
+  class Call;
+  using Body = std::function<grpc::Status(const Interrupt&)>;
+  // A unary call: refused at once, or queued on the compute pool, where
+  // `body` runs unless the call waited too long, its deadline passed or it
+  // was cancelled or drained while queued.
+  grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, Body body);
+  // unary() of `body` (a Status(const Req&, Resp*, const Interrupt&)
+  // function) on the request parsed from `in`; its response is serialized
+  // into `out` when it succeeds.
+  template <class Req, class Resp, class F>
   grpc::ServerUnaryReactor* typed(const char* method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-                                  grpc::ByteBuffer* out, Body body);
+                                  grpc::ByteBuffer* out, F body);
   // The index a request names, checked against its tokenizer fingerprint.
   grpc::Status resolve(const std::string& name, const std::string& fingerprint,
                        std::shared_ptr<const LoadedIndex>* out) const;
-  grpc::Status prune_tree(const v1::PruneTreeRequest& req, v1::PruneTreeResponse* resp) const;
-  grpc::Status propose_tree(const v1::ProposeTreeRequest& req, v1::ProposeTreeResponse* resp) const;
+  grpc::Status conditional_probs(const v1::ConditionalProbsRequest& req, v1::ConditionalProbsResponse* resp,
+                                 const Interrupt& stop) const;
+  grpc::Status prune_tree(const v1::PruneTreeRequest& req, v1::PruneTreeResponse* resp, const Interrupt& stop) const;
+  grpc::Status propose_tree(const v1::ProposeTreeRequest& req, v1::ProposeTreeResponse* resp,
+                            const Interrupt& stop) const;
+  void refused(const char* method, const char* reason);
 
   const ServerConfig& config_;
   IndexRegistry& registry_;
   Metrics& metrics_;
-  Admission& admission_;
+  ComputePool& pool_;
   std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> in_flight_{0};
+  mutable std::mutex calls_mu_;
+  std::unordered_set<Call*> calls_;  // every call not yet done (OnDone), for stop_all
+  std::atomic<int64_t> last_overload_log_{0};
 };
 
 class NgramAdminImpl final : public v1::NgramAdmin::Service {
  public:
-  NgramAdminImpl(IndexRegistry& registry, Metrics& metrics) : registry_(registry), metrics_(metrics) {}
+  // reload_dirs: the directories Reload's paths must lie in (resolved).
+  NgramAdminImpl(IndexRegistry& registry, Metrics& metrics, std::vector<std::string> reload_dirs)
+      : registry_(registry), metrics_(metrics), reload_dirs_(std::move(reload_dirs)) {}
   grpc::Status Reload(grpc::ServerContext* ctx, const v1::ReloadRequest* req, v1::ReloadResponse* resp) override;
 
  private:
   IndexRegistry& registry_;
   Metrics& metrics_;
+  const std::vector<std::string> reload_dirs_;
 };
 
-// Reloads one index and logs the outcome; throws what the registry throws.
+// Reloads one index from `path` ("" = the file it was last loaded from) and
+// logs the outcome with the path it opened; throws what the registry throws.
 std::shared_ptr<const LoadedIndex> reload_index(IndexRegistry& registry, Metrics& metrics,
-                                                const std::string& name, const std::string& path);
+                                                const std::string& name, const std::string& path,
+                                                const char* cause);
 
 }  // namespace ngram::server

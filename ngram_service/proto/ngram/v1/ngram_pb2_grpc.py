@@ -279,7 +279,8 @@ class NgramService:
 
 
 class NgramAdminStub:
-    """Operator calls; served only when the host runs with --admin.
+    """Operator calls; served only on the operator's own listener (--admin-port,
+    on 127.0.0.1 by default), never on the query port.
     """
 
     def __init__(self, channel):
@@ -296,11 +297,12 @@ class NgramAdminStub:
 
 
 class NgramAdminServicer:
-    """Operator calls; served only when the host runs with --admin.
+    """Operator calls; served only on the operator's own listener (--admin-port,
+    on 127.0.0.1 by default), never on the query port.
     """
 
     def Reload(self, request, context):
-        """Reopens an index (from `path`, or from the file it was loaded from) and
+        """Reopens an index (from `path`, or from the file named on the command line) and
         swaps it in atomically; calls in flight finish on the old trie.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -324,7 +326,8 @@ def add_NgramAdminServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class NgramAdmin:
-    """Operator calls; served only when the host runs with --admin.
+    """Operator calls; served only on the operator's own listener (--admin-port,
+    on 127.0.0.1 by default), never on the query port.
     """
 
     @staticmethod
