@@ -85,13 +85,14 @@ class NgramIndex:
 
         mode: "mmap" (default) or "ram". verify: also check every section's
         checksum (reads the whole file). Raises TrieFormatError (a ValueError)
-        for a missing, truncated, corrupted or foreign file.
+        for a missing, truncated, corrupted or foreign file, and at once for a
+        path that is not a regular file (a FIFO, a directory, a device).
         """
         if mode not in ("mmap", "ram"):
             raise ValueError(f"mode must be 'mmap' or 'ram', got {mode!r}")
         path = str(path)
-        with open(path, "rb") as f:
-            magic = f.read(4)
+        # Read as the engine opens a trie: a FIFO or a directory is refused at once, never waited on.
+        magic = _engine.file_head(path, len(ZSTD_MAGIC))
         if magic == ZSTD_MAGIC:
             return cls(_engine.Trie.from_bytes(_decompress(path), path, verify), Path(path).stat().st_size)
         return cls(_engine.Trie.open(path, in_ram=(mode == "ram"), verify=verify))

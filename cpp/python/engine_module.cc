@@ -98,6 +98,17 @@ PYBIND11_MODULE(_engine, m) {
      "Token ids as a new C-contiguous int64 array of the given rank, converted as every query converts them "
      "(ValueError naming `field` for floats or another rank).");
 
+  m.def("file_head", [](const std::string& path, size_t n) {
+    std::string head;
+    {
+      py::gil_scoped_release nogil;
+      head = read_file_head(path, n);
+    }
+    return py::bytes(head);
+  }, py::arg("path"), py::arg("n"),
+     "The first n bytes of a file, opened as Trie.open opens one: TrieFormatError naming the path, at once, "
+     "for anything but a regular file (a FIFO, a directory, a device).");
+
   m.def("read_dart_trie", [](const std::string& path) {
     DartNodes d;
     {
@@ -207,17 +218,18 @@ PYBIND11_MODULE(_engine, m) {
            }),
            py::arg("path"), py::arg("order"), py::arg("vocab_size"), py::arg("eos_id"), py::arg("meta_json"),
            py::arg("sizes"), py::arg("count_values"), py::arg("count_frequencies"))
-      .def("append", [](TrieV1Writer& w, uint32_t k, py::object tokens, U64Array counts, py::object n_children) {
+      .def("append", [](TrieV1Writer& w, uint32_t k, py::object tokens, py::object counts_in, py::object n_children) {
+        const U64Array counts = integers<uint64_t>(counts_in, "counts");
         const uint64_t n = counts.ndim() == 1 ? counts.shape(0) : 0;
         if (counts.ndim() != 1) throw InvalidArgument("counts must be 1-D");
         I32Array tok;
         U64Array ch;
         if (!tokens.is_none()) {
-          tok = tokens.cast<I32Array>();
+          tok = integers<int32_t>(tokens, "tokens");
           if (tok.ndim() != 1 || static_cast<uint64_t>(tok.shape(0)) != n) throw InvalidArgument("tokens must be 1-D like counts");
         }
         if (!n_children.is_none()) {
-          ch = n_children.cast<U64Array>();
+          ch = integers<uint64_t>(n_children, "n_children");
           if (ch.ndim() != 1 || static_cast<uint64_t>(ch.shape(0)) != n) throw InvalidArgument("n_children must be 1-D like counts");
         }
         const int32_t* tp = tokens.is_none() ? nullptr : tok.data();

@@ -293,14 +293,14 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
   m.def(
       "encode_tree",
       [](const py::handle& tokens, const py::handle& parents, const py::handle& scores) {
-        I32Array tok = py::cast<I32Array>(tokens), par = py::cast<I32Array>(parents);
+        I32Array tok = integers<int32_t>(tokens, "tokens"), par = integers<int32_t>(parents, "parents");
         if (tok.ndim() != 1 || par.ndim() != 1) throw InvalidArgument("tree: tokens and parents must be 1-D");
         auto obj = new_tree();
         PrunedTree* tr = obj->tree.get();
         tr->tokens.assign(tok.data(), tok.data() + tok.shape(0));
         tr->parents.assign(par.data(), par.data() + par.shape(0));
         if (!scores.is_none()) {
-          F32Array sc = py::cast<F32Array>(scores);
+          F32Array sc = floats(scores, "scores", "scores");
           if (sc.ndim() != 1) throw InvalidArgument("tree: scores must be 1-D");
           tr->scores.assign(sc.data(), sc.data() + sc.shape(0));
         }
