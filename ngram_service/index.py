@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from collections.abc import Callable
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 import numpy as np
 
@@ -28,6 +27,26 @@ class TopK(NamedTuple):
     matched: int  # length of the context suffix s used; 0: unigram distribution
 
 
+class ConditionalProbs(Protocol):
+    """``NgramIndex.conditional_probs``'s signature (the engine's method)."""
+
+    def __call__(self, contexts: Any, candidates: Any, *,
+                 timeout: float | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class Prune(Protocol):
+    """``NgramIndex.prune``'s signature (the engine's method)."""
+
+    def __call__(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
+                 **params: Any) -> PrunedTree: ...
+
+
+class Propose(Protocol):
+    """``NgramIndex.propose``'s signature (the engine's method)."""
+
+    def __call__(self, context: Any, *, timeout: float | None = None, **params: Any) -> PrunedTree: ...
+
+
 class NgramIndex:
     """A trie file opened for queries.
 
@@ -36,30 +55,35 @@ class NgramIndex:
     A zstd-compressed trie (``ngram-build --compress``) is always
     decompressed into RAM.
 
-    The two per-query methods are the engine's own, bound to each instance
-    at open, so that a call runs no Python frame (``prune``'s overhead is
-    part of every draft step):
+    The per-query methods are the engine's own, bound to each instance at
+    open, so that a call runs no Python frame (``prune``'s overhead is part
+    of every draft step). Each, and each batch method, takes ``timeout``
+    (seconds, None: no limit; anything but a number > 0 and finite raises
+    ValueError): the engine stops the call soon after it passes and raises
+    TimeoutError, returning nothing, not even part of a batch.
 
-    ``conditional_probs(contexts, candidates)``: DART-compatible conditional
-    probabilities. contexts: int [B, C] (C >= 1); candidates: int [B, K].
+    ``conditional_probs(contexts, candidates, *, timeout=None)``:
+    DART-compatible conditional probabilities. contexts: int [B, C] (C >=
+    1); candidates: int [B, K].
     Returns (probs float32 [B, K], matched int32 [B, K]): for each query, the
     longest suffix s of the context (at most order-1 tokens) that occurs and
     is followed by the candidate w gives p = float32(count(s+w)) * (1 /
     float32(count(s))) and matched = len(s); a candidate never seen after any
     suffix gets 0 and 0.
 
-    ``prune(prefix, topk_tokens, topk_probs, **params)``: DART tree pruning of
-    one draft lattice, a PrunedTree; parameters and errors as
-    ``ngram_service.tree.prune``.
+    ``prune(prefix, topk_tokens, topk_probs, *, timeout=None, **params)``:
+    DART tree pruning of one draft lattice, a PrunedTree; parameters and
+    errors as ``ngram_service.tree.prune``.
 
-    ``propose(context, **params)``: a draft tree grown from the trie and the
-    context alone (no drafter), a PrunedTree whose scores are path
-    probabilities; parameters and errors as ``ngram_service.proposals.propose``.
+    ``propose(context, *, timeout=None, **params)``: a draft tree grown from
+    the trie and the context alone (no drafter), a PrunedTree whose scores
+    are path probabilities; parameters and errors as
+    ``ngram_service.proposals.propose``.
     """
 
-    conditional_probs: Callable[[Any, Any], tuple[np.ndarray, np.ndarray]]
-    prune: Callable[..., PrunedTree]
-    propose: Callable[..., PrunedTree]
+    conditional_probs: ConditionalProbs
+    prune: Prune
+    propose: Propose
 
     def __init__(self, engine: "_engine.Trie", compressed_bytes: int | None = None) -> None:
         """engine: an opened ``_engine.Trie``; compressed_bytes: the size of
@@ -85,13 +109,14 @@ class NgramIndex:
 
         mode: "mmap" (default) or "ram". verify: also check every section's
         checksum (reads the whole file). Raises TrieFormatError (a ValueError)
-        for a missing, truncated, corrupted or foreign file.
+        for a missing, truncated, corrupted or foreign file, and at once for a
+        path that is not a regular file (a FIFO, a directory, a device).
         """
         if mode not in ("mmap", "ram"):
             raise ValueError(f"mode must be 'mmap' or 'ram', got {mode!r}")
         path = str(path)
-        with open(path, "rb") as f:
-            magic = f.read(4)
+        # Read as the engine opens a trie: a FIFO or a directory is refused at once, never waited on.
+        magic = _engine.file_head(path, len(ZSTD_MAGIC))
         if magic == ZSTD_MAGIC:
             return cls(_engine.Trie.from_bytes(_decompress(path), path, verify), Path(path).stat().st_size)
         return cls(_engine.Trie.open(path, in_ram=(mode == "ram"), verify=verify))
@@ -121,13 +146,17 @@ class NgramIndex:
         tokens, probs, counts, matched = self._t.topk(context, k)
         return TopK(tokens, probs, counts, matched)
 
-    def prune_batch(self, requests: Any, *, threads: int | None = None, **params: Any) -> list[PrunedTree]:
-        """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch."""
-        return _engine.prune_batch(self._t, requests, threads=threads, **params)
+    def prune_batch(self, requests: Any, *, threads: int | None = None, timeout: float | None = None,
+                    **params: Any) -> list[PrunedTree]:
+        """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch.
+        timeout: seconds (None: no limit); TimeoutError, and no trees, once it passes."""
+        return _engine.prune_batch(self._t, requests, threads=threads, timeout=timeout, **params)
 
-    def propose_batch(self, contexts: Any, *, threads: int | None = None, **params: Any) -> list[PrunedTree]:
-        """Many proposals on all cores, GIL released; see ngram_service.proposals.propose_batch."""
-        return _engine.propose_batch(self._t, contexts, threads=threads, **params)
+    def propose_batch(self, contexts: Any, *, threads: int | None = None, timeout: float | None = None,
+                      **params: Any) -> list[PrunedTree]:
+        """Many proposals on all cores, GIL released; see ngram_service.proposals.propose_batch.
+        timeout: seconds (None: no limit); TimeoutError, and no trees, once it passes."""
+        return _engine.propose_batch(self._t, contexts, threads=threads, timeout=timeout, **params)
 
     def info(self) -> dict[str, Any]:
         """Header, metadata (tokenizer, corpus manifest, build parameters) and

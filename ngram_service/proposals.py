@@ -37,27 +37,32 @@ def propose(trie: _engine.Trie, context: Any, **params: Any) -> PrunedTree:
     min_prob (path-probability floor), backoff (weight of a suffix one token
     shorter), corpus / lookup (the trie's and the context's own
     continuations; either may be turned off), lookup_weight,
-    lookup_min_match (the shortest suffix matched in the context).
+    lookup_min_match (the shortest suffix matched in the context); and
+    timeout: seconds (None: no limit), after which the engine stops soon
+    (it checks every few dozen nodes) and raises TimeoutError, no tree
+    returned.
 
     The tree's scores are path probabilities (1 for the root). Raises
     ValueError naming the field for malformed input (an empty context, ids
-    outside the vocabulary, a parameter outside its range) and TypeError for
-    an unknown keyword.
+    outside the vocabulary, a parameter outside its range, a timeout that is
+    not > 0 and finite) and TypeError for an unknown keyword.
     """
     return _engine.propose(trie, context, **params)
 
 
 def propose_batch(trie: _engine.Trie, contexts: Iterable[Any], *, threads: int | None = None,
-                  **params: Any) -> list[PrunedTree]:
+                  timeout: float | None = None, **params: Any) -> list[PrunedTree]:
     """propose for many contexts on ``threads`` threads (None: all cores),
     the GIL released; one set of parameters for all. An invalid context
-    raises ValueError prefixed ``contexts[i]:``."""
-    return _engine.propose_batch(trie, contexts, threads=threads, **params)
+    raises ValueError prefixed ``contexts[i]:``. timeout: seconds for the
+    whole batch (None: no limit); once it passes every thread stops and the
+    call raises TimeoutError, returning none of the trees."""
+    return _engine.propose_batch(trie, contexts, threads=threads, timeout=timeout, **params)
 
 
 def propose_lookup(context: Any, vocab_size: int, **params: Any) -> PrunedTree:
     """Prompt lookup alone, with no trie: ``propose``'s tree from the
     context's own earlier occurrences (ids in [0, vocab_size)), the same
-    keywords (``corpus`` is ignored). What a client proposes while its trie
-    host is out of reach."""
+    keywords (``corpus`` is ignored), ``timeout`` included. What a client
+    proposes while its trie host is out of reach."""
     return _engine.propose_lookup(context, vocab_size, **params)

@@ -46,22 +46,27 @@ def prune(trie: _engine.Trie, prefix: Any, topk_tokens: Any, topk_probs: Any, **
     (float32 [D]; None gives DART's (l+1)**-0.7 and 0.9**l), eos_token_id
     (None: the trie's EOS; -1: no EOS rule), ngram_on_first_level (False
     scores level 0 by the drafter alone, as DART's production build does).
+    timeout: seconds (None: no limit); the engine stops soon after it passes
+    (it checks before each level) and raises TimeoutError, no tree returned.
 
     Raises ValueError naming the field for malformed input (shapes, limits,
-    ids outside the vocabulary, probabilities outside [0, 1] or NaN, a token
-    twice in one level, weights outside [0, 1e6]).
+    ids outside the vocabulary, probabilities outside [0, 1] or NaN or of a
+    dtype that is not real numbers, a token twice in one level, weights
+    outside [0, 1e6], a timeout that is not > 0 and finite).
     """
     return _engine.prune(trie, prefix, topk_tokens, topk_probs, **params)
 
 
 def prune_batch(trie: _engine.Trie, requests: Iterable[Any], *, threads: int | None = None,
-                **params: Any) -> list[PrunedTree]:
+                timeout: float | None = None, **params: Any) -> list[PrunedTree]:
     """Prunes many lattices on ``threads`` threads (None: all cores), the GIL
     released. Each request is a dict with keys prefix, topk_tokens,
     topk_probs or a tuple of those three; the keyword parameters (as in
     ``prune``) apply to all. Returns the trees in request order. An invalid
-    request raises ValueError prefixed ``requests[i]:``."""
-    return _engine.prune_batch(trie, requests, threads=threads, **params)
+    request raises ValueError prefixed ``requests[i]:``. timeout: seconds for
+    the whole batch (None: no limit); once it passes every thread stops and
+    the call raises TimeoutError, returning none of the trees."""
+    return _engine.prune_batch(trie, requests, threads=threads, timeout=timeout, **params)
 
 
 def prune_params(**params: Any) -> dict[str, Any]:

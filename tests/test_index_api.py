@@ -1,16 +1,19 @@
 """NgramIndex: counts, top-k, validation errors, DART trie conversion."""
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
 
 from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
-from ngram_service import NgramIndex, TrieFormatError
+from ngram_service import NgramIndex, TrieFormatError, _engine
 
 from conftest import GOLDEN
 
@@ -137,6 +140,91 @@ def test_topk_equals_brute_force(built_with_counts) -> None:
 def test_invalid_input_is_a_value_error(tiny: NgramIndex, call, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call(tiny)
+
+
+def opened_in_a_thread(open_it: Callable[[], object]) -> BaseException | None:
+    """What open_it() raised, run in a thread that must end within seconds:
+    an open that waits for a FIFO's writer fails the test instead of
+    hanging the suite (the thread, a daemon, is left waiting)."""
+    caught: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            open_it()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            caught[0] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "opening blocked"
+    return caught[0]
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "directory"])
+@pytest.mark.parametrize("how", ["NgramIndex.open", "Trie.open", "ram"])
+def test_only_a_regular_file_is_opened_and_at_once(tmp_path: Path, kind: str, how: str) -> None:
+    path = tmp_path / "trie.ngt"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    opens = {"NgramIndex.open": lambda: NgramIndex.open(path), "Trie.open": lambda: _engine.Trie.open(str(path)),
+             "ram": lambda: NgramIndex.open(path, mode="ram")}
+    e = opened_in_a_thread(opens[how])
+    assert isinstance(e, TrieFormatError) and isinstance(e, ValueError), repr(e)
+    assert str(e) == f"{path}: is a {kind}, not a regular file"
+
+
+def test_a_character_device_is_refused() -> None:
+    e = opened_in_a_thread(lambda: NgramIndex.open("/dev/null"))
+    assert isinstance(e, TrieFormatError) and str(e) == "/dev/null: is a character device, not a regular file"
+
+
+# Every array argument's dtype is judged by one rule (cpp/python/arrays.h,
+# require_real): numbers on the real line, nothing cast from anything else.
+ODD_DTYPES = {
+    "complex": lambda a: np.asarray(a, np.complex128) + 1j,
+    "object": lambda a: np.asarray(a).astype(object),
+    "bool": lambda a: np.asarray(a).astype(bool),
+    "str": lambda a: np.asarray(a).astype(str),
+    "bytes": lambda a: np.asarray(a).astype(bytes),
+    "void": lambda a: np.zeros(np.shape(a), dtype="V4"),
+    "datetime": lambda a: np.asarray(a).astype("datetime64[s]"),
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_DTYPES), ids=list(ODD_DTYPES))
+def test_numbers_that_are_not_real_are_refused_naming_the_argument(tiny: NgramIndex, odd: str) -> None:
+    toks, probs = np.array([[1, 2], [2, 3]]), np.array([[0.5, 0.25], [0.5, 0.25]], np.float32)
+    ids = np.array([1, 2])
+    # (the name in the error, the argument's values, the call given them in the odd dtype)
+    calls: list[tuple[str, np.ndarray, Callable[[np.ndarray], object]]] = [
+        ("topk_probs", probs, lambda x: tiny.prune(ids, toks, x)),
+        ("topk_probs[1]", probs[1], lambda x: tiny.prune(ids, list(toks), [probs[0], x])),
+        ("level_weights", probs[0], lambda x: tiny.prune(ids, toks, probs, level_weights=x)),
+        ("prefix", ids, lambda x: tiny.prune(x, toks, probs)),
+        ("topk_tokens", toks, lambda x: tiny.prune(ids, x, probs)),
+        ("requests[0]: topk_probs", probs, lambda x: tiny.prune_batch([(ids, toks, x)])),
+        ("context", ids, lambda x: tiny.propose(x)),
+        ("contexts[0]: context", ids, lambda x: tiny.propose_batch([x])),
+        ("contexts", toks, lambda x: tiny.conditional_probs(x, toks)),
+        ("candidates", toks, lambda x: tiny.conditional_probs(toks, x)),
+        ("context", ids, lambda x: tiny.topk(x, 2)),
+        ("ngram", ids, lambda x: tiny.count(x)),
+    ]
+    for field, values, call in calls:
+        x = ODD_DTYPES[odd](values)
+        assert x.dtype.kind not in "fiu"
+        with pytest.raises(ValueError) as e:
+            call(x)
+        assert str(e.value) == f"{field}: dtype {x.dtype} is not a real number type", field
+
+
+def test_a_list_holding_a_complex_number_is_refused(tiny: NgramIndex) -> None:
+    """Not only arrays: a list numpy reads as complex is refused too."""
+    with pytest.raises(ValueError, match=r"^topk_probs: dtype complex128 is not a real number type$"):
+        tiny.prune([1, 2], np.array([[1, 2]]), [[0.5, 0.25 + 1e-3j]])
 
 
 def test_dart_trie_conversion_matches_dart_answers(tmp_path: Path) -> None:

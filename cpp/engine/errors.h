@@ -1,6 +1,7 @@
 // The engine's two error kinds. Both carry a message that names the file,
 // field or limit at fault; the Python module maps them to ValueError and the
-// server to gRPC status codes.
+// server to gRPC status codes. (A call its caller stops throws Interrupted,
+// interrupt.h: not an error of the request or the file.)
 #pragma once
 #include <stdexcept>
 #include <string>

@@ -156,9 +156,9 @@ class Grower {
   // index: the owner of the trie's RunTopCache and RunBounds (nullptr for
   // NoTrie, which has no runs).
   Grower(const Trie& trie, const TrieIndex* index, const int64_t* context, uint64_t n, const ProposeParams& p,
-         ProposeWorkspace& ws)
+         ProposeWorkspace& ws, const Interrupt& stop)
       : trie_(trie), index_(index), bounds_(index ? &index->run_bounds() : nullptr), ctx_(context), n_(n), p_(p),
-        ws_(ws), max_len_(trie.order() - 1), branch_(static_cast<uint32_t>(p.max_branch)) {}
+        ws_(ws), stop_(stop), max_len_(trie.order() - 1), branch_(static_cast<uint32_t>(p.max_branch)) {}
 
   void run(ProposedTree& out);
 
@@ -194,6 +194,7 @@ class Grower {
   const uint64_t n_;
   const ProposeParams& p_;
   ProposeWorkspace& ws_;
+  const Interrupt& stop_;
   const uint32_t max_len_;  // the longest suffix the trie conditions on
   const uint32_t branch_;
 };
@@ -232,6 +233,7 @@ void Grower<Trie>::start() {
   ws.nodes.push_back(root);
   ws.family_end.push_back(0);
   if (p_.lookup) find_occurrences(0);
+  stop_.check();  // the scan above reads the whole context
 }
 
 // The document source's state at node v: the positions i of the context
@@ -705,6 +707,10 @@ void Grower<Trie>::run(ProposedTree& out) {
   ws.expand_key[0] = ws.nodes[0].prob * bound(0);
   if (max_depth > 0 && max_nodes > 0 && ws.expand_key[0] > 0.0f) ws.unexpanded.push_back(0);
   while (ws.nodes.size() - 1 < max_nodes) {
+    // One node is chosen per turn, and at most one expanded per node chosen
+    // (each reading one run per suffix length), so that a check every 32
+    // turns bounds the work past a stop; the counter is the tree's size.
+    if ((ws.nodes.size() & 31) == 0) stop_.check();
     // A chosen node is expanded once the best candidate no longer beats
     // the bound of its children's probabilities.
     while (!ws.unexpanded.empty() &&
@@ -738,6 +744,7 @@ void Grower<Trie>::run(ProposedTree& out) {
       }
     }
   }
+  stop_.check();  // once more before `out` is written: a stopped call leaves it as it was
   write(out);
 }
 
@@ -800,16 +807,16 @@ void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, co
 }
 
 void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
-                  ProposeWorkspace& ws, ProposedTree& out) {
+                  ProposeWorkspace& ws, ProposedTree& out, const Interrupt& stop) {
   validate_propose(t, context, n, params);
   t.visit([&](const auto& trie) {
     using Trie = std::decay_t<decltype(trie)>;
-    Grower<Trie>(trie, &t, context, n, params, ws).run(out);
+    Grower<Trie>(trie, &t, context, n, params, ws, stop).run(out);
   });
 }
 
 void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, const ProposeParams& params,
-                    ProposeWorkspace& ws, ProposedTree& out) {
+                    ProposeWorkspace& ws, ProposedTree& out, const Interrupt& stop) {
   if (vocab_size == 0 || vocab_size > (uint64_t{1} << 31))
     throw InvalidArgument("vocab_size = " + std::to_string(vocab_size) + ": must be in 1..2147483648");
   check_length(n);
@@ -820,15 +827,16 @@ void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, con
   check_params(params);
   ProposeParams lookup = params;
   lookup.corpus = false;
-  Grower<NoTrie>(NoTrie{}, nullptr, context, n, lookup, ws).run(out);
+  Grower<NoTrie>(NoTrie{}, nullptr, context, n, lookup, ws, stop).run(out);
 }
 
 void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, const ProposeParams& params,
-                   uint32_t threads, std::vector<ProposedTree>& out) {
+                   uint32_t threads, std::vector<ProposedTree>& out, const Interrupt& stop) {
   out.resize(in.size());
-  run_batch<ProposeWorkspace>(in.size(), threads, "contexts", [&](size_t i, ProposeWorkspace& ws) {
-    propose_tree(t, in[i].context, in[i].size, params, ws, out[i]);
-  });
+  run_batch<ProposeWorkspace>(
+      in.size(), threads, "contexts",
+      [&](size_t i, ProposeWorkspace& ws) { propose_tree(t, in[i].context, in[i].size, params, ws, out[i], stop); },
+      stop);
 }
 
 }  // namespace ngram

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "interrupt.h"
 #include "prune_tree.h"
 #include "run_top_cache.h"
 #include "trie_index.h"
@@ -57,24 +58,32 @@ struct ProposeWorkspace;
 void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params);
 
 // Validates, then proposes. `ws` may be reused across calls (one per thread).
+// `stop` is checked once the root's matches in the context are found (a
+// scan of the whole context), then every few dozen nodes chosen, and before
+// `out` is written; once it says stop, the call throws Interrupted, leaving
+// `out` unwritten.
 void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
-                  ProposeWorkspace& ws, ProposedTree& out);
+                  ProposeWorkspace& ws, ProposedTree& out, const Interrupt& stop = Interrupt());
 
 // Prompt lookup alone, with no trie: propose_tree's document source over a
 // vocabulary of vocab_size ids (params.corpus is ignored). What a client
-// proposes while its trie host is out of reach.
+// proposes while its trie host is out of reach. `stop` as in propose_tree.
 void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, const ProposeParams& params,
-                    ProposeWorkspace& ws, ProposedTree& out);
+                    ProposeWorkspace& ws, ProposedTree& out, const Interrupt& stop = Interrupt());
 
 // Many sequences on `threads` threads (0: the hardware's); out[i] answers
 // contexts[i]. An invalid request raises InvalidArgument prefixed
 // "contexts[i]: " (the lowest such i) after every thread has finished.
+// `stop` is checked before each sequence and inside each (propose_tree);
+// once it says stop, no thread starts another sequence and the call throws
+// one Interrupted after every thread has finished (run_batch), `out` then
+// partly written.
 struct ProposeInput {
   const int64_t* context = nullptr;
   uint64_t size = 0;
 };
 void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, const ProposeParams& params,
-                   uint32_t threads, std::vector<ProposedTree>& out);
+                   uint32_t threads, std::vector<ProposedTree>& out, const Interrupt& stop = Interrupt());
 
 // Scratch space of one proposing thread.
 struct ProposeWorkspace {

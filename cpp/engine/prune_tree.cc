@@ -454,8 +454,8 @@ void encode_tree(PrunedTree& out, PruneWorkspace& ws) {
 }
 
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
-                PrunedTree& out) {
-  prune_tree_nodes(t, in, params, ws, out);
+                PrunedTree& out, const Interrupt& stop) {
+  prune_tree_nodes(t, in, params, ws, out, stop);
   encode_tree(out, ws);
 }
 
@@ -749,7 +749,7 @@ void emit_nodes(Search& s, PrunedTree& out) {
 }  // namespace
 
 void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
-                      PrunedTree& out) {
+                      PrunedTree& out, const Interrupt& stop) {
   validate_prune(t, in, params, ws);
   static const DefaultWeights defaults;
   const float lambda = params.ngram_weight;
@@ -763,6 +763,7 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
   ws.pool.clear();
   ws.beam.assign(1, kRoot);
   for (uint32_t l = 0; l < in.depth && params.max_nodes > 0; ++l) {
+    stop.check();
     const uint64_t off = in.level_offsets[l];
     const uint32_t k = static_cast<uint32_t>(in.level_offsets[l + 1] - off);
     // DART skips the lookup when lambda == 0: logf(q + eps) * 0 is -0.0, and
@@ -774,14 +775,16 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
     keep_candidates(s, l, off, k, n_ext, n_beam);
     trim_pool(s);
   }
+  stop.check();  // once more before `out` is written: a stopped call leaves it as it was
   emit_nodes(s, out);
 }
 
 void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
-                      uint32_t threads, std::vector<PrunedTree>& out) {
+                      uint32_t threads, std::vector<PrunedTree>& out, const Interrupt& stop) {
   out.resize(in.size());
-  run_batch<PruneWorkspace>(in.size(), threads, "requests",
-                            [&](size_t i, PruneWorkspace& ws) { prune_tree(t, in[i], params, ws, out[i]); });
+  run_batch<PruneWorkspace>(
+      in.size(), threads, "requests",
+      [&](size_t i, PruneWorkspace& ws) { prune_tree(t, in[i], params, ws, out[i], stop); }, stop);
 }
 
 }  // namespace ngram

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "interrupt.h"
 #include "queries.h"
 #include "trie_index.h"
 
@@ -203,13 +204,18 @@ void lattice_offsets(const Sizes& sizes, uint64_t depth, uint64_t n_tokens, uint
 void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws);
 
 // Validates, then prunes. `ws` may be reused across calls (one per thread).
+// `stop` is checked as prune_tree_nodes checks it: once it says stop, the
+// call throws Interrupted, leaving `out` unwritten.
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
-                PrunedTree& out);
+                PrunedTree& out, const Interrupt& stop = Interrupt());
 
 // prune_tree without the encoding: out's tokens, parents, depths and scores
 // only (what the server sends; its clients encode the tree themselves).
+// Checks `stop` before each level's lookups and scoring (a level's work is
+// bounded by beam_width x K, PruneLimits) and before writing `out`, and
+// throws Interrupted, leaving `out` unwritten.
 void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
-                      PrunedTree& out);
+                      PrunedTree& out, const Interrupt& stop = Interrupt());
 
 // DART's encoding of a tree given its tokens and parents (node 0 the root,
 // parents[0] = -1, every parent before its children): depths, tree_mask and
@@ -220,9 +226,12 @@ void encode_tree(PrunedTree& out, PruneWorkspace& ws);
 
 // Many requests on `threads` threads (0: the hardware's); out[i] answers
 // in[i]. An invalid request raises InvalidArgument prefixed "requests[i]: "
-// (the lowest such i) after every thread has finished.
+// (the lowest such i) after every thread has finished. `stop` is checked
+// before each request and inside each (prune_tree); once it says stop, no
+// thread starts another request and the call throws one Interrupted after
+// every thread has finished (run_batch), `out` then partly written.
 void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
-                      uint32_t threads, std::vector<PrunedTree>& out);
+                      uint32_t threads, std::vector<PrunedTree>& out, const Interrupt& stop = Interrupt());
 
 // DART's default weights for level l.
 float default_level_weight(uint32_t l);

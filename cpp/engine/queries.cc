@@ -159,7 +159,7 @@ namespace {
 
 template <class Id>
 void conditional_probs_of(const TrieIndex& t, const Id* contexts, uint64_t batch, uint64_t ctx_len,
-                          const Id* candidates, uint64_t k, float* probs, int32_t* matched) {
+                          const Id* candidates, uint64_t k, float* probs, int32_t* matched, const Interrupt& stop) {
   if (ctx_len < 1) throw InvalidArgument("contexts: need at least one context token per query");
   if (k > (1u << 20)) throw InvalidArgument("candidates: " + std::to_string(k) + " per query, limit 1048576");
   check_tokens(t, contexts, batch * ctx_len, "contexts");
@@ -172,6 +172,7 @@ void conditional_probs_of(const TrieIndex& t, const Id* contexts, uint64_t batch
   thread_local std::vector<int32_t> ctx, cand;
   t.visit([&](const auto& trie) {
     for (uint64_t q0 = 0; q0 < batch; q0 += chunk) {
+      stop.check();
       const uint32_t n = static_cast<uint32_t>(std::min(chunk, batch - q0));
       // int32 ids are read where they lie when no context needs cutting.
       const int32_t* c = nullptr;
@@ -200,13 +201,13 @@ void conditional_probs_of(const TrieIndex& t, const Id* contexts, uint64_t batch
 }  // namespace
 
 void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
-                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched) {
-  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched);
+                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched, const Interrupt& stop) {
+  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched, stop);
 }
 
 void conditional_probs(const TrieIndex& t, const int32_t* contexts, uint64_t batch, uint64_t ctx_len,
-                       const int32_t* candidates, uint64_t k, float* probs, int32_t* matched) {
-  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched);
+                       const int32_t* candidates, uint64_t k, float* probs, int32_t* matched, const Interrupt& stop) {
+  conditional_probs_of(t, contexts, batch, ctx_len, candidates, k, probs, matched, stop);
 }
 
 TopK topk(const TrieIndex& t, const int64_t* context, uint64_t ctx_len, int64_t k_wanted) {

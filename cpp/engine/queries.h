@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "interrupt.h"
 #include "runs.h"
 #include "trie_index.h"
 
@@ -24,12 +25,16 @@ uint64_t count_ngram(const TrieIndex& t, const int64_t* toks, uint64_t len);
 // every candidate w not yet matched with s+w occurring gets
 // p = float(count(s+w)) * (1.0f / float(count(s))) and matched = len.
 // Unmatched candidates get 0 and 0. Validates every id first, then answers
-// the queries with conditional_probs_many, a few dozen at a time.
+// the queries with conditional_probs_many, a few dozen at a time, checking
+// `stop` before each few dozen: once it says stop, the call throws
+// Interrupted, probs and matched then partly written.
 void conditional_probs(const TrieIndex& t, const int64_t* contexts, uint64_t batch, uint64_t ctx_len,
-                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched);
+                       const int64_t* candidates, uint64_t k, float* probs, int32_t* matched,
+                       const Interrupt& stop = Interrupt());
 // The same for int32 ids (the lookups' own type: read where they lie).
 void conditional_probs(const TrieIndex& t, const int32_t* contexts, uint64_t batch, uint64_t ctx_len,
-                       const int32_t* candidates, uint64_t k, float* probs, int32_t* matched);
+                       const int32_t* candidates, uint64_t k, float* probs, int32_t* matched,
+                       const Interrupt& stop = Interrupt());
 
 // The two steps every DART-compatible lookup is made of, each for many
 // suffixes at once so that their memory reads overlap, over any

@@ -30,7 +30,62 @@ std::string too_short(uint64_t size) {
   return "not a trie file: " + std::to_string(size) + " bytes, shorter than the 64-byte header";
 }
 
+// What a file that is not a regular one is.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+// The file at `path` opened for reading, and its size; a regular file only.
+// O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer, so
+// that a wrong path fails at once instead of hanging its caller; it changes
+// nothing for a regular file. Throws FormatError without the file's name
+// (naming() adds it).
+int open_regular(const std::string& path, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw FormatError(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw FormatError(std::string("cannot stat: ") + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw FormatError(std::string("is ") + file_kind(st.st_mode) + ", not a regular file");
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
 }  // namespace
+
+std::string read_file_head(const std::string& path, size_t n) {
+  std::string head(n, '\0');
+  naming(path, [&] {
+    uint64_t size;
+    const int fd = open_regular(path, &size);
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd, head.data() + done, n - done, static_cast<off_t>(done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        const int e = errno;
+        ::close(fd);
+        throw FormatError(std::string("read failed: ") + std::strerror(e));
+      }
+      if (r == 0) break;
+      done += static_cast<size_t>(r);
+    }
+    ::close(fd);
+    head.resize(done);
+  });
+  return head;
+}
 
 TrieIndex::~TrieIndex() {
   if (mapped_ && base_) munmap(const_cast<uint8_t*>(base_), size_);
@@ -40,15 +95,7 @@ std::shared_ptr<TrieIndex> TrieIndex::open(const std::string& path, Load load, b
   std::shared_ptr<TrieIndex> t(new TrieIndex());
   t->path_ = path;
   naming(path, [&] {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw FormatError(std::string("cannot open: ") + std::strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-      int e = errno;
-      ::close(fd);
-      throw FormatError(std::string("cannot stat: ") + std::strerror(e));
-    }
-    t->size_ = static_cast<uint64_t>(st.st_size);
+    const int fd = open_regular(path, &t->size_);
     if (t->size_ < sizeof(FileHeader)) {
       ::close(fd);
       throw FormatError(too_short(t->size_));

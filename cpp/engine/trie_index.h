@@ -23,12 +23,21 @@
 
 namespace ngram {
 
+// The first n bytes of the file at `path` (fewer when it is shorter),
+// opened as TrieIndex::open opens one: a regular file only, never waiting.
+// What a caller reads to tell a compressed trie from a plain one before
+// opening it. Throws FormatError naming the path.
+std::string read_file_head(const std::string& path, size_t n);
+
 class TrieIndex {
  public:
   enum class Load { kMap, kRam };
 
   // Opens a plain trie file. kMap maps it; kRam reads it into memory.
   // verify_checksums also checks every section's CRC (reads the whole file).
+  // Only a regular file is opened, and opening never waits: a FIFO, a
+  // directory or a device is refused at once with a FormatError naming the
+  // path and what it is.
   static std::shared_ptr<TrieIndex> open(const std::string& path, Load load, bool verify_checksums);
   // Takes ownership of an in-memory image of a trie file (e.g. decompressed).
   static std::shared_ptr<TrieIndex> from_buffer(std::string bytes, const std::string& name,

@@ -62,12 +62,26 @@ py::array_t<T> new_array(int rank, py::ssize_t rows, py::ssize_t cols = 0) {
   return py::reinterpret_steal<py::array_t<T>>(a);
 }
 
+// The one rule on what a numeric argument's array may hold, for every
+// array argument of every binding: real numbers (numpy kinds f, i, u).
+// Any other dtype is refused naming the field and the dtype, never cast: a
+// cast would drop a complex number's imaginary part, read True as 1, parse
+// strings, or call each object's __float__; a void (record) array, a
+// datetime or a timedelta holds no plain numbers at all.
+inline void require_real(const py::array& a, const std::string& field) {
+  const char kind = a.dtype().kind();
+  if (kind == 'f' || kind == 'i' || kind == 'u') return;
+  throw ngram::InvalidArgument(field + ": dtype " + std::string(py::str(a.dtype())) +
+                               " is not a real number type");
+}
+
 // Token ids as the engine's int64, from any integer array or sequence. A
 // C-contiguous int64 array is used where it lies; so is an int32 one (what
 // tokenizers and the golden data give), for the queries that take int32 ids,
 // and widened on first use of data() for the others, which costs less than
-// numpy's conversion into a new array. Floats are refused, not truncated;
-// `[]` (numpy's float64 when empty) is an empty list of ids.
+// numpy's conversion into a new array. Floats are refused, not truncated,
+// as is whatever require_real refuses; `[]` (numpy's float64 when empty) is
+// an empty list of ids.
 class Ids {
  public:
   Ids() = default;
@@ -95,10 +109,11 @@ class Ids {
       data_ = static_cast<const int64_t*>(array_.data());
       return;
     }
-    if (kind == 'O')  // numpy's dtype for a list holding an int outside int64
+    if (kind == 'O' && !py::isinstance<py::array>(h))  // numpy's dtype for a list holding an int outside int64
       throw ngram::InvalidArgument(field + ": token ids must be integers in [-2**63, 2**63), got " +
                                    std::string(py::repr(h)).substr(0, 200));
-    if (kind != 'i' && kind != 'u')
+    require_real(a, field);
+    if (kind == 'f')
       throw ngram::InvalidArgument(field + ": token ids must be integers, got dtype " +
                                    std::string(py::str(a.dtype())));
     if (kind == 'u' && a.itemsize() == 8 && a.size() > 0) {
@@ -160,6 +175,7 @@ class Ids {
 inline F32Array floats(const py::handle& h, const std::string& field, const char* what) {
   if (native_floats(h)) return py::reinterpret_borrow<F32Array>(h);  // used where it lies
   py::array a = py::array::ensure(h);
+  if (a) require_real(a, field);
   if (a && a.dtype().kind() == 'f' && a.itemsize() == 8) {
     using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
     const F64Array d = F64Array::ensure(a);
@@ -185,6 +201,23 @@ inline F32Array floats(const py::handle& h, const std::string& field, const char
   } catch (const py::error_already_set&) {
   }
   throw ngram::InvalidArgument(field + ": " + what + " must be numbers");
+}
+
+// An integer array of any shape as T (C-contiguous; converted when it is
+// another integer type), from any array or sequence: require_real's rule,
+// and floats refused rather than truncated.
+template <class T>
+py::array_t<T, py::array::c_style | py::array::forcecast> integers(const py::handle& h, const std::string& field) {
+  py::array a = py::array::ensure(h);
+  if (!a) {
+    PyErr_Clear();
+    throw ngram::InvalidArgument(field + ": must be integers, got " +
+                                 std::string(py::str(py::type::of(h).attr("__name__"))));
+  }
+  require_real(a, field);
+  if (a.dtype().kind() == 'f' && a.size() > 0)
+    throw ngram::InvalidArgument(field + ": must be integers, got dtype " + std::string(py::str(a.dtype())));
+  return py::cast<py::array_t<T, py::array::c_style | py::array::forcecast>>(a);
 }
 
 // A Python int (or numpy integer), never a bool or a float. One that does

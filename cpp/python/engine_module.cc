@@ -9,8 +9,10 @@
 #include "arrays.h"
 #include "fastcall.h"
 #include "errors.h"
+#include "interrupt.h"
 #include "queries.h"
 #include "search_simd.h"
+#include "timeout.h"
 #include "trie_index.h"
 #include "trie_v1_writer.h"
 #include "trie_v2_writer.h"
@@ -22,7 +24,9 @@ using namespace ngram_py;
 namespace {
 
 
-py::tuple conditional_probs_py(const TrieIndex& t, const py::handle& contexts_in, const py::handle& candidates_in) {
+py::tuple conditional_probs_py(const TrieIndex& t, const py::handle& contexts_in, const py::handle& candidates_in,
+                               const py::handle& timeout) {
+  const CallTimeout deadline(timeout, "conditional_probs", "probabilities");
   const Ids contexts(contexts_in, "contexts"), candidates(candidates_in, "candidates");
   contexts.require_rank(2, "contexts", "[B, C]");
   candidates.require_rank(2, "candidates", "[B, K]");
@@ -34,28 +38,29 @@ py::tuple conditional_probs_py(const TrieIndex& t, const py::handle& contexts_in
   py::array_t<int32_t> matched = new_array<int32_t>(2, b, k);
   float* pp = probs.mutable_data();
   int32_t* mp = matched.mutable_data();
+  const Interrupt& stop = deadline.interrupt();
   if (contexts.int32_data() && candidates.int32_data()) {  // the lookups' own type: no copy
     const int32_t* cp = contexts.int32_data();
     const int32_t* wp = candidates.int32_data();
     py::gil_scoped_release nogil;
-    conditional_probs(t, cp, b, c, wp, k, pp, mp);
+    deadline.run([&] { conditional_probs(t, cp, b, c, wp, k, pp, mp, stop); });
   } else {
     const int64_t* cp = contexts.data();
     const int64_t* wp = candidates.data();
     py::gil_scoped_release nogil;
-    conditional_probs(t, cp, b, c, wp, k, pp, mp);
+    deadline.run([&] { conditional_probs(t, cp, b, c, wp, k, pp, mp, stop); });
   }
   return py::make_tuple(probs, matched);
 }
 
 PyObject* conditional_probs_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
-  static const Signature<2> signature("conditional_probs", {"contexts", "candidates"}, 2);
-  PyObject* args[2];
+  static const Signature<3> signature("conditional_probs", {"contexts", "candidates", "timeout"}, 2);
+  PyObject* args[3];
   if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
   return translate_exceptions([&]() -> PyObject* {
     const TrieIndex* t = bound_object<TrieIndex>(self);
     if (!t) throw py::type_error("conditional_probs: not an initialized _engine.Trie");
-    return conditional_probs_py(*t, args[0], args[1]).release().ptr();
+    return conditional_probs_py(*t, args[0], args[1], args[2]).release().ptr();
   });
 }
 
@@ -75,6 +80,9 @@ PYBIND11_MODULE(_engine, m) {
       py::set_error(format_error, e.what());
     } catch (const InvalidArgument& e) {
       py::set_error(PyExc_ValueError, e.what());
+    } catch (const Interrupted& e) {
+      // A call stopped by its deadline (timeout.h words it) or its flag.
+      py::set_error(PyExc_TimeoutError, e.what());
     }
   });
 
@@ -97,6 +105,17 @@ PYBIND11_MODULE(_engine, m) {
   }, py::arg("ids"), py::arg("field"), py::arg("rank"),
      "Token ids as a new C-contiguous int64 array of the given rank, converted as every query converts them "
      "(ValueError naming `field` for floats or another rank).");
+
+  m.def("file_head", [](const std::string& path, size_t n) {
+    std::string head;
+    {
+      py::gil_scoped_release nogil;
+      head = read_file_head(path, n);
+    }
+    return py::bytes(head);
+  }, py::arg("path"), py::arg("n"),
+     "The first n bytes of a file, opened as Trie.open opens one: TrieFormatError naming the path, at once, "
+     "for anything but a regular file (a FIFO, a directory, a device).");
 
   m.def("read_dart_trie", [](const std::string& path) {
     DartNodes d;
@@ -185,7 +204,7 @@ PYBIND11_MODULE(_engine, m) {
   static PyMethodDef conditional_probs_method = {
       "conditional_probs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&conditional_probs_fastcall)),
       METH_FASTCALL | METH_KEYWORDS,
-      "conditional_probs(contexts, candidates)\nDART-compatible conditional probabilities "
+      "conditional_probs(contexts, candidates, *, timeout=None)\nDART-compatible conditional probabilities "
       "(see ngram_service.NgramIndex.conditional_probs)."};
   add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
   bind_offload(m);
@@ -207,17 +226,18 @@ PYBIND11_MODULE(_engine, m) {
            }),
            py::arg("path"), py::arg("order"), py::arg("vocab_size"), py::arg("eos_id"), py::arg("meta_json"),
            py::arg("sizes"), py::arg("count_values"), py::arg("count_frequencies"))
-      .def("append", [](TrieV1Writer& w, uint32_t k, py::object tokens, U64Array counts, py::object n_children) {
+      .def("append", [](TrieV1Writer& w, uint32_t k, py::object tokens, py::object counts_in, py::object n_children) {
+        const U64Array counts = integers<uint64_t>(counts_in, "counts");
         const uint64_t n = counts.ndim() == 1 ? counts.shape(0) : 0;
         if (counts.ndim() != 1) throw InvalidArgument("counts must be 1-D");
         I32Array tok;
         U64Array ch;
         if (!tokens.is_none()) {
-          tok = tokens.cast<I32Array>();
+          tok = integers<int32_t>(tokens, "tokens");
           if (tok.ndim() != 1 || static_cast<uint64_t>(tok.shape(0)) != n) throw InvalidArgument("tokens must be 1-D like counts");
         }
         if (!n_children.is_none()) {
-          ch = n_children.cast<U64Array>();
+          ch = integers<uint64_t>(n_children, "n_children");
           if (ch.ndim() != 1 || static_cast<uint64_t>(ch.shape(0)) != n) throw InvalidArgument("n_children must be 1-D like counts");
         }
         const int32_t* tp = tokens.is_none() ? nullptr : tok.data();

@@ -13,6 +13,7 @@
 #include "arrays.h"
 #include "errors.h"
 #include "propose.h"
+#include "timeout.h"
 #include "tree_object.h"
 #include "trie_index.h"
 
@@ -38,12 +39,13 @@ bool truth(const py::handle& h, const char* field) {
 }
 
 // propose's keyword parameters over the defaults; an unknown name is refused
-// naming the known ones.
+// naming the known ones. `timeout` is the call's, not the search's (timeout()).
 ProposeParams propose_params(const py::kwargs& kw) {
   ProposeParams p;
   for (const auto& item : kw) {
     const std::string key = py::str(item.first);
     const py::handle v = item.second;
+    if (key == "timeout") continue;
     if (key == "max_nodes") p.max_nodes = integer(v, "max_nodes", "0.." + std::to_string(ProposeLimits::kMaxNodes));
     else if (key == "max_depth") p.max_depth = integer(v, "max_depth", "0.." + std::to_string(ProposeLimits::kMaxDepth));
     else if (key == "max_branch") p.max_branch = integer(v, "max_branch", "1.." + std::to_string(ProposeLimits::kMaxBranch));
@@ -57,9 +59,14 @@ ProposeParams propose_params(const py::kwargs& kw) {
     else
       throw py::type_error("propose: unexpected keyword '" + key +
                            "'; parameters are max_nodes, max_depth, max_branch, min_prob, backoff, corpus, "
-                           "lookup, lookup_weight, lookup_min_match");
+                           "lookup, lookup_weight, lookup_min_match, timeout");
   }
   return p;
+}
+
+// The `timeout` keyword among propose's, a null handle when not given.
+py::handle timeout(const py::kwargs& kw) {
+  return py::handle(PyDict_GetItemString(kw.ptr(), "timeout"));  // borrowed
 }
 
 // A float32 default as the decimal it was written as (1e-4, not 9.99999975e-05).
@@ -100,6 +107,7 @@ void bind_propose(py::module_& m) {
   m.attr("PROPOSE_DEFAULTS") = d;
 
   auto propose = [](const TrieIndex& t, const py::handle& context, const py::kwargs& kw) {
+    const CallTimeout deadline(timeout(kw), "propose", "tree");
     Ids ids;
     load_context(context, "context", ids);
     const ProposeParams params = propose_params(kw);
@@ -107,7 +115,7 @@ void bind_propose(py::module_& m) {
     {
       py::gil_scoped_release nogil;
       thread_local ProposeWorkspace ws;
-      propose_tree(t, ids.data(), ids.size(), params, ws, *tree->tree);
+      deadline.run([&] { propose_tree(t, ids.data(), ids.size(), params, ws, *tree->tree, deadline.interrupt()); });
     }
     return tree;
   };
@@ -115,7 +123,8 @@ void bind_propose(py::module_& m) {
       "A draft tree of the corpus' and the context's likeliest continuations of `context` (int [N], N >= 1; its "
       "last token is the root), as a PrunedTree whose scores are path probabilities. Keywords: max_nodes, "
       "max_depth, max_branch, min_prob, backoff, corpus, lookup, lookup_weight, lookup_min_match "
-      "(PROPOSE_DEFAULTS; docs/PROPOSALS.md). ValueError naming the field for bad input.";
+      "(PROPOSE_DEFAULTS; docs/PROPOSALS.md), and timeout (seconds, None: no limit; TimeoutError once it "
+      "passes). ValueError naming the field for bad input.";
   m.def("propose", propose, py::arg("trie"), py::arg("context"), propose_doc);
   m.attr("Trie").attr("propose") = py::cpp_function(
       [propose](const TrieIndex& t, const py::handle& context, const py::kwargs& kw) { return propose(t, context, kw); },
@@ -124,6 +133,7 @@ void bind_propose(py::module_& m) {
   m.def(
       "propose_lookup",
       [](const py::handle& context, const py::handle& vocab_size, const py::kwargs& kw) {
+        const CallTimeout deadline(timeout(kw), "propose_lookup", "tree");
         Ids ids;
         load_context(context, "context", ids);
         const int64_t vocab = integer(vocab_size, "vocab_size", "1..2147483648");
@@ -133,7 +143,10 @@ void bind_propose(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           thread_local ProposeWorkspace ws;
-          propose_lookup(static_cast<uint64_t>(vocab), ids.data(), ids.size(), params, ws, *tree->tree);
+          deadline.run([&] {
+            propose_lookup(static_cast<uint64_t>(vocab), ids.data(), ids.size(), params, ws, *tree->tree,
+                           deadline.interrupt());
+          });
         }
         return tree;
       },
@@ -144,6 +157,7 @@ void bind_propose(py::module_& m) {
   m.def(
       "propose_batch",
       [](const TrieIndex& t, const py::iterable& contexts, const py::handle& threads, const py::kwargs& kw) {
+        const CallTimeout deadline(timeout(kw), "propose_batch", "trees");
         std::vector<Ids> ids;
         for (const py::handle c : contexts) {
           ids.emplace_back();
@@ -163,7 +177,9 @@ void bind_propose(py::module_& m) {
         std::vector<ProposedTree> out;
         {
           py::gil_scoped_release nogil;
-          propose_batch(t, in, params, static_cast<uint32_t>(n_threads), out);
+          deadline.run([&] {
+            propose_batch(t, in, params, static_cast<uint32_t>(n_threads), out, deadline.interrupt());
+          });
         }
         py::list res(out.size());
         for (size_t i = 0; i < out.size(); ++i) {

@@ -20,6 +20,7 @@
 #include "prune_params.h"
 #include "prune_wire.h"
 #include "prune_tree.h"
+#include "timeout.h"
 #include "tree_object.h"
 #include "trie_index.h"
 
@@ -215,16 +216,19 @@ namespace {
 template <bool with_trie>
 PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
   constexpr size_t kLead = with_trie ? 4 : 3;
-  static const Signature<kLead + kParamNames.size()> signature = [] {
-    std::array<const char*, kLead + kParamNames.size()> names{};
+  constexpr size_t kArgs = kLead + kParamNames.size() + 1;  // the last: timeout
+  static const Signature<kArgs> signature = [] {
+    std::array<const char*, kArgs> names{};
     const char* lead[] = {"trie", "prefix", "topk_tokens", "topk_probs"};
     for (size_t i = 0; i < kLead; ++i) names[i] = lead[4 - kLead + i];
     for (size_t i = 0; i < kParamNames.size(); ++i) names[kLead + i] = kParamNames[i];
-    return Signature<kLead + kParamNames.size()>("prune", names, kLead);
+    names[kArgs - 1] = "timeout";
+    return Signature<kArgs>("prune", names, kLead);
   }();
-  PyObject* args[kLead + kParamNames.size()];
+  PyObject* args[kArgs];
   if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
   return translate_exceptions([&]() -> PyObject* {
+    const CallTimeout deadline(args[kArgs - 1], "prune", "tree");
     const py::handle trie = with_trie ? args[0] : self;
     const TrieIndex* t = bound_object<TrieIndex>(trie.ptr());
     if (!t)
@@ -241,7 +245,7 @@ PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf,
     {
       py::gil_scoped_release nogil;
       thread_local PruneWorkspace ws;  // one per Python thread: no allocation once warmed up
-      prune_tree(*t, r.input, params, ws, *tree->tree);
+      deadline.run([&] { prune_tree(*t, r.input, params, ws, *tree->tree, deadline.interrupt()); });
     }
     return py::cast(std::move(tree)).release().ptr();
   });
@@ -293,14 +297,14 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
   m.def(
       "encode_tree",
       [](const py::handle& tokens, const py::handle& parents, const py::handle& scores) {
-        I32Array tok = py::cast<I32Array>(tokens), par = py::cast<I32Array>(parents);
+        I32Array tok = integers<int32_t>(tokens, "tokens"), par = integers<int32_t>(parents, "parents");
         if (tok.ndim() != 1 || par.ndim() != 1) throw InvalidArgument("tree: tokens and parents must be 1-D");
         auto obj = new_tree();
         PrunedTree* tr = obj->tree.get();
         tr->tokens.assign(tok.data(), tok.data() + tok.shape(0));
         tr->parents.assign(par.data(), par.data() + par.shape(0));
         if (!scores.is_none()) {
-          F32Array sc = py::cast<F32Array>(scores);
+          F32Array sc = floats(scores, "scores", "scores");
           if (sc.ndim() != 1) throw InvalidArgument("tree: scores must be 1-D");
           tr->scores.assign(sc.data(), sc.data() + sc.shape(0));
         }
@@ -410,7 +414,8 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
     std::ostringstream s;
     s << "prefix, topk_tokens, topk_probs, *, beam_width=" << defaults.beam_width
       << ", max_nodes=" << defaults.max_nodes << ", ngram_weight=" << defaults.ngram_weight
-      << ", level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False)\n"
+      << ", level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False, "
+         "timeout=None)\n"
          "DART tree pruning of one lattice (see ngram_service.tree.prune).";
     return s.str();
   }();
@@ -429,7 +434,9 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       "prune_batch",
       [](const TrieIndex& t, const py::iterable& requests, const py::handle& threads, const py::handle& beam_width,
          const py::handle& max_nodes, const py::handle& ngram_weight, const py::handle& level_weights,
-         const py::handle& logit_weights, const py::handle& eos_token_id, const py::handle& ngram_on_first_level) {
+         const py::handle& logit_weights, const py::handle& eos_token_id, const py::handle& ngram_on_first_level,
+         const py::handle& timeout) {
+        const CallTimeout deadline(timeout, "prune_batch", "trees");
         std::vector<std::unique_ptr<Lattice>> reqs;
         for (const py::handle r : requests) {
           const size_t i = reqs.size();
@@ -454,7 +461,9 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
         std::vector<PrunedTree> out;
         {
           py::gil_scoped_release nogil;
-          prune_tree_batch(t, inputs, params, static_cast<uint32_t>(n_threads), out);
+          deadline.run([&] {
+            prune_tree_batch(t, inputs, params, static_cast<uint32_t>(n_threads), out, deadline.interrupt());
+          });
         }
         py::list res(out.size());
         for (size_t i = 0; i < out.size(); ++i) {
@@ -468,6 +477,6 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
       py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),
       py::arg("logit_weights") = py::none(), py::arg("eos_token_id") = py::none(),
-      py::arg("ngram_on_first_level") = false,
+      py::arg("ngram_on_first_level") = false, py::arg("timeout") = py::none(),
       "Many requests on `threads` threads (None: all cores), see ngram_service.tree.prune_batch.");
 }
