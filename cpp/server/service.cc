@@ -127,6 +127,7 @@ class NgramServiceImpl::Call final : public grpc::ServerUnaryReactor {
 
   const Interrupt& interrupt() const { return interrupt_; }
   const char* method() const { return method_; }
+  void set_queue_seconds(double s) { queue_seconds_ = s; }
 
   // Raises the stop flag unless a reason is there already.
   void stop(StopReason reason) {
@@ -145,6 +146,7 @@ class NgramServiceImpl::Call final : public grpc::ServerUnaryReactor {
           .kv("code", static_cast<int>(st.error_code()))
           .kv("message", st.error_message())
           .kv("seconds", secs)
+          .kv("queue_seconds", queue_seconds_)
           .emit();
     }
     Finish(st);
@@ -164,6 +166,7 @@ class NgramServiceImpl::Call final : public grpc::ServerUnaryReactor {
   const char* const method_;
   grpc::CallbackServerContext* const ctx_;
   const std::chrono::steady_clock::time_point t0_;
+  double queue_seconds_ = 0;  // how long it waited for a compute worker
   std::atomic<StopReason> stop_{StopReason::kNone};
   const Interrupt interrupt_;
 };
@@ -210,6 +213,7 @@ grpc::ServerUnaryReactor* NgramServiceImpl::unary(const char* method, grpc::Call
                                                         ComputePool::Verdict verdict, ComputePool::Clock::duration waited) {
     const double waited_s = std::chrono::duration<double>(waited).count();
     metrics_.queue_wait(waited_s);
+    call->set_queue_seconds(waited_s);
     Status st;
     // What stopped the call while it waited, if anything; the deadline
     // first (gRPC also marks a call whose deadline passed as cancelled).
