@@ -26,8 +26,9 @@ FETCH_CONTAINER = "fetch-trie"
 
 MIB = 1 << 20
 # The server beside its trie: about 45 MB resident measured (docs/SERVER.md),
-# plus gRPC buffers for requests in flight (--max-inflight x a few hundred KB
-# at most for PruneTree-sized messages); 256 MiB leaves room for both.
+# plus gRPC buffers for requests in flight (--max-queue + --threads calls x a
+# few hundred KB at most for PruneTree-sized messages); 256 MiB leaves room
+# for both.
 SERVER_OVERHEAD = 256 * MIB
 
 

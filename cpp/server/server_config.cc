@@ -1,5 +1,7 @@
 #include "server_config.h"
 
+#include "json_log.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -32,7 +34,11 @@ FILE named for it on this command line (logged with the path it opened).
   std::exit(2);
 }
 
-void warn(const std::string& msg) { std::fprintf(stderr, "Warning: %s\n", msg.c_str()); }
+// A deprecated flag's one warning, as a JSON log line like every other
+// line the server writes on stderr.
+void deprecated(const char* flag, const std::string& use) {
+  LogLine("warning", "deprecated_flag").kv("flag", flag).kv("use", use).emit();
+}
 
 std::string range_text(uint64_t lo, uint64_t hi) { return std::to_string(lo) + ".." + std::to_string(hi); }
 
@@ -87,7 +93,7 @@ ServerConfig parse_args(int argc, char** argv) {
        u64(&c.max_queue_wait_ms, "--max-queue-wait-ms", 1, 3600000)},
       {"--max-inflight", "N", "deprecated: --max-queue N less --threads",
        [&](const std::string& v) {
-         warn("--max-inflight is deprecated: use --max-queue (calls waiting; --max-inflight less --threads)");
+         deprecated("--max-inflight", "--max-queue (calls waiting for a worker: --max-inflight less --threads)");
          c.max_inflight = to_u64("--max-inflight", v, 2, 65536 + 1024);
        }},
       {"--max-message-bytes", "N", "request/response size limit, 1024..2147483647 (default 67108864)",
@@ -191,8 +197,7 @@ ServerConfig parse_args(int argc, char** argv) {
   if (!c.tls_client_ca.empty() && c.tls_cert.empty()) die("--tls-client-ca needs --tls-cert and --tls-key");
   if (c.max_inflight && c.max_queue) die("--max-inflight and --max-queue: give one (--max-inflight is deprecated)");
   if (admin_switch) {
-    warn("--admin is deprecated: NgramAdmin is served on its own listener; use --admin-port P "
-         "(--admin means --admin-port 0, a free port on --admin-host)");
+    deprecated("--admin", "--admin-port P (NgramAdmin has its own listener; --admin means --admin-port 0)");
     if (c.admin_port < 0) c.admin_port = 0;
   }
   if (c.admin_port < 0 && !c.reload_dir.empty()) die("--reload-dir needs --admin-port");
