@@ -19,7 +19,8 @@ default admission (--max-queue 8 x T, --max-queue-wait-ms 500) and
      workers send whatever the host's latency) at L x capacity for
      --seconds: throughput (OK calls/s), admitted p50/p99 (client side),
      queue wait p50/p99 and rejection latency p50/p99 (server side, from the
-     call log), the share refused.
+     call log), the share refused, and the cores the server used (from
+     /proc: on a machine the generator shares, what is left to the server).
 
 Targets (issue 39), as ratios within one run: at 4x, admitted p99 <= 3 x the
 p99 at 1x and throughput >= 0.9 x that at 1x; rejections answered within
@@ -58,6 +59,13 @@ from ngram_service.serve import find_native_binary  # noqa: E402
 
 METHODS = ("PruneTree", "ProposeTree", "ConditionalProbs")
 OK, EXHAUSTED = grpc.StatusCode.OK.value[0], grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -254,9 +262,9 @@ def open_loop(caller: Caller, reqs: dict[str, list[bytes]], rate: float, seconds
 def server_side(calls: list[dict[str, Any]]) -> dict[str, float]:
     """Queue wait of the calls run, and the time to answer the calls refused
     at admission (a full or stalled queue) or shed after waiting."""
-    ran = [c["queue_seconds"] for c in calls if c["code"] != EXHAUSTED]
-    at_once = [c["seconds"] for c in calls if c["code"] == EXHAUSTED and c["queue_seconds"] == 0]
-    shed = [c["seconds"] for c in calls if c["code"] == EXHAUSTED and c["queue_seconds"] > 0]
+    ran = [c.get("queue_seconds", 0.0) for c in calls if c["code"] != EXHAUSTED]
+    at_once = [c["seconds"] for c in calls if c["code"] == EXHAUSTED and c.get("queue_seconds", 0.0) == 0]
+    shed = [c["seconds"] for c in calls if c["code"] == EXHAUSTED and c.get("queue_seconds", 0.0) > 0]
     return {"queue_wait_p50_ms": pct(ran, 50) * 1e3, "queue_wait_p99_ms": pct(ran, 99) * 1e3,
             "refused_at_once": len(at_once), "refusal_p50_ms": pct(at_once, 50) * 1e3,
             "refusal_p99_ms": pct(at_once, 99) * 1e3, "shed_after_waiting": len(shed)}
@@ -277,7 +285,7 @@ def main() -> None:
     res: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
                            "trie": str(trie), "seconds": args.seconds, "runs": []}
     print(f"{'T':>2} {'transport':>9} {'load':>5} {'offered/s':>9} {'ok/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'wait p99':>8} {'refused':>7} {'refuse p99 ms':>13}")
+          f"{'wait p99':>8} {'refused':>7} {'refuse p99 ms':>13} {'server cores':>12}")
     for threads in args.threads:
         host = Host(trie, threads)
         try:
@@ -291,15 +299,17 @@ def main() -> None:
                 rows = []
                 for load in args.loads:
                     n = len(host.calls)
+                    cpu0, t0 = cpu_seconds(host.proc.pid), time.monotonic()
                     row = {"threads": threads, "transport": transport, "load": load, "capacity_per_s": capacity,
                            **open_loop(caller, reqs, load * capacity, args.seconds)}
+                    row["server_cores"] = (cpu_seconds(host.proc.pid) - cpu0) / (time.monotonic() - t0)
                     time.sleep(0.3)  # the call log catches up
                     row.update(server_side(host.calls[n:]))
                     rows.append(row)
                     print(f"{threads:>2} {transport:>9} {load:>4.0f}x {row['offered_per_s']:>9.0f} "
                           f"{row['ok_per_s']:>7.0f} {row['admitted_p50_ms']:>7.2f} {row['admitted_p99_ms']:>7.2f} "
                           f"{row['queue_wait_p99_ms']:>8.2f} {row['refused_share']:>7.1%} "
-                          f"{row['refusal_p99_ms']:>13.3f}")
+                          f"{row['refusal_p99_ms']:>13.3f} {row['server_cores']:>12.2f}")
                 caller.close()
                 base = next((r for r in rows if r["load"] == 1), None)
                 at4 = next((r for r in rows if r["load"] == 4), None)
