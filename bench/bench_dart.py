@@ -22,7 +22,19 @@ step of the batch), in a second table and under "batches" in the JSON.
 The weights are random, so the mean accepted length says little about a
 trained drafter (the draft vocabulary is seeded with the tokens the target
 produces most, so that some drafts are accepted); the time split per step is
-what this measures. Trie: --trie, else for a 4,096-id shape the bundled
+what this measures.
+
+--oracle TEXT (held-out documents, the formats ngram-build reads; --tokenizer,
+default the shape's: the bundled sample tokenizer for 4,096 ids, else
+../shared/data/qwen3-tokenizer.json) makes the target an oracle
+(dart_client/oracle.py): its whole forward runs, then its answer is the
+document's next token, so greedy decoding reproduces each document and a
+step accepts what teacher forcing accepts there: real acceptance at the real
+forward's cost, a speedup users can read. The prompts are the first
+--prompt-tokens of the first --prompts documents long enough for
+--new-tokens more; the table adds tokens/s over the target alone and, for
+the proposal modes, the mean accepted length of the teacher-forced replay
+of the same positions (which decoding must equal). Trie: --trie, else for a 4,096-id shape the bundled
 sample corpus built here, else the DART sample trie converted from
 ../shared/golden (Qwen3 vocabulary).
 """
@@ -47,6 +59,7 @@ REPO = Path(__file__).resolve().parents[1]
 # git worktree (wt/NAME)
 SHARED = Path(os.environ["NGRAM_SHARED"]) if os.environ.get("NGRAM_SHARED") else next(
     (p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
+SAMPLE_TOKENIZER = REPO / "indexer" / "sample" / "tokenizer.json"
 sys.path.insert(0, str(REPO))
 
 import torch
@@ -54,6 +67,7 @@ import torch
 from dart_client import DartGenerator, LocalPruner, RemotePruner
 from dart_client.generate import ProposalGenerator
 from dart_client.proposer import LocalProposer, LookupProposer, RemoteProposer
+from dart_client.oracle import OracleTarget
 from dart_client.random_models import SHAPES, random_drafter, random_target
 
 TEXTS = [
@@ -104,6 +118,54 @@ def prompts_for(vocab: int, n: int, length: int, ragged: bool = False) -> tuple[
         return out, spec.name
     g = torch.Generator().manual_seed(0)
     return [torch.randint(0, vocab, (cut[i],), generator=g).tolist() for i in range(n)], "random ids"
+
+
+def oracle_references(args: argparse.Namespace, vocab: int) -> tuple[list[list[int]], str]:
+    """The first --prompts documents of --oracle with at least --prompt-tokens
+    + --new-tokens + 1 tokens, cut there: the texts the oracle follows."""
+    from ngram_eval.synthetic import load_documents
+
+    spec = args.tokenizer or str(SAMPLE_TOKENIZER if vocab <= 4096 else SHARED / "data" / "qwen3-tokenizer.json")
+    docs, _ = load_documents([args.oracle], spec)
+    need = args.prompt_tokens + args.new_tokens + 1
+    refs = [d[:need].tolist() for d in docs if len(d) >= need][:args.prompts]
+    if len(refs) < args.prompts:
+        sys.exit(f"--oracle {args.oracle}: {len(refs)} documents of at least {need} tokens, --prompts wants "
+                 f"{args.prompts}")
+    if max(max(r) for r in refs) >= vocab:
+        sys.exit(f"--oracle: the tokenizer {spec} gives ids up to {max(max(r) for r in refs)}, the "
+                 f"{args.shape} shape has {vocab}")
+    return refs, f"{args.oracle} ({Path(spec).name})"
+
+
+def replay_tau(gen: Any, refs: list[list[int]], prompt: int, new: int) -> float | None:
+    """The mean accepted length (drafts + 1) of the teacher-forced replay of
+    a proposal mode at the positions decoding visits: from each prompt plus
+    the token the prefill commits, the tree proposed at each position and the
+    longest path the reference confirms (ngram_eval.proposals)."""
+    import numpy as np
+
+    from ngram_eval.proposals import accepted_length
+    from ngram_service.proposals import propose_lookup
+
+    proposer = getattr(gen, "proposer", None)
+    if proposer is None:
+        return None
+    index = getattr(proposer, "index", None)
+    if index is None and isinstance(proposer, RemoteProposer):
+        return None  # the host's trees are the local mode's (same trie)
+    steps = taus = 0
+    for ref in refs:
+        doc = np.asarray(ref)
+        at = prompt + 1
+        while at < prompt + new:
+            tree = (index.propose(doc[:at], **proposer.params) if index is not None
+                    else propose_lookup(doc[:at], gen.vocab_size, **proposer.params))
+            acc = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), ref, at)
+            steps += 1
+            taus += acc + 1
+            at += acc + 1
+    return taus / steps if steps else None
 
 
 class Host:
@@ -228,19 +290,25 @@ def batch_table(rows: list[dict[str, Any]]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'mode':<15}{'tau':>6}{'tok/s':>9}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
-            f"{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'p+t med':>9}{'remote':>8}")
+    head = (f"{'mode':<15}{'tau':>6}{'replay':>7}{'tok/s':>9}{'x AR':>6}{'step ms':>9}{'target':>9}{'drafter':>9}"
+            f"{'prune':>9}{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'p+t med':>9}{'remote':>8}")
     lines = [head, "-" * len(head)]
+    ar = next((r["tokens_per_s"] for r in rows if r["mode"] == "autoregressive"), 0.0)
     for r in rows:
         p = r["per_step_mean_s"]
         ms = lambda x: f"{1e3 * x:9.3f}"
         remote = f"{r.get('remote_steps', 0)}/{r['steps']}" if "remote_steps" in r else "-"
-        lines.append(f"{r['mode']:<15}{r['mean_accepted_length']:6.2f}{r['tokens_per_s']:9.1f}{ms(r['step_mean_s'])}"
+        replay = f"{r['replay_tau']:7.2f}" if r.get("replay_tau") else f"{'-':>7}"
+        speedup = f"{r['tokens_per_s'] / ar:6.2f}" if ar else f"{'-':>6}"
+        lines.append(f"{r['mode']:<15}{r['mean_accepted_length']:6.2f}{replay}{r['tokens_per_s']:9.1f}{speedup}"
+                     f"{ms(r['step_mean_s'])}"
                      f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
                      f"{ms(p['verify_s'])}{100 * r['prune_transport_share']:9.1f}%{ms(r['prune_transport_median_s'])}"
                      f"{remote:>8}")
     lines.append("(ms per decoding step, means; prune = top-k + copies + local search on the worker, or proposing; "
-                 "transport = RPC round trip incl. the host's search; p+t med: median of prune + transport)")
+                 "transport = RPC round trip incl. the host's search; p+t med: median of prune + transport; "
+                 "replay: --oracle's teacher-forced mean accepted length at the same positions; x AR: tok/s over "
+                 "the target alone's)")
     return "\n".join(lines)
 
 
@@ -267,6 +335,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of all modes (A, B, A, B)")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16",
                     help="batch sizes for the batched decoding table ('' to skip)")
+    ap.add_argument("--oracle", metavar="TEXT",
+                    help="held-out documents the target follows (module doc): real acceptance, real cost")
+    ap.add_argument("--tokenizer", help="--oracle's tokenizer (default: the shape's, see the module doc)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dart.json"))
     args = ap.parse_args()
 
@@ -288,8 +359,18 @@ def main() -> None:
                  f"{next(target.parameters()).device}")
         vocab = target.config.vocab_size
         trie, trie_src = build_trie(args, vocab, Path(work))
-        prompts, prompt_src = prompts_for(vocab, args.prompts, args.prompt_tokens)
-        ragged, _ = prompts_for(vocab, max(sizes, default=1), args.prompt_tokens, ragged=True)
+        refs: list[list[int]] = []
+        if args.oracle:
+            refs, prompt_src = oracle_references(args, vocab)
+            target = OracleTarget(target, refs)
+            prompts = [r[:args.prompt_tokens] for r in refs]
+            # ragged batches: each document cut at several lengths (rows of one document follow it alike)
+            n = len(refs)
+            ragged = [refs[i % n][:max(target.fingerprint_tokens, args.prompt_tokens - 3 * (i // n))]
+                      for i in range(max(sizes, default=1))]
+        else:
+            prompts, prompt_src = prompts_for(vocab, args.prompts, args.prompt_tokens)
+            ragged, _ = prompts_for(vocab, max(sizes, default=1), args.prompt_tokens, ragged=True)
         print(f"# {args.shape} ({args.family}), {dev} {str(dtype).replace('torch.', '')}, trie: {trie_src}, "
               f"prompts: {prompt_src}", file=sys.stderr)
 
@@ -341,6 +422,14 @@ def main() -> None:
                     for row in run_batches(gen, ragged, sizes, args.new_tokens, mode):
                         batch_rows.setdefault((mode, row["batch"]), []).append(row)
         rows = [summarize(results[m], m, gens[m], args.rounds) for m in gens]
+        if refs:
+            for row in rows:
+                outs = [r.output_ids for r in results[row["mode"]]]
+                row["follows_the_text"] = all(o == ref[args.prompt_tokens:args.prompt_tokens + args.new_tokens]
+                                              for o, ref in zip(outs, refs * args.rounds))
+                row["replay_tau"] = replay_tau(gens[row["mode"]], refs, args.prompt_tokens, args.new_tokens)
+            if not all(row["follows_the_text"] for row in rows):
+                print("# WARNING: a mode did not reproduce the oracle's text", file=sys.stderr)
         batches = [median_row(v) for v in batch_rows.values()]
         if host is not None:
             with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as down:

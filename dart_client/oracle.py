@@ -1,0 +1,187 @@
+"""A target that follows a reference text: real compute, forced answers.
+
+``OracleTarget(model, references)`` wraps a causal LM of any shape (random
+weights will do: ``random_models.random_target``). Its forward runs the
+model's whole forward, then replaces the logits so that the argmax after
+every position p is the reference's token p + 1. Greedy decoding then
+reproduces the reference, and a speculative step accepts exactly what
+teacher forcing would accept at that position, while each step costs what
+the real model's forward costs. That turns a shape-only model into an
+honest speedup measurement: acceptance from real text, time from the real
+forward (``bench/bench_dart.py --oracle``).
+
+Which reference a batch row follows is read from the KV cache, not told:
+the prompts are the references' first tokens, and a row's keys at its
+first few positions (layer 0) identify its prompt. They are never moved by
+the generator's cache compaction (which only touches positions after the
+prompt) and travel with the row when finished rows are dropped, so the
+generator needs no hook. Rows whose prompts share those first tokens must
+follow the same reference.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["OracleTarget"]
+
+
+class OracleTarget(torch.nn.Module):
+    """``model`` answering with ``references`` (token id sequences). Each
+    prompt of a generate() call follows the reference it is a prefix of
+    (the one sharing its longest prefix), unless ``bind`` names them.
+
+    fingerprint_tokens: how many first positions of a prompt identify it
+    (at most the shortest prompt's length)."""
+
+    def __init__(self, model: Any, references: Sequence[Sequence[int]] = (), *, fingerprint_tokens: int = 16) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config
+        self.generation_config = getattr(model, "generation_config", None)
+        self.fingerprint_tokens = fingerprint_tokens
+        self._fp: torch.Tensor | None = None      # [rows at prefill, F]
+        self._docs: torch.Tensor | None = None    # [rows at prefill]: the reference each follows
+        self._refs: torch.Tensor | None = None    # [references, longest + 1], -1 padded
+        self._next_bind: list[int] | None = None
+        self._proj: torch.Tensor | None = None
+        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        if references:
+            self.bind(references)
+        # The generator reads the forward's parameters (logits_to_keep, the
+        # cache's name) from its signature: the model's.
+        def forward(*args: Any, **kw: Any) -> Any:
+            return self._forward(*args, **kw)
+
+        forward.__signature__ = inspect.signature(model.forward)  # type: ignore[attr-defined]
+        self.forward = forward  # type: ignore[method-assign]
+
+    def bind(self, references: Sequence[Sequence[int]], rows: Sequence[int] | None = None) -> None:
+        """The references to follow; ``rows``: which reference each prompt of
+        the next generate() call follows, in prompt order (default: each
+        prompt's own, by its tokens)."""
+        if not references:
+            raise ValueError("references: give at least one token sequence")
+        longest = max(len(r) for r in references)
+        refs = torch.full((len(references), longest + 1), -1, dtype=torch.long)
+        for i, r in enumerate(references):
+            if len(r) == 0:
+                raise ValueError(f"references[{i}] is empty")
+            refs[i, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+        self._refs = refs.to(self.device)
+        self._next_bind = list(rows) if rows is not None else None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def get_input_embeddings(self) -> Any:
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self) -> Any:
+        return self.model.get_output_embeddings()
+
+    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, **kw: Any) -> Any:
+        cache = kw.get(self._cache_kw)
+        prefill = cache is None
+        if position_ids is None:  # positions follow what the cache holds
+            past = 0 if prefill else _first_layer_keys(cache).shape[2]
+            position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None].expand(
+                input_ids.shape[0], -1)
+            given = None
+        else:
+            given = position_ids
+        out = self.model(input_ids=input_ids, position_ids=given, **kw)
+        keys = _first_layer_keys(getattr(out, self._cache_kw))
+        if prefill:
+            self._start(keys, input_ids)
+        docs = self._docs_of(keys)
+        positions = self._logit_positions(input_ids, position_ids, kw.get("logits_to_keep"),
+                                          kw.get("num_logits_to_keep"), out.logits.shape[1])
+        out.logits = self._forced(out.logits, docs, positions)
+        return out
+
+    # -- which reference a row follows ---------------------------------------------------
+
+    def _fingerprints(self, keys: torch.Tensor) -> torch.Tensor:
+        b, h, _, d = keys.shape
+        k = min(self.fingerprint_tokens, keys.shape[2])
+        flat = keys[:, :, :k].float().reshape(b, -1)
+        if self._proj is None or self._proj.shape[0] != flat.shape[1]:
+            g = torch.Generator().manual_seed(0)
+            self._proj = torch.randn(flat.shape[1], 16, generator=g).to(flat.device)
+        return flat @ self._proj
+
+    def _start(self, keys: torch.Tensor, ids: torch.Tensor) -> None:
+        if self._refs is None:
+            raise ValueError("OracleTarget: bind(references) before decoding")
+        rows = ids.shape[0]
+        order = self._next_bind if self._next_bind is not None else self._own_references(ids)
+        self._next_bind = None
+        if len(order) != rows or max(order) >= self._refs.shape[0]:
+            raise ValueError(f"OracleTarget: {rows} prompts, bound to references {order} "
+                             f"of {self._refs.shape[0]}")
+        self._fp = self._fingerprints(keys)
+        self._docs = torch.as_tensor(order, dtype=torch.long, device=keys.device)
+        # Two prompts that look alike must follow one reference.
+        same = torch.cdist(self._fp, self._fp) == 0
+        if bool((same & (self._docs[:, None] != self._docs[None, :])).any()):
+            raise ValueError("OracleTarget: two prompts share their first fingerprint_tokens tokens but follow "
+                             "different references; lengthen the prompts or raise fingerprint_tokens")
+
+    def _own_references(self, ids: torch.Tensor) -> list[int]:
+        """Each prompt's reference: the one sharing its longest prefix (the
+        prompts arrive right-padded)."""
+        assert self._refs is not None
+        width = min(ids.shape[1], self._refs.shape[1])
+        same = (ids[:, None, :width] == self._refs[None, :, :width]).long()  # [B, R, width]
+        common = same.cumprod(dim=2).sum(dim=2)  # [B, R]
+        best = common.max(dim=1)
+        if bool((best.values == 0).any()):
+            raise ValueError("OracleTarget: a prompt is not a prefix of any reference")
+        ties = (common == best.values[:, None]).sum(dim=1) > 1
+        if bool(ties.any()):
+            raise ValueError("OracleTarget: a prompt is a prefix of several references; name its reference "
+                             "with bind(references, rows=...)")
+        return best.indices.tolist()
+
+    def _docs_of(self, keys: torch.Tensor) -> torch.Tensor:
+        assert self._fp is not None and self._docs is not None
+        nearest = torch.cdist(self._fingerprints(keys), self._fp).argmin(dim=1)
+        return self._docs[nearest]
+
+    # -- the answers ------------------------------------------------------------------------
+
+    @staticmethod
+    def _logit_positions(ids: torch.Tensor, pos: torch.Tensor, keep: Any, keep_old: Any,
+                         n_logits: int) -> torch.Tensor:
+        """[B, n_logits]: the position each row of logits answers (pos: every input's)."""
+        t = ids.shape[1]
+        keep = keep if keep is not None else keep_old
+        if isinstance(keep, torch.Tensor):
+            return pos[:, keep]
+        if isinstance(keep, int) and keep > 0:
+            return pos[:, -keep:]
+        return pos[:, t - n_logits:]
+
+    def _forced(self, logits: torch.Tensor, docs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        assert self._refs is not None
+        nxt = self._refs[docs[:, None], (positions + 1).clamp(max=self._refs.shape[1] - 1)]
+        nxt = torch.where(nxt < 0, torch.zeros_like(nxt), nxt)  # past the reference's end: any token
+        forced = torch.full_like(logits, -1e4)
+        return forced.scatter_(2, nxt[..., None], 1e4)
+
+
+def _first_layer_keys(cache: Any) -> torch.Tensor:
+    """Layer 0's keys [B, H, T, d] of a transformers KV cache."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return layers[0].keys
+    return cache.key_cache[0]

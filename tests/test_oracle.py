@@ -1,0 +1,110 @@
+"""The oracle target (dart_client/oracle.py): a real-shaped model whose
+answers follow a reference text. Under greedy decoding it reproduces the
+text in every mode, and a speculative step accepts exactly what the
+teacher-forced replay of the same position accepts (ngram_eval)."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_CORPUS, SAMPLE_TOKENIZER, require_module
+
+torch = require_module("torch")
+require_module("transformers")
+
+from dart_client.generate import ProposalGenerator  # noqa: E402
+from dart_client.oracle import OracleTarget  # noqa: E402
+from dart_client.proposer import LocalProposer, LookupProposer  # noqa: E402
+from dart_client.random_models import random_sample_target  # noqa: E402
+from ngram_eval.proposals import accepted_length  # noqa: E402
+from ngram_service import NgramIndex  # noqa: E402
+
+PROMPT, NEW = 40, 120
+
+
+@pytest.fixture(scope="module")
+def references() -> list[list[int]]:
+    """Three documents of the sample corpus, tokenized: real text, which the
+    sample trie was built from (so that proposals accept a lot)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(SAMPLE_TOKENIZER))
+    path = next(SAMPLE_CORPUS.glob("*.jsonl.gz"))
+    with gzip.open(path, "rt") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    return [tok.encode(t).ids[:PROMPT + NEW + 20] for t in texts[-3:]]
+
+
+@pytest.fixture(scope="module")
+def oracle(references: list[list[int]]) -> OracleTarget:
+    return OracleTarget(random_sample_target(), references)
+
+
+def test_every_mode_reproduces_the_reference(oracle: OracleTarget, sample_trie: Path,
+                                             references: list[list[int]]) -> None:
+    """Greedy decoding follows the text: the target alone, proposals from a
+    trie, prompt lookup alone; one prompt, and three ragged prompts decoded
+    together (rows finish at different steps and are dropped)."""
+    gen = ProposalGenerator(oracle, LocalProposer(sample_trie), eos_token_id=[])
+    r = references[1]
+    assert gen.autoregressive(r[:PROMPT], max_new_tokens=30, stop_at_eos=False).output_ids == r[PROMPT:PROMPT + 30]
+    one = gen.generate(r[:PROMPT], max_new_tokens=NEW, stop_at_eos=False)
+    assert one.output_ids == r[PROMPT:PROMPT + NEW]
+    assert one.mean_accepted_length > 1.5  # the trie knows this text: the oracle lets it show
+    starts = [PROMPT, PROMPT + 9, PROMPT + 3]
+    batch = gen.generate([ref[:s] for ref, s in zip(references, starts)], max_new_tokens=NEW, stop_at_eos=False)
+    assert [b.output_ids for b in batch] == [ref[s:s + NEW] for ref, s in zip(references, starts)]
+    lookup = ProposalGenerator(oracle, LookupProposer(), eos_token_id=[])
+    assert lookup.generate(r[:PROMPT], max_new_tokens=60, stop_at_eos=False).output_ids == r[PROMPT:PROMPT + 60]
+
+
+def test_accepted_lengths_equal_the_teacher_forced_replay(oracle: OracleTarget, sample_trie: Path,
+                                                          references: list[list[int]]) -> None:
+    """Each step accepts what ngram-eval's replay accepts at the same
+    position, with the same proposals."""
+    index = NgramIndex.open(sample_trie)
+    proposer = LocalProposer(index)
+    gen = ProposalGenerator(oracle, proposer, eos_token_id=[])
+    for ref in references:
+        res = gen.generate(ref[:PROMPT], max_new_tokens=NEW, stop_at_eos=False)
+        doc = np.asarray(ref)
+        at = PROMPT + 1  # the prefill committed the first new token
+        want = []
+        while at < PROMPT + NEW:
+            tree = index.propose(doc[:at], **proposer.params)
+            acc = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), ref, at)
+            want.append(acc)
+            at += acc + 1
+        got = [s.accepted for s in res.steps]
+        assert got == want[:len(got)] and len(got) == len(want), (got, want)
+
+
+def test_prompts_are_matched_to_their_references(oracle: OracleTarget, references: list[list[int]]) -> None:
+    gen = ProposalGenerator(oracle, LookupProposer(), eos_token_id=[])
+    with pytest.raises(ValueError, match="not a prefix of any reference"):
+        gen.generate([4000 + i for i in range(20)], max_new_tokens=4, stop_at_eos=False)
+    # bind() names a prompt's reference where its tokens cannot tell
+    other = list(references[0][:PROMPT]) + list(references[2][PROMPT:])
+    twin = OracleTarget(oracle.model, [references[0], other])
+    gen = ProposalGenerator(twin, LookupProposer(), eos_token_id=[])
+    with pytest.raises(ValueError, match="several references"):
+        gen.generate(references[0][:PROMPT], max_new_tokens=4, stop_at_eos=False)
+    twin.bind([references[0], other], rows=[1])
+    out = gen.generate(references[0][:PROMPT], max_new_tokens=20, stop_at_eos=False).output_ids
+    assert out == other[PROMPT:PROMPT + 20]
+
+
+def test_the_real_forward_still_runs(references: list[list[int]]) -> None:
+    """The compute is the model's: the wrapped model's forward runs once per
+    call, on the same inputs."""
+    model = random_sample_target()
+    calls: list[Any] = []
+    model.register_forward_hook(lambda _m, _a, kw, _out: calls.append(kw.get("input_ids")), with_kwargs=True)
+    oracle = OracleTarget(model, references)
+    gen = ProposalGenerator(oracle, LookupProposer(), eos_token_id=[])
+    res = gen.generate(references[0][:PROMPT], max_new_tokens=20, stop_at_eos=False)
+    assert len(calls) == 1 + len(res.steps)
