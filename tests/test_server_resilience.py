@@ -110,48 +110,40 @@ def _untimed_seconds(stub: Any, req: Any) -> float:
     return time.monotonic() - t0
 
 
-def test_an_expired_call_frees_its_worker_at_once(sample_trie: Path) -> None:
-    """Row 1 at the largest work the budget admits: with a 0.1 s deadline the
-    search stops at its deadline (the engine checks it as it searches), so the
-    one worker answers the next call right after; before, it went on for the
-    whole search after the client had given up."""
+def _second_call(s: ServerProcess, method: str) -> dict[str, Any]:
+    """The log line of the second call of `method` (the first is the untimed one)."""
+    deadline = time.monotonic() + 10
+    while len(_call_events(s, method)) < 2:
+        assert time.monotonic() < deadline, s.events
+        time.sleep(0.01)
+    return _call_events(s, method)[1]
+
+
+@pytest.mark.parametrize("how", ["deadline", "cancel"])
+def test_a_call_given_up_frees_its_worker_at_once(sample_trie: Path, how: str) -> None:
+    """Row 1 at the largest work the budget admits: a call whose 0.1 s
+    deadline passes, or that its client cancels after 0.1 s, stops inside the
+    engine, so the one worker answers the next call right after; before, it
+    went on for the whole search after the client had given up."""
     req = _slow_prune()
     with ServerProcess([sample_trie], "--threads", "1", "--log-requests") as s:
         stub = s.stub()
         untimed = _untimed_seconds(stub, req)
         assert untimed > 0.3, f"too little work to show anything ({untimed:.2f} s)"
         t0 = time.monotonic()
-        assert _code(lambda: stub.PruneTree(req, timeout=0.1)) == CODES.DEADLINE_EXCEEDED
+        if how == "deadline":
+            assert _code(lambda: stub.PruneTree(req, timeout=0.1)) == CODES.DEADLINE_EXCEEDED
+        else:
+            f = stub.PruneTree.future(req, timeout=60)
+            time.sleep(0.1)
+            assert f.cancel()
         assert stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=30).tokens
         waited = time.monotonic() - t0
-        deadline = time.monotonic() + 10
-        while len(_call_events(s, "PruneTree")) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        ev = _second_call(s, "PruneTree")
     assert waited < 0.1 + min(0.3, untimed / 3), (waited, untimed)
-    ev = _call_events(s, "PruneTree")[1]
-    assert ev["code"] == CODES.DEADLINE_EXCEEDED.value[0] and "trees" in ev["message"], ev
+    want = CODES.DEADLINE_EXCEEDED if how == "deadline" else CODES.CANCELLED
+    assert ev["code"] == want.value[0] and "trees" in ev["message"], ev
     assert ev["seconds"] < 0.1 + 0.15, ev  # the worker was freed within the engine's check interval
-
-
-def test_a_cancelled_call_stops_its_work(sample_trie: Path) -> None:
-    """The client cancels a long call: the server's worker stops too (CANCELLED in its log)."""
-    req = _slow_prune()
-    with ServerProcess([sample_trie], "--threads", "1", "--log-requests") as s:
-        stub = s.stub()
-        untimed = _untimed_seconds(stub, req)
-        f = stub.PruneTree.future(req, timeout=60)
-        time.sleep(0.1)
-        assert f.cancel()
-        t0 = time.monotonic()
-        assert stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=30).tokens
-        waited = time.monotonic() - t0
-        deadline = time.monotonic() + 10
-        while len(_call_events(s, "PruneTree")) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-    assert waited < min(0.3, untimed / 3), (waited, untimed)
-    assert _call_events(s, "PruneTree")[1]["code"] == CODES.CANCELLED.value[0]
 
 
 # ---- rows 2, 3: admission that sheds load ----------------------------------------------------------
