@@ -109,7 +109,7 @@ inline void fuzz_prune(const ngram::TrieIndex& t, Bytes& in) {
   pin.probs = probs.data();
   pin.level_offsets = offsets.data();
   pin.depth = d;
-  ngram::PrunedTree tree;
+  ngram::DraftTree tree;
   try {
     ngram::prune_tree(t, pin, params, ws, tree);
   } catch (const ngram::InvalidArgument&) {
@@ -142,7 +142,7 @@ inline void fuzz_propose(const ngram::TrieIndex& t, Bytes& in) {
   if (set & 32) params.lookup_min_match = in.take<int8_t>();
   params.corpus = !(set & 64);
   params.lookup = !(set & 128);
-  ngram::ProposedTree tree;
+  ngram::DraftTree tree;
   try {
     ngram::propose_tree(t, ctx.data(), n, params, ws, tree);
   } catch (const ngram::InvalidArgument&) {

@@ -5,39 +5,17 @@
 #include <queue>
 #include <type_traits>
 
+#include "checks.h"
 #include "errors.h"
+#include "lookup_steps.h"
 
 namespace ngram {
 
-namespace {
-
-template <class Id>
-void check_ids(const TrieIndex& t, const Id* toks, uint64_t n, const char* field) {
-  const int64_t v = static_cast<int64_t>(t.vocab_size());
-  // The smallest and largest ids, signed, with no early exit, so that the
-  // compiler vectorizes them (SSE4.2 compares signed 64-bit words, not
-  // unsigned ones); only a batch with a bad id looks for the first one.
-  Id smallest = 0, largest = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    smallest = std::min(smallest, toks[i]);
-    largest = std::max(largest, toks[i]);
-  }
-  if (smallest >= 0 && static_cast<int64_t>(largest) < v) return;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (toks[i] < 0 || toks[i] >= v)
-      throw InvalidArgument(std::string(field) + "[" + std::to_string(i) + "] = " +
-                            std::to_string(toks[i]) + " is not a token id: must be in [0, " +
-                            std::to_string(v) + ")");
-  }
-}
-
-}  // namespace
-
 void check_tokens(const TrieIndex& t, const int64_t* toks, uint64_t n, const char* field) {
-  check_ids(t, toks, n, field);
+  check_token_ids(t.vocab_size(), toks, n, field);
 }
 void check_tokens(const TrieIndex& t, const int32_t* toks, uint64_t n, const char* field) {
-  check_ids(t, toks, n, field);
+  check_token_ids(t.vocab_size(), toks, n, field);
 }
 
 namespace {
@@ -113,36 +91,12 @@ void conditional_probs_many(const Trie& t, const int32_t* contexts, uint32_t n, 
   if (max_len == 0 || k == 0 || n == 0) return;
   if (s.tables.size() < n) s.tables.resize(n);
   s.left.assign(n, k);
-  for (auto* v : {&s.rows, &s.matched}) v->resize(n);
-  s.run_tables.resize(n);
-  s.suffixes.resize(n);
-  s.runs.resize(n);
-  s.found.resize(n);
-  s.p.resize(n);
-  s.m.resize(n);
+  s.steps.reserve(n);
   for (uint32_t q = 0; q < n; ++q) s.tables[q].build(candidates + size_t{q} * k, k);
-  for (uint32_t len = max_len; len >= 1; --len) {
-    uint32_t asked = 0;
-    for (uint32_t q = 0; q < n; ++q) {
-      if (s.left[q] == 0) continue;
-      s.suffixes[asked] = contexts + size_t{q} * ctx_len + (ctx_len - len);
-      s.rows[asked++] = q;
-    }
-    if (asked == 0) break;
-    find_runs(t, s.suffixes.data(), asked, len, s.runs.data(), s.found.data());
-    uint32_t searched = 0;
-    for (uint32_t i = 0; i < asked; ++i) {
-      if (!s.found[i]) continue;
-      const uint32_t q = s.rows[i];
-      s.runs[searched] = s.runs[i];
-      s.rows[searched] = q;
-      s.run_tables[searched] = &s.tables[q];
-      s.p[searched] = probs + size_t{q} * k;
-      s.m[searched++] = matched + size_t{q} * k;
-    }
-    t.lookup_in_runs(len, s.runs.data(), searched, s.run_tables.data(), s.p.data(), s.m.data(), s.matched.data());
-    for (uint32_t i = 0; i < searched; ++i) s.left[s.rows[i]] -= s.matched[i];
-  }
+  lookup_lengths(
+      t, max_len, 1, n, k,
+      [&](uint32_t q, uint32_t len) { return contexts + size_t{q} * ctx_len + (ctx_len - len); },
+      [&](uint32_t q) { return &s.tables[q]; }, probs, matched, s.left.data(), s.steps);
 }
 
 // Each representation's instances (trie_index.h).

@@ -149,6 +149,28 @@ class TrieV1 {
   // The tokens of entries [lo, hi) of level len + 1, the continuations of
   // the stored n-gram suffix[0..len) (len >= 1), into out.
   void run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, int32_t* out) const;
+  // The entry of toks[0..len+1) in level len + 1, given `at`, the entry of
+  // toks[0..len) in level len: one search of at's run of children.
+  bool find_next(uint32_t len, uint64_t at, const int32_t* toks, uint64_t* index) const {
+    uint64_t lo, hi;
+    children(len, at, &lo, &hi);
+    const LevelV1& level = levels_[len];
+    const uint64_t tok = static_cast<uint32_t>(toks[len]);
+    const uint64_t i = level.lower_bound_token(lo, hi, tok);
+    *index = i;
+    return i < hi && level.token(i) == tok;
+  }
+  // f(token, count) for each entry of run [lo, hi) of level len + 1 (the
+  // continuations of suffix[0..len)), in token order, read where it lies.
+  // Returns whether `copy` holds the run's tokens afterwards: never, since
+  // finding one of them again (find_next) costs less than copying the run.
+  template <class F>
+  bool for_each_in_run(const int32_t* /*suffix*/, uint32_t len, uint64_t lo, uint64_t hi,
+                       std::vector<int32_t>& /*copy*/, F f) const {
+    const LevelV1& next = levels_[len];
+    for (uint64_t i = lo; i < hi; ++i) f(static_cast<int32_t>(next.token(i)), next.count(i));
+    return false;
+  }
   // For n runs of level len + 1 (runs[i], found by find_runs): the
   // candidates of tables[i] not yet matched (m[i][j] == 0) that occur in
   // runs[i] get p[i][j] = count(suffix+w) * runs[i].inv and m[i][j] = len;

@@ -134,6 +134,24 @@ class TrieV2 {
   // The tokens of entries [lo, hi) of level len + 1, the continuations of
   // suffix[0..len).
   void run_tokens(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, int32_t* out) const;
+  // The entry of toks[0..len+1) in level len + 1, given the entry of
+  // toks[0..len) in level len: found from the first level (a run is
+  // searched by the ranks of its shorter suffixes, not by its own tokens).
+  bool find_next(uint32_t len, uint64_t /*at*/, const int32_t* toks, uint64_t* index) const {
+    return find(toks, len + 1, index);
+  }
+  // f(token, count) for each entry of run [lo, hi) of level len + 1 (the
+  // continuations of suffix[0..len)), in token order. The run is decoded
+  // into `copy`, which holds its tokens afterwards (returns true), so that
+  // one of them is found there again without decoding.
+  template <class F>
+  bool for_each_in_run(const int32_t* suffix, uint32_t len, uint64_t lo, uint64_t hi, std::vector<int32_t>& copy,
+                       F f) const {
+    copy.resize(hi - lo);
+    run_tokens(suffix, len, lo, hi, copy.data());
+    for (uint64_t i = lo; i < hi; ++i) f(copy[i - lo], count(len + 1, i));
+    return true;
+  }
   // TrieV1::lookup_in_runs for version 2: runs[i].suffix names each run's
   // context. Following a candidate down the chain answers it at every suffix
   // length at once, so each unmatched candidate gets its final answer here:

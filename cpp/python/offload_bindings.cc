@@ -198,60 +198,22 @@ py::bytes request_bytes(const PackedLattices& L, const py::bytes& head, const st
 // ---- the batch's trees ------------------------------------------------------
 
 struct TreeBatch {
-  std::vector<PrunedTree> trees;
+  std::vector<DraftTree> trees;
   std::vector<uint8_t> filled;
   explicit TreeBatch(uint32_t b) : trees(b), filled(b, 0) {}
 
-  // The packed layout's dimensions: widest tree, most leaves, deepest path.
-  struct Dims {
-    uint64_t n = 1, leaves = 1, width = 1, bytes = 0;
-  };
-  Dims dims() const {
-    Dims d;
-    for (size_t i = 0; i < trees.size(); ++i) {
+  // The packed layout of the batch (draft_tree.h), once every tree is filled.
+  TreeBatchLayout layout() const {
+    for (size_t i = 0; i < trees.size(); ++i)
       if (!filled[i]) throw InvalidArgument("tree " + std::to_string(i) + " of the batch was never filled");
-      d.n = std::max<uint64_t>(d.n, trees[i].size());
-      d.leaves = std::max<uint64_t>(d.leaves, trees[i].n_leaves);
-      d.width = std::max<uint64_t>(d.width, trees[i].retrieve_width);
-    }
-    const uint64_t b = trees.size();
-    d.bytes = 8 * (3 * b * d.n + b * d.leaves * d.width) + b * d.n * d.n;
-    return d;
-  }
-
-  // Writes the layout documented at bind_offload into out (d.bytes long).
-  void pack(const Dims& d, uint8_t* out) const {
-    const uint64_t B = trees.size(), N = d.n, L = d.leaves, W = d.width;
-    int64_t* tok = reinterpret_cast<int64_t*>(out);
-    int64_t* pos = tok + B * N;
-    int64_t* par = pos + B * N;
-    int64_t* ret = par + B * N;
-    uint8_t* mask = reinterpret_cast<uint8_t*>(ret + B * L * W);
-    std::fill(tok, tok + 2 * B * N, 0);
-    std::fill(par, par + B * N + B * L * W, -1);
-    std::memset(mask, 0, B * N * N);
-    for (uint64_t b = 0; b < B; ++b) {
-      const PrunedTree& t = trees[b];
-      const uint64_t n = t.size();
-      for (uint64_t i = 0; i < n; ++i) {
-        tok[b * N + i] = t.tokens[i];
-        pos[b * N + i] = t.depths[i];
-        par[b * N + i] = t.parents[i];
-        std::memcpy(mask + (b * N + i) * N, t.tree_mask.data() + i * n, n);
-      }
-      for (uint64_t i = n; i < N; ++i) mask[(b * N + i) * N + i] = 1;  // padding sees itself
-      for (uint64_t r = 0; r < t.n_leaves; ++r)
-        for (uint64_t c = 0; c < t.retrieve_width; ++c)
-          ret[(b * L + r) * W + c] = t.retrieve_indices[r * t.retrieve_width + c];
-    }
+    return TreeBatchLayout::of(trees.data(), trees.size());
   }
 };
 
 // A PruneTreeResponse's trees into rows (in order), encoded by the engine's encoder.
 void decode_response(TreeBatch& out, const uint8_t* data, size_t size, const std::vector<uint32_t>& rows) {
-  thread_local PruneWorkspace ws;
   const size_t n = decode_prune_response(
-      data, size, [&](size_t i) { return i < rows.size() ? &out.trees[rows[i]] : nullptr; }, ws);
+      data, size, [&](size_t i) { return i < rows.size() ? &out.trees[rows[i]] : nullptr; });
   if (n != rows.size())
     throw InvalidArgument("PruneTreeResponse: " + std::to_string(n) + " trees for " + std::to_string(rows.size()) +
                           " lattices");
@@ -316,7 +278,7 @@ serve has depth 0.)")
                  throw InvalidArgument("lattice " + std::to_string(r[i]) + " has no level the trie serves");
                inputs[i] = L.input(r[i], offsets[i]);
              }
-             std::vector<PrunedTree> trees;
+             std::vector<DraftTree> trees;
              {
                py::gil_scoped_release nogil;
                prune_tree_batch(trie, inputs, params, static_cast<uint32_t>(std::max<int64_t>(0, threads)), trees);
@@ -336,10 +298,11 @@ serve has depth 0.)")
 
   py::class_<TreeBatch>(m, "TreeBatch", R"(The draft trees of a batch, filled by PackedLattices.prune or decode, packed by pack.
 
-pack's layout, for B trees, N = most nodes, L = most leaves, W = deepest path + 1:
-int64 tokens [B, N] (0 padded), int64 depths [B, N] (0 padded), int64
-parents [B, N] (-1 padded), int64 retrieve_indices [B, L, W] (-1 padded),
-then bool tree_mask [B, N, N] (a padding node marks only itself).)")
+pack's layout (cpp/engine/draft_tree.h, TreeBatchLayout), for B trees, N = most
+nodes, L = most leaves, W = deepest path + 1: int64 tokens [B, N] (0 padded),
+int64 depths [B, N] (0 padded), int64 parents [B, N] (-1 padded), int64
+retrieve_indices [B, L, W] (-1 padded), then bool tree_mask [B, N, N] (a
+padding node marks only itself).)")
       .def(py::init<uint32_t>(), py::arg("batch"))
       .def("__len__", [](const TreeBatch& t) { return t.trees.size(); })
       .def("decode",
@@ -356,21 +319,23 @@ then bool tree_mask [B, N, N] (a padding node marks only itself).)")
            "byte for a malformed message, the count for too few or too many trees.")
       .def("pack",
            [](const TreeBatch& t, const py::handle& out) {
-             const auto d = t.dims();
+             const TreeBatchLayout d = t.layout();
+             const uint64_t bytes = d.bytes();
              uint64_t have = 0;
              uint8_t* buf = out.is_none() ? nullptr : writable_bytes(out, have);
              if (!out.is_none() && !buf) throw InvalidArgument("out must be a writable C-contiguous uint8 array");
              py::object array = py::reinterpret_borrow<py::object>(out);
-             if (!buf || have < d.bytes) {  // a new array, twice as large as the one given
-               auto a = new_array<uint8_t>(1, static_cast<py::ssize_t>(std::max(d.bytes, 2 * have)));
+             if (!buf || have < bytes) {  // a new array, twice as large as the one given
+               auto a = new_array<uint8_t>(1, static_cast<py::ssize_t>(std::max(bytes, 2 * have)));
                buf = a.mutable_data();
                array = std::move(a);
              }
-             const py::ssize_t B = static_cast<py::ssize_t>(t.trees.size()), N = d.n, L = d.leaves, W = d.width;
+             const py::ssize_t B = static_cast<py::ssize_t>(t.trees.size()), N = d.nodes, L = d.leaves,
+                               W = d.width;
              py::array_t<int64_t> sizes({static_cast<py::ssize_t>(3), B});
              {
                py::gil_scoped_release nogil;
-               t.pack(d, buf);
+               d.pack(t.trees.data(), buf);
                int64_t* o = sizes.mutable_data();
                for (py::ssize_t b = 0; b < B; ++b) {
                  o[b] = t.trees[b].size();
@@ -378,11 +343,11 @@ then bool tree_mask [B, N, N] (a padding node marks only itself).)")
                  o[2 * B + b] = t.trees[b].retrieve_width;
                }
              }
-             int64_t* words = reinterpret_cast<int64_t*>(buf);
-             py::array_t<int64_t> nodes({static_cast<py::ssize_t>(3), B, N}, words, array);
-             py::array_t<int64_t> retrieve({B, L, W}, words + 3 * B * N, array);
-             py::array mask(py::dtype::of<bool>(), {B, N, N}, buf + 8 * (3 * B * N + B * L * W), array);
-             return py::make_tuple(array, d.bytes, sizes, nodes, retrieve, mask);
+             py::array_t<int64_t> nodes({static_cast<py::ssize_t>(3), B, N},
+                                        reinterpret_cast<int64_t*>(buf + d.tokens_at()), array);
+             py::array_t<int64_t> retrieve({B, L, W}, reinterpret_cast<int64_t*>(buf + d.retrieve_at()), array);
+             py::array mask(py::dtype::of<bool>(), {B, N, N}, buf + d.mask_at(), array);
+             return py::make_tuple(array, bytes, sizes, nodes, retrieve, mask);
            },
            py::arg("out") = py::none(),
            "The trees in the packed layout, written into out (a writable uint8 array) when it is large "

@@ -174,7 +174,7 @@ void bind_propose(py::module_& m) {
         const ProposeParams params = propose_params(kw);
         std::vector<ProposeInput> in(ids.size());
         for (size_t i = 0; i < ids.size(); ++i) in[i] = {ids[i].data(), ids[i].size()};
-        std::vector<ProposedTree> out;
+        std::vector<DraftTree> out;
         {
           py::gil_scoped_release nogil;
           deadline.run([&] {

@@ -276,7 +276,7 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       .def_property_readonly("n_nodes", [](const TreeObject& t) { return t.n() - 1; },
                              "Nodes kept, the root excluded.")
       .def("paths", [](const TreeObject& obj) {
-        const PrunedTree& t = *obj.tree;
+        const DraftTree& t = *obj.tree;
         std::vector<py::tuple> out(t.size());
         out[0] = py::tuple();
         for (uint32_t i = 1; i < t.size(); ++i) {
@@ -289,7 +289,7 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
         return py::list(py::cast(out));
       }, "The token path (root excluded) of every node, in node order; () for the root.")
       .def("__repr__", [](const TreeObject& obj) {
-        const PrunedTree& t = *obj.tree;
+        const DraftTree& t = *obj.tree;
         return "PrunedTree(nodes=" + std::to_string(t.size() - 1) + ", depth=" + std::to_string(t.retrieve_width - 1) +
                ", leaves=" + std::to_string(t.n_leaves) + ")";
       });
@@ -300,7 +300,7 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
         I32Array tok = integers<int32_t>(tokens, "tokens"), par = integers<int32_t>(parents, "parents");
         if (tok.ndim() != 1 || par.ndim() != 1) throw InvalidArgument("tree: tokens and parents must be 1-D");
         auto obj = new_tree();
-        PrunedTree* tr = obj->tree.get();
+        DraftTree* tr = obj->tree.get();
         tr->tokens.assign(tok.data(), tok.data() + tok.shape(0));
         tr->parents.assign(par.data(), par.data() + par.shape(0));
         if (!scores.is_none()) {
@@ -310,8 +310,7 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
         }
         {
           py::gil_scoped_release nogil;
-          thread_local PruneWorkspace ws;
-          encode_tree(*tr, ws);
+          encode_tree(*tr);
         }
         return obj;
       },
@@ -366,14 +365,12 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
         std::vector<std::unique_ptr<TreeObject>> trees;
         {
           py::gil_scoped_release nogil;
-          thread_local PruneWorkspace ws;
           wire::decode_prune_response(
               static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize),
               [&](size_t) {
                 trees.push_back(new_tree());
                 return trees.back()->tree.get();
-              },
-              ws);
+              });
         }
         py::list out(trees.size());
         for (size_t i = 0; i < trees.size(); ++i) out[i] = py::cast(std::move(trees[i]));
@@ -458,7 +455,7 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
                                                eos_token_id, ngram_on_first_level);
         std::vector<PruneInput> inputs(reqs.size());
         for (size_t i = 0; i < reqs.size(); ++i) inputs[i] = reqs[i]->input;
-        std::vector<PrunedTree> out;
+        std::vector<DraftTree> out;
         {
           py::gil_scoped_release nogil;
           deadline.run([&] {

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "errors.h"
-#include "prune_tree.h"
+#include "draft_tree.h"
+#include "lattice.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "protobuf's fixed-width fields are copied as they lie");
 
@@ -154,12 +155,12 @@ inline void put_prune_input(std::string& out, const ngram::PruneInput& in, std::
   put_packed(out, 4, in.probs + at, c);
 }
 
-// A PruneTreeResponse's trees, in order: tree(i) gives the PrunedTree to fill
+// A PruneTreeResponse's trees, in order: tree(i) gives the DraftTree to fill
 // for the i-th (nullptr: more trees than expected, an error); its tokens,
 // parents and scores are read (scores NaN when the host sent none), then
 // encoded by the engine's encode_tree. Returns the number of trees.
 template <class TreeAt>
-size_t decode_prune_response(const uint8_t* data, size_t size, TreeAt tree, ngram::PruneWorkspace& ws) {
+size_t decode_prune_response(const uint8_t* data, size_t size, TreeAt tree) {
   WireReader msg(data, size, "PruneTreeResponse");
   size_t i = 0;
   while (!msg.done()) {
@@ -169,7 +170,7 @@ size_t decode_prune_response(const uint8_t* data, size_t size, TreeAt tree, ngra
       continue;
     }
     const auto [p, n] = msg.bytes();
-    ngram::PrunedTree* t = tree(i);
+    ngram::DraftTree* t = tree(i);
     if (!t) throw InvalidArgument("PruneTreeResponse: more trees than the " + std::to_string(i) + " lattices sent");
     t->tokens.clear();
     t->parents.clear();
@@ -188,7 +189,7 @@ size_t decode_prune_response(const uint8_t* data, size_t size, TreeAt tree, ngra
                             " parents");
     if (t->scores.size() != t->tokens.size()) t->scores.assign(t->tokens.size(), __builtin_nanf(""));
     try {
-      ngram::encode_tree(*t, ws);
+      ngram::encode_tree(*t);
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(at + e.what());
     }

@@ -13,14 +13,14 @@
 namespace ngram_py {
 
 namespace py = pybind11;
-using ngram::PrunedTree;
+using ngram::DraftTree;
 
 // The Python PrunedTree: the engine's tree and, made on first use, numpy
 // views of its arrays (each property returns the same array every time). The
 // views' base is a capsule sharing the tree, not this object, so that no
 // reference cycle keeps either alive.
 struct TreeObject {
-  std::shared_ptr<PrunedTree> tree = std::make_shared<PrunedTree>();
+  std::shared_ptr<DraftTree> tree = std::make_shared<DraftTree>();
   py::object owner;  // the capsule
   py::object arrays[6];
 
@@ -28,8 +28,8 @@ struct TreeObject {
   py::object& view(int slot, std::vector<T>& v, std::vector<py::ssize_t> shape) {
     if (!arrays[slot]) {
       if (!owner)
-        owner = py::capsule(new std::shared_ptr<PrunedTree>(tree),
-                            [](void* p) { delete static_cast<std::shared_ptr<PrunedTree>*>(p); });
+        owner = py::capsule(new std::shared_ptr<DraftTree>(tree),
+                            [](void* p) { delete static_cast<std::shared_ptr<DraftTree>*>(p); });
       if constexpr (std::is_same_v<T, uint8_t>)
         arrays[slot] = py::array(py::dtype::of<bool>(), std::move(shape), v.data(), owner);
       else

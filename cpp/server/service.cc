@@ -426,7 +426,7 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
                              lim.max_candidates < PruneLimits::kMaxCandidates ? "--max-candidates" : "the engine's limit"};
 
   thread_local PruneWorkspace ws;
-  thread_local PrunedTree tree;
+  thread_local DraftTree tree;
   thread_local std::vector<uint64_t> offsets;
   resp->mutable_trees()->Reserve(static_cast<int>(n));
   for (uint64_t i = 0; i < n; ++i) {
@@ -517,7 +517,7 @@ Status NgramServiceImpl::propose_tree(const v1::ProposeTreeRequest& req, v1::Pro
   // One compute worker for the whole call, as PruneTree: the sequences one
   // after the other on this thread.
   thread_local ProposeWorkspace ws;
-  thread_local ProposedTree tree;
+  thread_local DraftTree tree;
   resp->mutable_trees()->Reserve(static_cast<int>(n));
   for (uint64_t i = 0; i < n; ++i) {
     const auto& context = req.contexts(static_cast<int>(i)).context();

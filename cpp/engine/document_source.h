@@ -1,0 +1,60 @@
+// A proposal's document source (prompt lookup): a node's continuations
+// from the sequence's own earlier text. At a node whose sequence is x =
+// context + the path to the node, the positions i <= N-2 of the context
+// where the longest match of x's suffix ends (at least min_match tokens,
+// counted up to ProposeLimits::kMaxMatch), the most recent kMaxOccurrences
+// of them; a continuation w scores weight * (occurrences followed by w) /
+// (occurrences). The root measures every position; a child keeps the
+// occurrences of its parent that its own token continues. docs/PROPOSALS.md
+// is the specification. Engine-internal: included by the proposal search.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "best_continuations.h"
+
+namespace ngram {
+
+class DocumentSource {
+ public:
+  // A node's occurrences: positions i of the context, the match ending at i.
+  struct Matches {
+    uint32_t begin = 0, size = 0;
+  };
+
+  // A new sequence: its context (n tokens) and the source's parameters.
+  void start(const int64_t* context, uint64_t n, uint32_t min_match, float weight, uint32_t cap) {
+    ctx_ = context;
+    n_ = n;
+    min_match_ = min_match;
+    weight_ = weight;
+    cap_ = cap;
+    occurrences_.clear();
+  }
+  // The root's occurrences: every match of the context's suffix.
+  Matches root();
+  // A child's: those of its parent that its token continues.
+  Matches child(const Matches& parent, int32_t token);
+  // The largest score a continuation at a node with these occurrences gets:
+  // the share of its most frequent next token, times the weight.
+  float bound(const Matches& m);
+  // Scores the `cap` most frequent tokens that follow the occurrences into best.
+  void score(const Matches& m, BestContinuations& best);
+
+ private:
+  // f(token, count) for each distinct token that follows the occurrences, in token order.
+  template <class F>
+  void for_each_next_token(const Matches& m, F f);
+
+  const int64_t* ctx_ = nullptr;
+  uint64_t n_ = 0;
+  uint32_t min_match_ = 1;
+  float weight_ = 1.0f;
+  uint32_t cap_ = 0;
+  std::vector<uint32_t> occurrences_;  // every node's, node by node
+  std::vector<uint32_t> match_at_;     // the root's candidate match ends: where the last token stands
+  std::vector<uint32_t> match_lens_;   // and their match lengths
+  std::vector<int32_t> next_tokens_;
+};
+
+}  // namespace ngram

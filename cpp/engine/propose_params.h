@@ -1,0 +1,45 @@
+// The parameters of a corpus proposal and every bound on them, the one
+// definition of both (docs/PROPOSALS.md, "Parameters and limits").
+#pragma once
+#include <cstdint>
+
+#include "prune_params.h"
+
+namespace ngram {
+
+// Every bound on a proposal request, in one place (checked by check_propose_params).
+struct ProposeLimits {
+  static constexpr uint32_t kMaxNodes = PruneLimits::kMaxNodes;  // nodes kept, root excluded
+  static constexpr uint32_t kMaxDepth = PruneLimits::kMaxDepth;
+  static constexpr uint32_t kMaxBranch = 32;            // continuations per node
+  static constexpr uint64_t kMaxContext = 1u << 20;     // tokens of one sequence
+  static constexpr uint32_t kMaxMatch = 32;             // lookup_min_match's bound
+  // The document source keeps the most recent occurrences of the matched
+  // suffix only: recent text predicts better, and the count bounds the work.
+  static constexpr uint32_t kMaxOccurrences = 256;
+};
+
+// The parameters of a proposal. The defaults are the measured best of
+// docs/PROPOSALS.md, the only definition of them: the Python module exports
+// them (PROPOSE_DEFAULTS) and the server leaves unset fields at these values.
+struct ProposeParams {
+  int64_t max_nodes = 64;
+  int64_t max_depth = 8;
+  int64_t max_branch = 8;      // each node's best continuations considered
+  float min_prob = 1e-4f;      // nodes whose path probability is below are not kept
+  float backoff = 0.4f;        // a suffix one token shorter weighs this much less
+  bool corpus = true;          // continuations from the trie
+  bool lookup = true;          // continuations from the sequence's own earlier occurrences
+  float lookup_weight = 1.0f;  // the document source's probabilities are scaled by this
+  int64_t lookup_min_match = 1;  // the shortest suffix the document source matches
+};
+
+// Throws InvalidArgument naming the field at fault: integers or floats
+// outside their range.
+void check_propose_params(const ProposeParams& params);
+
+// Throws InvalidArgument for an empty context or one of more than
+// ProposeLimits::kMaxContext tokens.
+void check_context_length(uint64_t n);
+
+}  // namespace ngram
