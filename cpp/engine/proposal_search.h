@@ -343,7 +343,6 @@ void ProposalSearch<Trie>::write(DraftTree& out) {
     out.parents[i] = node.parent < 0 ? -1 : static_cast<int32_t>(place[node.parent]);
     out.scores[i] = node.prob;
   }
-  encode_tree(out);
 }
 
 }  // namespace ngram

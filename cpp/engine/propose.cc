@@ -20,13 +20,19 @@ void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, co
   check_propose_params(p);
 }
 
-void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
-                  ProposeWorkspace& ws, DraftTree& out, const Interrupt& stop) {
+void propose_tree_nodes(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
+                        ProposeWorkspace& ws, DraftTree& out, const Interrupt& stop) {
   validate_propose(t, context, n, params);
   t.visit([&](const auto& trie) {
     using Trie = std::decay_t<decltype(trie)>;
     ProposalSearch<Trie>(trie, &t, context, n, params, ws.state(), stop).run(out);
   });
+}
+
+void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
+                  ProposeWorkspace& ws, DraftTree& out, const Interrupt& stop) {
+  propose_tree_nodes(t, context, n, params, ws, out, stop);
+  encode_tree(out);
 }
 
 void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, const ProposeParams& params,
@@ -38,6 +44,7 @@ void propose_lookup(uint64_t vocab_size, const int64_t* context, uint64_t n, con
   ProposeParams lookup = params;
   lookup.corpus = false;
   ProposalSearch<NoTrie>(NoTrie(vocab_size), nullptr, context, n, lookup, ws.state(), stop).run(out);
+  encode_tree(out);
 }
 
 void propose_batch(const TrieIndex& t, const std::vector<ProposeInput>& in, const ProposeParams& params,

@@ -40,6 +40,12 @@ void validate_propose(const TrieIndex& t, const int64_t* context, uint64_t n, co
 void propose_tree(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
                   ProposeWorkspace& ws, DraftTree& out, const Interrupt& stop = Interrupt());
 
+// propose_tree without the encoding: out's tokens, parents and scores only
+// (what the server sends; its clients encode the tree themselves). The
+// encoding's mask is n x n bytes: 16 MiB at 4,096 nodes.
+void propose_tree_nodes(const TrieIndex& t, const int64_t* context, uint64_t n, const ProposeParams& params,
+                        ProposeWorkspace& ws, DraftTree& out, const Interrupt& stop = Interrupt());
+
 // Prompt lookup alone, with no trie: propose_tree's document source over a
 // vocabulary of vocab_size ids (params.corpus is ignored). What a client
 // proposes while its trie host is out of reach. `stop` as in propose_tree.

@@ -528,7 +528,7 @@ Status NgramServiceImpl::propose_tree(const v1::ProposeTreeRequest& req, v1::Pro
                                                                              : "the engine's limit",
                         lim.max_propose_context);
     try {
-      ngram::propose_tree(t, context.data(), len, params, ws, tree, stop);
+      ngram::propose_tree_nodes(t, context.data(), len, params, ws, tree, stop);
     } catch (const InvalidArgument& e) {
       return invalid("contexts[" + std::to_string(i) + "]: " + e.what());
     } catch (const Interrupted& e) {
