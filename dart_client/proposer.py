@@ -45,7 +45,7 @@ from dart_client.pruner import (
     _Staging,
     model_fingerprint,
 )
-from ngram_service import NgramIndex, proposals
+from ngram_service import NgramIndex, _engine, proposals
 
 __all__ = ["LocalProposer", "LookupProposer", "ProposeTiming", "RemoteProposer"]
 
@@ -185,11 +185,12 @@ class _ProposerBase:
         fitted, lookup_rows = [], []
         v = self.vocab_size
         for i, c in enumerate(contexts):
-            if v and int(c.max()) >= v:
-                last = int(np.flatnonzero(c >= v)[-1])
-                if last == c.size - 1:
+            if v and int(c.max()) >= v:  # the engine's fit (cpp/engine/lattice_batch.h)
+                start = _engine.fit_context(c, v)
+                if start == c.size:
                     lookup_rows.append(i)
-                c = c[last + 1:] if last < c.size - 1 else c
+                else:
+                    c = c[start:]
             fitted.append(c)
         return fitted, lookup_rows
 

@@ -23,19 +23,15 @@ depths), plus parents int64 [n] (-1 for the root). DART's generation loop
 adds the batch dimensions ([1, n], [1, 1, n, n], [1, n]) itself.
 
 The fallback search (RemotePruner, host unreachable: the whole call's
-lattices) is the engine's own search with ngram_weight 0 on an empty
-order-1 trie written by the engine's writer and held in memory: with
-ngram_weight 0 the engine never looks the n-gram up, so the trie serves only
-to validate token ids, and each tree is exactly the one the host would
-return with ngram_weight 0.
+lattices) is the engine's own search with ngram_weight 0 and no trie
+(``_engine.NoTrie``, a vocabulary and nothing stored): each tree is exactly
+the one the host would return with ngram_weight 0.
 """
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -249,39 +245,6 @@ def _check_fingerprint(info: dict[str, Any], expected: str | None, where: str) -
             "draft trees would be scored with the wrong n-grams")
 
 
-# ---- the fallback engine trie ------------------------------------------------
-
-_fallback_lock = threading.Lock()
-_fallback: dict[int, NgramIndex] = {}
-
-
-def fallback_index(vocab_size: int) -> NgramIndex:
-    """An empty order-1 trie over ``vocab_size`` ids, in memory (about 20 KB
-    for 152k ids), cached per size: the engine's search with ngram_weight 0
-    needs a trie only to validate ids."""
-    size = max(4096, -(-int(vocab_size) // 4096) * 4096)
-    with _fallback_lock:
-        idx = _fallback.get(size)
-        if idx is None:
-            idx = _fallback[size] = NgramIndex(_empty_trie(size))
-        return idx
-
-
-def _empty_trie(vocab_size: int) -> Any:
-    """An order-1 trie over vocab_size ids, every count 0, written by the
-    engine's writer to a temporary file and loaded into memory."""
-    import tempfile
-
-    meta = json.dumps({"name": "dart-client-fallback"}, sort_keys=True).encode()
-    with tempfile.TemporaryDirectory(prefix="dart-fallback-") as d:
-        f = Path(d) / "empty.ngt"
-        w = _engine.TrieWriter(str(f), 1, vocab_size, -1, meta, [vocab_size], [[0]], [[vocab_size]])
-        w.append(1, None, np.zeros(vocab_size, dtype=np.uint64), None)
-        w.finish()
-        data = f.read_bytes()
-    return _engine.Trie.from_bytes(data, "<dart-client fallback>", False)
-
-
 # ---- shared machinery ----------------------------------------------------------
 
 class _Rows(NamedTuple):
@@ -452,18 +415,18 @@ class _PrunerBase:
 
     def _no_ngram(self, contexts: list[Any], packed: np.ndarray, trees: Any, rows: np.ndarray, eos: int) -> None:
         """Rows no trie of the configured vocabulary can serve (an unknown
-        root): the n-gram-free search on an empty trie large enough for every
-        id of those lattices."""
+        root): the n-gram-free search with no trie, over every id of those
+        lattices."""
         order = self._context_order()
         wide = _engine.PackedLattices(contexts, packed, order, 1 << 62)
         need = int(max(wide.max_ids[rows].max(), self.vocab_size - 1)) + 1
-        index = fallback_index(need)
-        lat = _engine.PackedLattices(contexts, packed, order, index.vocab_size)
-        groups, unserved = self._plan(lat, 0.0, eos if eos < index.vocab_size else -1, among=rows)
+        lat = _engine.PackedLattices(contexts, packed, order, need)
+        groups, unserved = self._plan(lat, 0.0, eos if eos < need else -1, among=rows)
         if unserved is not None:
             raise ValueError(f"tokens[{int(unserved[0])}]: the root (the last token) is not a token id")
+        no_trie = _engine.NoTrie(need)
         for g in groups:
-            lat.prune(index.engine, trees, g.rows, **g.params)
+            lat.prune(no_trie, trees, g.rows, **g.params)
 
 
 class _LatticeGraphs:
@@ -588,7 +551,8 @@ def _host_ids(tokens: Any) -> Any:
 class LocalPruner(_PrunerBase):
     """Prunes with a trie in this process (``NgramIndex``).
 
-    trie: a trie file path or an open NgramIndex. tokenizer /
+    trie: a trie file path, an open NgramIndex, or ``_engine.NoTrie(vocab_size)``
+    (no trie: the drafter alone, as with ngram_weight 0). tokenizer /
     tokenizer_fingerprint: the model's tokenizer (spec) or its fingerprint;
     checked once against the trie's header (TokenizerMismatchError).
     Other keywords: the search parameters of ``NgramIndex.prune`` plus topk
@@ -601,7 +565,16 @@ class LocalPruner(_PrunerBase):
     def __init__(self, trie: str | Path | NgramIndex, *, tokenizer: Any = None,
                  tokenizer_fingerprint: str | None = None, **params: Any) -> None:
         super().__init__(**params)
+        if isinstance(trie, _engine.NoTrie):
+            self.index: NgramIndex | None = None
+            self._trie: Any = trie
+            self.info: dict[str, Any] = {}
+            self.order = trie.order
+            self.vocab_size = trie.vocab_size
+            self.eos_token_id = self._eos(None, self.vocab_size)
+            return
         self.index = trie if isinstance(trie, NgramIndex) else NgramIndex.open(trie)
+        self._trie = self.index.engine
         self.info = self.index.info()
         fp = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
         _check_fingerprint(self.info, fp, str(self.info.get("path", trie)))
@@ -615,7 +588,7 @@ class LocalPruner(_PrunerBase):
         trees = _engine.TreeBatch(lat.batch)
         groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
         for g in groups:
-            lat.prune(self.index.engine, trees, g.rows, **g.params)
+            lat.prune(self._trie, trees, g.rows, **g.params)
         if unserved is not None:
             self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
         tm.search = time.perf_counter() - t0
@@ -852,8 +825,9 @@ class RemotePruner(_HostLink, _PrunerBase):
             return trees
         lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
         groups, unserved = self._plan(lat, 0.0, self.eos_token_id)
+        no_trie = _engine.NoTrie(self.vocab_size)
         for g in groups:
-            lat.prune(fallback_index(self.vocab_size).engine, trees, g.rows, **g.params)
+            lat.prune(no_trie, trees, g.rows, **g.params)
         if unserved is not None:
             self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
         return trees

@@ -22,7 +22,7 @@ import numpy as np
 
 from dart_client.lattice_log import LatticeSet
 from ngram_service import NgramIndex
-from ngram_service.tree import DEFAULTS, PrunedTree
+from ngram_service.tree import DEFAULTS, NoTrie, PrunedTree, fit_lattice, prune_batch
 
 __all__ = ["PruneSetting", "ReplayResult", "accepted_length", "accepted_lengths", "hit_rates", "prune_lattices",
            "replay"]
@@ -102,52 +102,22 @@ def accepted_lengths(trees: Sequence[PrunedTree], continuations: Sequence[np.nda
     return np.minimum(deepest + 1, cont_len).astype(np.int32)
 
 
-def _fallback_index(vocab: int) -> NgramIndex:
-    """An empty order-1 trie over ``vocab`` ids: the pruner's stand-in for a
-    root the trie does not know (it prunes with ngram_weight 0, so the trie
-    only validates ids)."""
-    import tempfile
-    from pathlib import Path
-
-    from indexer.trie_assembly import LevelPlan, write_trie
-
-    with tempfile.TemporaryDirectory(prefix="ngram-eval-") as d:
-        f = Path(d) / "empty.ngt"
-        write_trie(f, order=1, vocab_size=vocab, eos_id=None, meta={"name": "ngram-eval fallback"},
-                   plans=[LevelPlan(0, set())], chunks=[])
-        return NgramIndex.open(f, mode="ram")
+def _fit(prefix: np.ndarray, toks: Any, probs: Any, index: NgramIndex) -> tuple[np.ndarray, Any, Any] | None:
+    """The request as dart_client's pruner sends it, fitted by the engine
+    (cpp/engine/lattice_batch.h): candidates outside the trie's ids dropped
+    (and every level after the first emptied one), the context cut after its
+    last unknown token; None when the root is unknown."""
+    return fit_lattice(prefix, toks, probs, index.order, index.vocab_size)
 
 
-def _fit(prefix: np.ndarray, toks: Any, probs: Any, vocab: int) -> tuple[np.ndarray, Any, Any] | None:
-    """The request as dart_client's pruner sends it: candidates outside
-    [0, vocab) dropped (and every level after the first emptied one), the
-    context cut after its last unknown token; None when the root is unknown."""
-    if not 0 <= prefix[-1] < vocab:
-        return None
-    bad = np.nonzero((prefix < 0) | (prefix >= vocab))[0]
-    if bad.size:
-        prefix = prefix[bad[-1] + 1:]
-    levels_t = list(toks)
-    if all(((t >= 0) & (t < vocab)).all() for t in levels_t):
-        return prefix, toks, probs
-    out_t, out_p = [], []
-    for t, p in zip(levels_t, probs):
-        ok = (t >= 0) & (t < vocab)
-        if not ok.any():
-            break
-        out_t.append(t[ok])
-        out_p.append(np.asarray(p)[ok])
-    return (prefix, out_t, out_p) if out_t else None
-
-
-def _prune_into(trees: list[PrunedTree | None], index: NgramIndex, reqs: list[Any], rows: list[int],
+def _prune_into(trees: list[PrunedTree | None], trie: Any, reqs: list[Any], rows: list[int],
                 params: dict[str, Any], threads: int, source: str, row_offset: int) -> float:
     """trees[rows[i]] = the tree of reqs[i]; returns the engine's seconds."""
     seconds = 0.0
     for a in range(0, len(reqs), _CHUNK):
         t0 = time.perf_counter()
         try:
-            out = index.prune_batch(reqs[a:a + _CHUNK], threads=threads, **params)
+            out = prune_batch(trie, reqs[a:a + _CHUNK], threads=threads, **params)
         except ValueError as e:
             m = re.match(r"requests\[(\d+)\]:\s*(.*)", str(e), re.S)
             row, why = (rows[a + int(m.group(1))], m.group(2)) if m else (rows[a], str(e))
@@ -162,27 +132,26 @@ def prune_lattices(index: NgramIndex, lattices: LatticeSet, setting: PruneSettin
                    threads: int = 1, row_offset: int = 0) -> tuple[list[PrunedTree], float]:
     """Every lattice's tree, in order (the engine's prune_batch, requests
     fitted to the trie's ids as dart_client's pruner fits them: a root the
-    trie does not know is pruned without the n-gram); seconds spent in the
-    engine. A bad lattice raises ValueError naming its row (+ row_offset)."""
+    trie does not know is pruned without the n-gram, on no trie); seconds
+    spent in the engine. A bad lattice raises ValueError naming its row (+
+    row_offset)."""
     params = dict(beam_width=setting.beam_width, max_nodes=setting.max_nodes, ngram_weight=setting.ngram_weight)
-    keep = max(1, index.order - 1)
-    vocab = index.vocab_size
     trees: list[PrunedTree | None] = [None] * len(lattices)
     reqs, where, unknown_root = [], [], []
     for i in range(len(lattices)):
-        fitted = _fit(lattices.prefixes[i][-keep:], lattices.topk_tokens[i], lattices.topk_probs[i], vocab)
+        fitted = _fit(lattices.prefixes[i], lattices.topk_tokens[i], lattices.topk_probs[i], index)
         if fitted is None:
             unknown_root.append(i)
         else:
             reqs.append(fitted)
             where.append(i)
-    seconds = _prune_into(trees, index, reqs, where, params, threads, lattices.source, row_offset)
+    seconds = _prune_into(trees, index.engine, reqs, where, params, threads, lattices.source, row_offset)
     if unknown_root:
         need = 1 + max(max(int(lattices.prefixes[i][-1]), max(int(np.max(t)) for t in lattices.topk_tokens[i]))
                        for i in unknown_root)
         reqs = [(lattices.prefixes[i][-1:], lattices.topk_tokens[i], lattices.topk_probs[i]) for i in unknown_root]
-        seconds += _prune_into(trees, _fallback_index(-(-need // 4096) * 4096), reqs, unknown_root,
-                               dict(params, ngram_weight=0.0), threads, lattices.source, row_offset)
+        seconds += _prune_into(trees, NoTrie(need), reqs, unknown_root, dict(params, ngram_weight=0.0), threads,
+                               lattices.source, row_offset)
     return trees, seconds  # type: ignore[return-value]
 
 

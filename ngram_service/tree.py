@@ -8,7 +8,8 @@ the semantics: scores, tie rules, node order, limits.
     tree = prune(trie, prefix, topk_tokens, topk_probs)       # one lattice
     trees = prune_batch(trie, [(prefix, toks, probs), ...])   # all cores
 
-``trie`` is the engine's ``_engine.Trie`` (``NgramIndex.prune`` passes its own).
+``trie`` is the engine's ``_engine.Trie`` (``NgramIndex.prune`` passes its own)
+or ``NoTrie(vocab_size)``.
 """
 from __future__ import annotations
 
@@ -17,10 +18,22 @@ from typing import Any
 
 from ngram_service import _engine
 
-__all__ = ["DEFAULTS", "LIMITS", "PrunedTree", "prune", "prune_batch", "prune_params"]
+__all__ = ["DEFAULTS", "LIMITS", "NoTrie", "PrunedTree", "fit_lattice", "prune", "prune_batch", "prune_params"]
 
 #: A draft tree: numpy views of the engine's output (see docs/PRUNING.md).
 PrunedTree = _engine.PrunedTree
+
+#: No trie: ``NoTrie(vocab_size)`` where a search takes a trie prunes by the
+#: drafter alone (ids in [0, vocab_size), every n-gram lookup finding
+#: nothing; with ngram_weight 0, exactly the tree any trie of that vocabulary
+#: gives). What a client prunes with while its trie cannot serve a lattice.
+NoTrie = _engine.NoTrie
+
+#: ``fit_lattice(prefix, topk_tokens, topk_probs, order, vocab_size)``: one
+#: lattice fitted to a trie as the GPU worker's pruners fit theirs
+#: (cpp/engine/lattice_batch.h): (prefix, level tokens, level probabilities),
+#: or None when the trie cannot serve its root or first level.
+fit_lattice = _engine.fit_lattice
 
 #: The engine's bounds on a request (cpp/engine/prune_tree.h, PruneLimits).
 LIMITS = {
@@ -35,7 +48,7 @@ LIMITS = {
 DEFAULTS: dict[str, Any] = dict(_engine.PRUNE_DEFAULTS)
 
 
-def prune(trie: _engine.Trie, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> PrunedTree:
+def prune(trie: _engine.Trie | NoTrie, prefix: Any, topk_tokens: Any, topk_probs: Any, **params: Any) -> PrunedTree:
     """DART tree pruning of one draft lattice.
 
     prefix: int [P] (P >= 1; its last order-1 tokens matter, its last token is
@@ -57,7 +70,7 @@ def prune(trie: _engine.Trie, prefix: Any, topk_tokens: Any, topk_probs: Any, **
     return _engine.prune(trie, prefix, topk_tokens, topk_probs, **params)
 
 
-def prune_batch(trie: _engine.Trie, requests: Iterable[Any], *, threads: int | None = None,
+def prune_batch(trie: _engine.Trie | NoTrie, requests: Iterable[Any], *, threads: int | None = None,
                 timeout: float | None = None, **params: Any) -> list[PrunedTree]:
     """Prunes many lattices on ``threads`` threads (None: all cores), the GIL
     released. Each request is a dict with keys prefix, topk_tokens,

@@ -18,8 +18,8 @@ torch = require_module("torch")
 require_module("transformers")
 
 from dart_client import DartDrafter, DartGenerator, DrafterCache, LocalPruner, RemotePruner
-from dart_client.pruner import fallback_index
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
+from ngram_service.tree import NoTrie
 from dart_client.random_models import random_target
 from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from tests.dart_testbed import TrieHost, encode_prompts, fitted_drafter, free_port, references, same_tree
@@ -235,7 +235,7 @@ def test_batched_host_killed_mid_generation_lossless(target: Any, drafter: DartD
 def test_no_ngram_pruner_batched_lossless(target: Any, drafter: DartDrafter, prompts: list[list[int]],
                                           refs: list[list[int]]) -> None:
     """Any batch composition, the drafter alone (an empty trie)."""
-    gen = DartGenerator(target, drafter, LocalPruner(fallback_index(4096), ngram_weight=0.0))
+    gen = DartGenerator(target, drafter, LocalPruner(NoTrie(4096), ngram_weight=0.0))
     out = gen.generate([prompts[7], prompts[0], prompts[7]], MAX_NEW)
     assert [r.output_ids for r in out] == [refs[7], refs[0], refs[7]]
 

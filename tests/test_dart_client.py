@@ -40,10 +40,11 @@ from dart_client import (
     LocalPruner,
     RemotePruner,
 )
-from dart_client.pruner import TokenizerMismatchError, fallback_index, model_fingerprint
+from dart_client.pruner import TokenizerMismatchError, model_fingerprint
 from dart_client.random_models import random_drafter, random_target
 from indexer.cli import SAMPLE_DIR
 from ngram_service import NgramIndex
+from ngram_service.tree import NoTrie
 from tests.dart_testbed import one_torch_thread  # noqa: F401  (autouse)
 from tests.dart_testbed import TrieHost, free_port
 
@@ -308,9 +309,11 @@ def test_tokenizer_fingerprint_is_checked(host: TrieHost, sample_trie: Path, fin
     assert NgramIndex.open(sample_trie).info()["tokenizer"]["fingerprint"] == fingerprint
 
 
-def test_fallback_trie_is_small_and_empty() -> None:
-    idx = fallback_index(151936)
-    assert idx.vocab_size >= 151936 and idx.order == 1 and idx.info()["file_bytes"] < 64_000
+def test_no_trie_is_a_vocabulary_alone() -> None:
+    no = NoTrie(151936)
+    assert no.vocab_size == 151936 and no.order == 1
+    with pytest.raises(ValueError, match="vocab_size = 0"):
+        NoTrie(0)
 
 
 # ---- decoding ------------------------------------------------------------------------------
@@ -387,7 +390,7 @@ def test_llama_lossless(tmp_path: Path, prompts: list[list[int]]) -> None:
     ids = [t for t, _ in collections.Counter(t for r in refs for t in r).most_common(24)]
     d = random_drafter(target, draft_length=2, draft_ids=ids, seed=4)
     d.save_pretrained(tmp_path / "d")
-    trie = fallback_index(4096)  # no n-gram here: the drafter alone
+    trie = NoTrie(4096)  # no n-gram here: the drafter alone
     gen = DartGenerator(target, DartDrafter.from_pretrained(tmp_path / "d"), LocalPruner(trie, ngram_weight=0.0))
     _check_lossless(gen, prompts[:3], refs)
 

@@ -97,9 +97,9 @@ def batch_case(b: int, seed: int, vocab: int, draft_vocab: int = 600, depth: int
 def expected_trees(idx: NgramIndex, logits: torch.Tensor, d2t: torch.Tensor, contexts: list[list[int]], k: int,
                    **params: Any) -> list[Any]:
     """Each lattice's tree, as the pruners promise it: the engine's search of
-    the fitted lattice; an unknown root: the n-gram-free search on an empty
+    the fitted lattice; an unknown root: the n-gram-free search with no
     trie over every id of the lattice."""
-    from dart_client.pruner import fallback_index
+    from ngram_service.tree import NoTrie, prune_batch
 
     ids, probs = device_lattices(logits, d2t, k)
     out = []
@@ -110,10 +110,9 @@ def expected_trees(idx: NgramIndex, logits: torch.Tensor, d2t: torch.Tensor, con
                                        **params)[0])
             continue
         need = max(int(ids[i].max()), max(ctx[-max(1, idx.order - 1):]), idx.vocab_size - 1) + 1
-        fb = fallback_index(need)
-        fitted = reference_fit(ctx, ids[i], probs[i], idx.order, fb.vocab_size)
-        eos = idx.eos_id if idx.eos_id is not None and idx.eos_id < fb.vocab_size else -1
-        out.append(fb.prune_batch([fitted], eos_token_id=eos, **dict(params, ngram_weight=0.0))[0])
+        fitted = reference_fit(ctx, ids[i], probs[i], idx.order, need)
+        eos = idx.eos_id if idx.eos_id is not None and idx.eos_id < need else -1
+        out.append(prune_batch(NoTrie(need), [fitted], eos_token_id=eos, **dict(params, ngram_weight=0.0))[0])
     return out
 
 

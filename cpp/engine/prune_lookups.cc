@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "no_trie.h"
 #include "prune_search.h"
 
 namespace ngram {
@@ -138,7 +139,8 @@ void level_ngram_terms(const Trie& t, State& ws, const uint32_t* order, uint32_t
 
 }  // namespace
 
-void level_lookups(PruneSearch& s, uint64_t off, uint32_t k) {
+template <class Index>
+void level_lookups(PruneSearch& s, const Index& t, uint64_t off, uint32_t k) {
   State& ws = s.ws;
   const uint32_t* order = ws.lattice.order.data() + off;
   const int32_t* toks = ws.lattice.tokens.data() + off;
@@ -152,12 +154,15 @@ void level_lookups(PruneSearch& s, uint64_t off, uint32_t k) {
   ws.ngram_terms.resize((rows + 1) * k);
   // One visit per level: the lookups of all its contexts run on the trie's
   // own representation.
-  s.t.visit([&](const auto& trie) {
+  t.visit([&](const auto& trie) {
     level_ngram_terms(trie, ws, order, s.cap, k, s.params.ngram_weight, s.zero_q_term);
   });
   std::fill_n(ws.ngram_terms.data() + rows * k, k, s.max_term);
   for (uint32_t b = 0; b < b_count; ++b)
     if (ws.entry_skip[b]) ws.entry_row[b] = static_cast<uint32_t>(rows);
 }
+
+template void level_lookups<TrieIndex>(PruneSearch&, const TrieIndex&, uint64_t, uint32_t);
+template void level_lookups<NoTrie>(PruneSearch&, const NoTrie&, uint64_t, uint32_t);
 
 }  // namespace ngram

@@ -81,7 +81,6 @@ struct PruneState {
 
 // One search's inputs and running state.
 struct PruneSearch {
-  const TrieIndex& t;
   const PruneInput& in;
   const PruneParams& params;
   PruneState& ws;
@@ -99,6 +98,8 @@ struct PruneSearch {
 // for every distinct context of the beam entries that ws.entry_skip does
 // not mark (ws.ngram_terms, one row per context, ws.entry_row naming each
 // entry's); the marked entries share one more row, of max_term.
-void level_lookups(PruneSearch& s, uint64_t off, uint32_t k);
+// Index: a TrieIndex, or NoTrie.
+template <class Index>
+void level_lookups(PruneSearch& s, const Index& t, uint64_t off, uint32_t k);
 
 }  // namespace ngram

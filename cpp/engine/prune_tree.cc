@@ -348,24 +348,22 @@ void emit_nodes(PruneSearch& s, DraftTree& out) {
 
 }  // namespace
 
-void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws) {
+namespace {
+
+template <class Index>
+void validate(const Index& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws) {
   check_lattice(t.vocab_size(), in, ws.state().lattice);
   check_prune_params(params, in.depth, t.vocab_size());
 }
 
-void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
-                DraftTree& out, const Interrupt& stop) {
-  prune_tree_nodes(t, in, params, ws, out, stop);
-  encode_tree(out);
-}
-
-void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& w,
-                      DraftTree& out, const Interrupt& stop) {
-  validate_prune(t, in, params, w);
+template <class Index>
+void prune_nodes(const Index& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& w, DraftTree& out,
+                 const Interrupt& stop) {
+  validate(t, in, params, w);
   State& ws = w.state();
   static const DefaultWeights defaults;
   const float lambda = params.ngram_weight;
-  PruneSearch s{t, in, params, ws, t.order() - 1,
+  PruneSearch s{in, params, ws, t.order() - 1,
                 params.level_weights.empty() ? defaults.lw : params.level_weights.data(),
                 params.logit_weights.empty() ? defaults.gw : params.logit_weights.data(),
                 params.eos_token_id.value_or(t.eos_id()), std::log(0.0f + kEps) * lambda,
@@ -383,7 +381,7 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
     const bool use_ngram = (l > 0 || params.ngram_on_first_level) && lambda != 0.0f;
     if (use_ngram) {
       mark_unkeepable(s, l, off, k);
-      level_lookups(s, off, k);
+      level_lookups(s, t, off, k);
     }
     const uint32_t n_ext = score_level(s, l, off, k, use_ngram);
     const uint32_t n_beam = select_beam(s, n_ext);
@@ -394,12 +392,46 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
   emit_nodes(s, out);
 }
 
-void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
-                      uint32_t threads, std::vector<DraftTree>& out, const Interrupt& stop) {
+template <class Index>
+void prune_batch(const Index& t, const std::vector<PruneInput>& in, const PruneParams& params, uint32_t threads,
+                 std::vector<DraftTree>& out, const Interrupt& stop) {
   out.resize(in.size());
   run_batch<PruneWorkspace>(
       in.size(), threads, "requests",
       [&](size_t i, PruneWorkspace& ws) { prune_tree(t, in[i], params, ws, out[i], stop); }, stop);
+}
+
+}  // namespace
+
+void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws) {
+  validate(t, in, params, ws);
+}
+
+void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                DraftTree& out, const Interrupt& stop) {
+  prune_nodes(t, in, params, ws, out, stop);
+  encode_tree(out);
+}
+
+void prune_tree(const NoTrie& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                DraftTree& out, const Interrupt& stop) {
+  prune_nodes(t, in, params, ws, out, stop);
+  encode_tree(out);
+}
+
+void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                      DraftTree& out, const Interrupt& stop) {
+  prune_nodes(t, in, params, ws, out, stop);
+}
+
+void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
+                      uint32_t threads, std::vector<DraftTree>& out, const Interrupt& stop) {
+  prune_batch(t, in, params, threads, out, stop);
+}
+
+void prune_tree_batch(const NoTrie& t, const std::vector<PruneInput>& in, const PruneParams& params,
+                      uint32_t threads, std::vector<DraftTree>& out, const Interrupt& stop) {
+  prune_batch(t, in, params, threads, out, stop);
 }
 
 }  // namespace ngram

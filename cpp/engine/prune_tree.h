@@ -11,6 +11,7 @@
 #include "draft_tree.h"
 #include "interrupt.h"
 #include "lattice.h"
+#include "no_trie.h"
 #include "prune_params.h"
 #include "trie_index.h"
 #include "workspace.h"
@@ -35,6 +36,10 @@ void validate_prune(const TrieIndex& t, const PruneInput& in, const PruneParams&
 // call throws Interrupted, leaving `out` unwritten.
 void prune_tree(const TrieIndex& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
                 DraftTree& out, const Interrupt& stop = Interrupt());
+// The same without a trie (no_trie.h): ids in [0, t.vocab_size()), every
+// n-gram term that of q = 0, no EOS unless params name one.
+void prune_tree(const NoTrie& t, const PruneInput& in, const PruneParams& params, PruneWorkspace& ws,
+                DraftTree& out, const Interrupt& stop = Interrupt());
 
 // prune_tree without the encoding: out's tokens, parents, depths and scores
 // only (what the server sends; its clients encode the tree themselves).
@@ -51,6 +56,8 @@ void prune_tree_nodes(const TrieIndex& t, const PruneInput& in, const PruneParam
 // thread starts another request and the call throws one Interrupted after
 // every thread has finished (run_batch), `out` then partly written.
 void prune_tree_batch(const TrieIndex& t, const std::vector<PruneInput>& in, const PruneParams& params,
+                      uint32_t threads, std::vector<DraftTree>& out, const Interrupt& stop = Interrupt());
+void prune_tree_batch(const NoTrie& t, const std::vector<PruneInput>& in, const PruneParams& params,
                       uint32_t threads, std::vector<DraftTree>& out, const Interrupt& stop = Interrupt());
 
 }  // namespace ngram

@@ -8,6 +8,7 @@
 #include "checks.h"
 #include "errors.h"
 #include "lookup_steps.h"
+#include "no_trie.h"
 
 namespace ngram {
 
@@ -108,6 +109,7 @@ NGRAM_LOOKUP_STEPS(TrieV1)
 NGRAM_LOOKUP_STEPS(TrieV1Ram)
 NGRAM_LOOKUP_STEPS(TrieV2)
 #undef NGRAM_LOOKUP_STEPS
+template void find_runs<NoTrie>(const NoTrie&, const int32_t* const*, uint32_t, uint32_t, Run*, uint8_t*);
 
 namespace {
 

@@ -19,7 +19,9 @@
 #include "fastcall.h"
 #include "prune_params.h"
 #include "prune_wire.h"
+#include "lattice_batch.h"
 #include "prune_tree.h"
+#include "trie_arg.h"
 #include "trie_index.h"
 
 namespace py = pybind11;
@@ -31,40 +33,10 @@ namespace {
 
 // ---- the batch's lattices ---------------------------------------------------
 
-// B lattices fitted to a trie's vocabulary, as dart_client sends them: each
-// context's last max(1, order - 1) tokens, cut after its last token outside
-// [0, vocab); each level's candidates inside [0, vocab) in the drafter's
-// order; the levels after the first one left empty dropped. A lattice whose
-// root (its context's last token), or whose first level, the trie cannot
-// serve has depth 0.
-struct PackedLattices {
-  uint32_t batch = 0, max_depth = 0, k = 0;
-  std::vector<int64_t> prefix;     // the fitted contexts, concatenated
-  std::vector<uint64_t> prefix_at; // [B + 1]
-  std::vector<int64_t> tokens;     // the kept candidates, concatenated
-  std::vector<float> probs;
-  std::vector<uint64_t> level_at;  // [B, max_depth + 1]: offsets into tokens, absolute
-  std::vector<int32_t> depths;     // [B]
-  std::vector<int64_t> max_ids;    // [B]: the largest id of each context's tail and candidates, before fitting
-
-  PruneInput input(uint32_t b, std::vector<uint64_t>& offsets) const {
-    const uint64_t* at = level_at.data() + static_cast<size_t>(b) * (max_depth + 1);
-    offsets.assign(at, at + depths[b] + 1);
-    for (auto& o : offsets) o -= at[0];
-    PruneInput in;
-    in.prefix = prefix.data() + prefix_at[b];
-    in.prefix_len = prefix_at[b + 1] - prefix_at[b];
-    in.tokens = tokens.data() + at[0];
-    in.probs = probs.data() + at[0];
-    in.level_offsets = offsets.data();
-    in.depth = static_cast<uint32_t>(depths[b]);
-    return in;
-  }
-};
-
 // The last `n` ids of a context (a list of ints, an integer array or any
-// sequence of integers) appended to out.
+// sequence of integers) into out.
 void context_tail(const py::handle& ctx, size_t i, size_t n, std::vector<int64_t>& out) {
+  out.clear();
   auto fail = [&](const std::string& why) {
     throw InvalidArgument("tokens[" + std::to_string(i) + "]: " + why);
   };
@@ -88,7 +60,8 @@ void context_tail(const py::handle& ctx, size_t i, size_t n, std::vector<int64_t
   for (uint64_t j = ids.size() > n ? ids.size() - n : 0; j < ids.size(); ++j) out.push_back(d[j]);
 }
 
-PackedLattices fit_lattices(const py::sequence& contexts, const py::array& packed_in, int64_t order, int64_t vocab) {
+// B lattices as dart_client packs them, fitted by the engine (lattice_batch.h).
+LatticeBatch fit_lattices(const py::sequence& contexts, const py::array& packed_in, int64_t order, int64_t vocab) {
   if (order < 1) throw InvalidArgument("order must be >= 1, got " + std::to_string(order));
   if (vocab < 1) throw InvalidArgument("vocab_size must be >= 1, got " + std::to_string(vocab));
   if (plain_array_type(packed_in) != py::detail::npy_api::NPY_INT32_ || packed_in.ndim() != 3 ||
@@ -96,61 +69,18 @@ PackedLattices fit_lattices(const py::sequence& contexts, const py::array& packe
     throw InvalidArgument("packed lattices must be a C-contiguous int32 array [B, D, 2K] (ids, then the "
                           "probabilities' float32 bits), got dtype " + std::string(py::str(packed_in.dtype())) +
                           " shape " + shape_str(packed_in));
-  PackedLattices L;
-  L.batch = static_cast<uint32_t>(packed_in.shape(0));
-  L.max_depth = static_cast<uint32_t>(packed_in.shape(1));
-  L.k = static_cast<uint32_t>(packed_in.shape(2) / 2);
-  if (static_cast<size_t>(py::len(contexts)) != L.batch)
-    throw InvalidArgument(std::to_string(L.batch) + " lattices but " + std::to_string(py::len(contexts)) +
+  const uint32_t batch = static_cast<uint32_t>(packed_in.shape(0));
+  const uint32_t D = static_cast<uint32_t>(packed_in.shape(1)), K = static_cast<uint32_t>(packed_in.shape(2) / 2);
+  if (static_cast<size_t>(py::len(contexts)) != batch)
+    throw InvalidArgument(std::to_string(batch) + " lattices but " + std::to_string(py::len(contexts)) +
                           " token sequences");
   const size_t n = static_cast<size_t>(std::max<int64_t>(1, order - 1));
   const int32_t* packed = static_cast<const int32_t*>(packed_in.data());
-  const uint32_t D = L.max_depth, K = L.k;
-  L.prefix_at.assign(1, 0);
-  L.level_at.assign(static_cast<size_t>(L.batch) * (D + 1), 0);
-  L.depths.assign(L.batch, 0);
-  L.max_ids.assign(L.batch, INT64_MIN);
-  L.tokens.reserve(static_cast<size_t>(L.batch) * D * K);
-  L.probs.reserve(static_cast<size_t>(L.batch) * D * K);
+  LatticeBatch L(n, static_cast<uint64_t>(vocab));
   std::vector<int64_t> tail;
-  auto known = [vocab](int64_t t) { return t >= 0 && t < vocab; };
-  for (uint32_t b = 0; b < L.batch; ++b) {
-    tail.clear();
+  for (uint32_t b = 0; b < batch; ++b) {
     context_tail(contexts[b], b, n, tail);
-    uint64_t* at = L.level_at.data() + static_cast<size_t>(b) * (D + 1);
-    std::fill(at, at + D + 1, L.tokens.size());
-    int64_t& top = L.max_ids[b];
-    for (const int64_t t : tail) top = std::max(top, t);
-    for (const int32_t* c = packed + static_cast<size_t>(b) * D * 2 * K, *e = c + static_cast<size_t>(D) * 2 * K; c < e;
-         c += 2 * K)
-      for (uint32_t j = 0; j < K; ++j) top = std::max<int64_t>(top, c[j]);
-    if (known(tail.back())) {
-      size_t cut = tail.size();
-      while (cut > 0 && known(tail[cut - 1])) --cut;
-      uint32_t depth = 0;
-      for (uint32_t l = 0; l < D; ++l) {
-        const int32_t* row = packed + (static_cast<size_t>(b) * D + l) * 2 * K;
-        const size_t before = L.tokens.size();
-        for (uint32_t j = 0; j < K; ++j) {
-          if (!known(row[j])) continue;
-          float p;
-          std::memcpy(&p, row + K + j, 4);
-          L.tokens.push_back(row[j]);
-          L.probs.push_back(p);
-        }
-        if (L.tokens.size() == before) break;
-        at[++depth] = L.tokens.size();
-      }
-      if (depth > 0) {
-        L.depths[b] = static_cast<int32_t>(depth);
-        L.prefix.insert(L.prefix.end(), tail.begin() + cut, tail.end());
-      } else {
-        L.tokens.resize(at[0]);
-        L.probs.resize(at[0]);
-      }
-    }
-    for (uint32_t l = static_cast<uint32_t>(L.depths[b]) + 1; l <= D; ++l) at[l] = at[L.depths[b]];
-    L.prefix_at.push_back(L.prefix.size());
+    L.add_packed(tail.data(), tail.size(), packed + static_cast<size_t>(b) * D * 2 * K, D, K);
   }
   return L;
 }
@@ -177,13 +107,13 @@ std::vector<uint32_t> rows_of(const py::handle& rows, uint32_t batch) {
 
 // `head` (a serialized PruneTreeRequest without inputs) followed by one
 // PruneInput (field 4) per row.
-py::bytes request_bytes(const PackedLattices& L, const py::bytes& head, const std::vector<uint32_t>& rows) {
+py::bytes request_bytes(const LatticeBatch& L, const py::bytes& head, const std::vector<uint32_t>& rows) {
   std::string out(head);
   std::vector<PruneInput> inputs(rows.size());
   std::vector<std::vector<uint64_t>> offsets(rows.size());
   size_t total = out.size();
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (L.depths[rows[i]] == 0)
+    if (L.depth(rows[i]) == 0)
       throw InvalidArgument("lattice " + std::to_string(rows[i]) + " has no level the trie serves");
     inputs[i] = L.input(rows[i], offsets[i]);
     const size_t n = prune_input_size(inputs[i]);
@@ -232,57 +162,61 @@ uint8_t* writable_bytes(const py::handle& h, uint64_t& size) {
 }  // namespace
 
 void bind_offload(py::module_& m) {
-  py::class_<PackedLattices>(m, "PackedLattices", R"(A batch of draft lattices fitted to a trie's vocabulary.
+  py::class_<LatticeBatch>(m, "PackedLattices", R"(A batch of draft lattices fitted to a trie's vocabulary.
 
 PackedLattices(contexts, packed, order, vocab_size): contexts are B token
 sequences (lists of ints or integer arrays; the last token is each tree's
 root); packed is int32 [B, D, 2K] as the device wrote it, per level the K
-candidate ids then their float32 probabilities' bits. Each context keeps its
-last max(1, order - 1) tokens, cut after its last id outside [0, vocab_size);
-candidates outside [0, vocab_size) are dropped, and the levels after the
-first one left empty; a lattice whose root or first level the trie cannot
-serve has depth 0.)")
+candidate ids then their float32 probabilities' bits. The engine fits them
+(cpp/engine/lattice_batch.h): each context keeps its last max(1, order - 1)
+tokens, cut after its last id outside [0, vocab_size); candidates outside
+[0, vocab_size) are dropped, and the levels after the first one left empty;
+a lattice whose root or first level the trie cannot serve has depth 0.)")
       .def(py::init([](const py::sequence& contexts, const py::array& packed, int64_t order, int64_t vocab) {
              return fit_lattices(contexts, packed, order, vocab);
            }),
            py::arg("contexts"), py::arg("packed"), py::arg("order"), py::arg("vocab_size"))
-      .def_property_readonly("depths", [](const PackedLattices& L) {
-        return py::array_t<int32_t>(static_cast<py::ssize_t>(L.depths.size()), L.depths.data());
+      .def_property_readonly("depths", [](const LatticeBatch& L) {
+        py::array_t<int32_t> out(static_cast<py::ssize_t>(L.size()));
+        std::copy(L.depths().begin(), L.depths().end(), out.mutable_data());
+        return out;
       }, "Levels kept per lattice (int32 [B]); 0: not servable by the trie.")
-      .def_property_readonly("max_ids", [](const PackedLattices& L) {
-        return py::array_t<int64_t>(static_cast<py::ssize_t>(L.max_ids.size()), L.max_ids.data());
+      .def_property_readonly("max_ids", [](const LatticeBatch& L) {
+        return py::array_t<int64_t>(static_cast<py::ssize_t>(L.size()), L.max_ids().data());
       }, "The largest id of each lattice's context tail and candidates, before fitting (int64 [B]).")
-      .def_property_readonly("batch", [](const PackedLattices& L) { return L.batch; })
-      .def_property_readonly("served", [](const PackedLattices& L) {
-        return std::count_if(L.depths.begin(), L.depths.end(), [](int32_t d) { return d > 0; });
+      .def_property_readonly("batch", [](const LatticeBatch& L) { return L.size(); })
+      .def_property_readonly("vocab_size", [](const LatticeBatch& L) { return L.vocab_size(); },
+                             "The vocabulary the lattices were fitted to.")
+      .def_property_readonly("served", [](const LatticeBatch& L) {
+        return std::count_if(L.depths().begin(), L.depths().end(), [](uint32_t d) { return d > 0; });
       }, "Lattices of depth > 0.")
-      .def("request", [](const PackedLattices& L, const py::bytes& head, const py::handle& rows) {
-             return request_bytes(L, head, rows_of(rows, L.batch));
+      .def("request", [](const LatticeBatch& L, const py::bytes& head, const py::handle& rows) {
+             return request_bytes(L, head, rows_of(rows, L.size()));
            },
            py::arg("head"), py::arg("rows") = py::none(),
            "A serialized PruneTreeRequest: head (the request's other fields, serialized) followed by one "
            "PruneInput per row (None: every lattice), in order.")
       .def("prune",
-           [](const PackedLattices& L, const TrieIndex& trie, TreeBatch& out, const py::handle& rows,
+           [](const LatticeBatch& L, const py::handle& trie, TreeBatch& out, const py::handle& rows,
               const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
               const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos_token_id,
               const py::handle& ngram_on_first_level, int64_t threads) {
-             if (out.trees.size() != L.batch) throw InvalidArgument("the tree batch's size is not the lattices'");
-             const std::vector<uint32_t> r = rows_of(rows, L.batch);
+             if (out.trees.size() != L.size()) throw InvalidArgument("the tree batch's size is not the lattices'");
+             const std::vector<uint32_t> r = rows_of(rows, L.size());
              const PruneParams params = make_params(beam_width, max_nodes, ngram_weight, level_weights,
                                                     logit_weights, eos_token_id, ngram_on_first_level);
              std::vector<std::vector<uint64_t>> offsets(r.size());
              std::vector<PruneInput> inputs(r.size());
              for (size_t i = 0; i < r.size(); ++i) {
-               if (L.depths[r[i]] == 0)
+               if (L.depth(r[i]) == 0)
                  throw InvalidArgument("lattice " + std::to_string(r[i]) + " has no level the trie serves");
                inputs[i] = L.input(r[i], offsets[i]);
              }
              std::vector<DraftTree> trees;
-             {
+             with_trie(trie, "PackedLattices.prune", [&](const auto& t) {
                py::gil_scoped_release nogil;
-               prune_tree_batch(trie, inputs, params, static_cast<uint32_t>(std::max<int64_t>(0, threads)), trees);
-             }
+               prune_tree_batch(t, inputs, params, static_cast<uint32_t>(std::max<int64_t>(0, threads)), trees);
+             });
              for (size_t i = 0; i < r.size(); ++i) {
                out.trees[r[i]] = std::move(trees[i]);
                out.filled[r[i]] = 1;
@@ -293,8 +227,9 @@ serve has depth 0.)")
            py::arg("level_weights") = py::none(), py::arg("logit_weights") = py::none(),
            py::arg("eos_token_id") = py::none(), py::arg("ngram_on_first_level") = py::none(),
            py::arg("threads") = 0,
-           "The engine's search of rows (None: all) on trie, each tree into the same row of out "
-           "(a TreeBatch); parameters as prune's (None: the default); threads 0: all cores.");
+           "The engine's search of rows (None: all) on trie (an _engine.Trie, or an _engine.NoTrie: the "
+           "drafter alone), each tree into the same row of out (a TreeBatch); parameters as prune's; threads "
+           "0: all cores.");
 
   py::class_<TreeBatch>(m, "TreeBatch", R"(The draft trees of a batch, filled by PackedLattices.prune or decode, packed by pack.
 

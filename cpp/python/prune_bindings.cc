@@ -19,7 +19,10 @@
 #include "errors.h"
 #include "prune_params.h"
 #include "prune_wire.h"
+#include "checks.h"
+#include "lattice_batch.h"
 #include "prune_tree.h"
+#include "trie_arg.h"
 #include "timeout.h"
 #include "tree_object.h"
 #include "trie_index.h"
@@ -211,11 +214,11 @@ namespace {
 
 // prune's body: the lattice and parameters converted (into a per-thread
 // PruneParams, whose weight buffers are reused), the engine run without the
-// GIL, the tree returned. With_trie: called as _engine.prune(trie, ...),
-// else as the method trie.prune(...).
-template <bool with_trie>
+// GIL, the tree returned. With_trie_arg: called as _engine.prune(trie,
+// ...) (an _engine.Trie or NoTrie), else as the method trie.prune(...).
+template <bool with_trie_arg>
 PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
-  constexpr size_t kLead = with_trie ? 4 : 3;
+  constexpr size_t kLead = with_trie_arg ? 4 : 3;
   constexpr size_t kArgs = kLead + kParamNames.size() + 1;  // the last: timeout
   static const Signature<kArgs> signature = [] {
     std::array<const char*, kArgs> names{};
@@ -229,12 +232,8 @@ PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf,
   if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
   return translate_exceptions([&]() -> PyObject* {
     const CallTimeout deadline(args[kArgs - 1], "prune", "tree");
-    const py::handle trie = with_trie ? args[0] : self;
-    const TrieIndex* t = bound_object<TrieIndex>(trie.ptr());
-    if (!t)
-      throw py::type_error("prune: trie must be an _engine.Trie, got " +
-                           std::string(py::str(py::type::of(trie).attr("__name__"))));
-    constexpr size_t p = with_trie ? 1 : 0;
+    const py::handle trie = with_trie_arg ? args[0] : self;
+    constexpr size_t p = with_trie_arg ? 1 : 0;
     Lattice r;
     r.load(args[p], args[p + 1], args[p + 2]);
     ParamHandles given;
@@ -242,11 +241,11 @@ PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf,
     thread_local PruneParams params;  // no Python objects inside: safe to keep per thread
     load_params(given, params);
     auto tree = new_tree();
-    {
+    with_trie(trie, "prune", [&](const auto& t) {
       py::gil_scoped_release nogil;
       thread_local PruneWorkspace ws;  // one per Python thread: no allocation once warmed up
-      deadline.run([&] { prune_tree(*t, r.input, params, ws, *tree->tree, deadline.interrupt()); });
-    }
+      deadline.run([&] { prune_tree(t, r.input, params, ws, *tree->tree, deadline.interrupt()); });
+    });
     return py::cast(std::move(tree)).release().ptr();
   });
 }
@@ -317,6 +316,60 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       py::arg("tokens"), py::arg("parents"), py::arg("scores") = py::none(),
       "A PrunedTree from its node tokens and parents (node 0 the root, parents before children), encoded as "
       "prune encodes its trees; scores None (or of another length): zeros.");
+
+  py::class_<NoTrie>(m, "NoTrie", R"(No trie: a vocabulary of ids and nothing stored (cpp/engine/no_trie.h).
+
+Where a search takes a trie, NoTrie(vocab_size) prunes by the drafter alone:
+ids in [0, vocab_size), every n-gram lookup finding nothing, no EOS unless the
+call names one; with ngram_weight 0 exactly the tree any trie of that
+vocabulary gives.)")
+      .def(py::init([](const py::handle& vocab_size) {
+             const int64_t v = integer(vocab_size, "vocab_size", "1..2147483648");
+             check_vocab_size(v < 0 ? 0 : static_cast<uint64_t>(v));
+             return NoTrie(static_cast<uint64_t>(v));
+           }),
+           py::arg("vocab_size"))
+      .def_property_readonly("vocab_size", &NoTrie::vocab_size)
+      .def_property_readonly("order", &NoTrie::order)
+      .def("__repr__", [](const NoTrie& t) { return "NoTrie(vocab_size=" + std::to_string(t.vocab_size()) + ")"; });
+
+  m.def(
+      "fit_lattice",
+      [](const py::handle& prefix, const py::handle& topk_tokens, const py::handle& topk_probs, int64_t order,
+         int64_t vocab) -> py::object {
+        if (order < 1) throw InvalidArgument("order must be >= 1, got " + std::to_string(order));
+        if (vocab < 1) throw InvalidArgument("vocab_size must be >= 1, got " + std::to_string(vocab));
+        Lattice r;
+        r.load(prefix, topk_tokens, topk_probs);
+        LatticeBatch fitted(static_cast<uint64_t>(std::max<int64_t>(1, order - 1)), static_cast<uint64_t>(vocab));
+        if (fitted.add(r.input) == 0) return py::none();
+        std::vector<uint64_t> offsets;
+        const PruneInput in = fitted.input(0, offsets);
+        py::list toks, probs;
+        for (uint32_t l = 0; l < in.depth; ++l) {
+          const auto k = static_cast<py::ssize_t>(offsets[l + 1] - offsets[l]);
+          toks.append(py::array_t<int64_t>(k, in.tokens + offsets[l]));
+          probs.append(py::array_t<float>(k, in.probs + offsets[l]));
+        }
+        return py::make_tuple(py::array_t<int64_t>(static_cast<py::ssize_t>(in.prefix_len), in.prefix), toks, probs);
+      },
+      py::arg("prefix"), py::arg("topk_tokens"), py::arg("topk_probs"), py::arg("order"), py::arg("vocab_size"),
+      "One lattice (as prune takes it) fitted to a trie of `order` and `vocab_size` as the GPU worker's pruners "
+      "fit theirs (cpp/engine/lattice_batch.h): (prefix, level tokens, level probabilities), or None when the "
+      "trie cannot serve its root or first level.");
+
+  m.def(
+      "fit_context",
+      [](const py::handle& context, int64_t vocab) {
+        Ids ids;
+        ids.load(context, "context");
+        ids.require_rank(1, "context", "[N]");
+        if (vocab < 1) throw InvalidArgument("vocab_size must be >= 1, got " + std::to_string(vocab));
+        return fitted_context_start(ids.data(), ids.size(), ids.size(), static_cast<uint64_t>(vocab));
+      },
+      py::arg("context"), py::arg("vocab_size"),
+      "Where a context fitted to a trie of `vocab_size` ids starts: after its last id outside [0, vocab_size); "
+      "len(context) when its last token (the root) is outside (cpp/engine/lattice_batch.h).");
 
   py::class_<PruneLimits>(m, "PruneLimits")
       .def_readonly_static("max_depth", &PruneLimits::kMaxDepth)
@@ -429,7 +482,7 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
 
   m.def(
       "prune_batch",
-      [](const TrieIndex& t, const py::iterable& requests, const py::handle& threads, const py::handle& beam_width,
+      [](const py::handle& trie, const py::iterable& requests, const py::handle& threads, const py::handle& beam_width,
          const py::handle& max_nodes, const py::handle& ngram_weight, const py::handle& level_weights,
          const py::handle& logit_weights, const py::handle& eos_token_id, const py::handle& ngram_on_first_level,
          const py::handle& timeout) {
@@ -456,12 +509,12 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
         std::vector<PruneInput> inputs(reqs.size());
         for (size_t i = 0; i < reqs.size(); ++i) inputs[i] = reqs[i]->input;
         std::vector<DraftTree> out;
-        {
+        with_trie(trie, "prune_batch", [&](const auto& t) {
           py::gil_scoped_release nogil;
           deadline.run([&] {
             prune_tree_batch(t, inputs, params, static_cast<uint32_t>(n_threads), out, deadline.interrupt());
           });
-        }
+        });
         py::list res(out.size());
         for (size_t i = 0; i < out.size(); ++i) {
           auto obj = new_tree();
