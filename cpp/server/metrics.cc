@@ -160,7 +160,7 @@ class PrometheusMetrics final : public Metrics {
                                                       0.01,    0.02,   0.05,   0.1,    0.5,   1,     5};
         s.latency = &latency_.Add({{"method", method}}, b);
       }
-      const size_t c = code >= 0 && code < kCodes ? static_cast<size_t>(code) : kCodes - 1;
+      const size_t c = code >= 0 && static_cast<size_t>(code) < kCodes ? static_cast<size_t>(code) : kCodes - 1;
       if (!s.requests[c]) s.requests[c] = &requests_.Add({{"method", method}, {"code", code_name(code)}});
       series = &s;
       series->requests[c]->Increment();
