@@ -112,9 +112,8 @@ class _TreeList:
 
 def _check_params(params: dict[str, Any]) -> dict[str, Any]:
     """The engine's defaults with ``params`` over them, checked by the engine
-    (ValueError naming the field, TypeError for an unknown name) on a
-    one-token context."""
-    proposals.propose_lookup([0], 1, **params)
+    (ValueError naming the field, TypeError for an unknown name)."""
+    proposals.propose_params(**params)
     return {**proposals.DEFAULTS, **params}
 
 

@@ -17,8 +17,9 @@
 #include "arrays.h"
 #include "errors.h"
 #include "fastcall.h"
-#include "prune_params.h"
-#include "prune_wire.h"
+#include "param_conversion.h"
+#include "prune_tree_codec.h"
+#include "tree_codec.h"
 #include "lattice_batch.h"
 #include "prune_tree.h"
 #include "trie_arg.h"
@@ -106,23 +107,16 @@ std::vector<uint32_t> rows_of(const py::handle& rows, uint32_t batch) {
 }
 
 // `head` (a serialized PruneTreeRequest without inputs) followed by one
-// PruneInput (field 4) per row.
+// PruneInput (field 4) per row: prune_tree_codec.h's request.
 py::bytes request_bytes(const LatticeBatch& L, const py::bytes& head, const std::vector<uint32_t>& rows) {
-  std::string out(head);
   std::vector<PruneInput> inputs(rows.size());
   std::vector<std::vector<uint64_t>> offsets(rows.size());
-  size_t total = out.size();
   for (size_t i = 0; i < rows.size(); ++i) {
     if (L.depth(rows[i]) == 0)
       throw InvalidArgument("lattice " + std::to_string(rows[i]) + " has no level the trie serves");
     inputs[i] = L.input(rows[i], offsets[i]);
-    const size_t n = prune_input_size(inputs[i]);
-    total += varint_size(4 << 3 | kLen) + varint_size(n) + n;
   }
-  out.reserve(total);
-  std::vector<uint32_t> sizes;
-  for (const PruneInput& in : inputs) put_prune_input(out, in, sizes);
-  return py::bytes(out);
+  return py::bytes(prune_tree_request(head, inputs));
 }
 
 // ---- the batch's trees ------------------------------------------------------
@@ -142,7 +136,7 @@ struct TreeBatch {
 
 // A PruneTreeResponse's trees into rows (in order), encoded by the engine's encoder.
 void decode_response(TreeBatch& out, const uint8_t* data, size_t size, const std::vector<uint32_t>& rows) {
-  const size_t n = decode_prune_response(
+  const size_t n = decode_tree_response(
       data, size, [&](size_t i) { return i < rows.size() ? &out.trees[rows[i]] : nullptr; });
   if (n != rows.size())
     throw InvalidArgument("PruneTreeResponse: " + std::to_string(n) + " trees for " + std::to_string(rows.size()) +
