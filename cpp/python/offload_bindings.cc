@@ -20,6 +20,7 @@
 #include "param_conversion.h"
 #include "prune_tree_codec.h"
 #include "tree_codec.h"
+#include "tree_object.h"
 #include "lattice_batch.h"
 #include "prune_tree.h"
 #include "trie_arg.h"
@@ -233,6 +234,18 @@ int64 depths [B, N] (0 padded), int64 parents [B, N] (-1 padded), int64
 retrieve_indices [B, L, W] (-1 padded), then bool tree_mask [B, N, N] (a
 padding node marks only itself).)")
       .def(py::init<uint32_t>(), py::arg("batch"))
+      .def_static("of", [](const py::sequence& trees) {
+             TreeBatch out(static_cast<uint32_t>(py::len(trees)));
+             for (size_t i = 0; i < out.trees.size(); ++i) {
+               const py::handle t = trees[i];
+               const TreeObject* obj = bound_object<TreeObject>(t.ptr());
+               if (!obj) throw py::type_error("trees[" + std::to_string(i) + "] is not a PrunedTree");
+               out.trees[i] = *obj->tree;
+               out.filled[i] = 1;
+             }
+             return out;
+           }, py::arg("trees"),
+           "A batch of the engine's trees (PrunedTree objects, copied), ready to pack.")
       .def("__len__", [](const TreeBatch& t) { return t.trees.size(); })
       .def("decode",
            [](TreeBatch& out, const py::buffer& data, const py::handle& rows) {
@@ -276,11 +289,18 @@ padding node marks only itself).)")
                                         reinterpret_cast<int64_t*>(buf + d.tokens_at()), array);
              py::array_t<int64_t> retrieve({B, L, W}, reinterpret_cast<int64_t*>(buf + d.retrieve_at()), array);
              py::array mask(py::dtype::of<bool>(), {B, N, N}, buf + d.mask_at(), array);
-             return py::make_tuple(array, bytes, sizes, nodes, retrieve, mask);
+             py::dict at;  // the layout's byte offsets, for readers of a copy of the array
+             at["tokens"] = d.tokens_at();
+             at["depths"] = d.depths_at();
+             at["parents"] = d.parents_at();
+             at["retrieve"] = d.retrieve_at();
+             at["mask"] = d.mask_at();
+             return py::make_tuple(array, bytes, sizes, nodes, retrieve, mask, at);
            },
            py::arg("out") = py::none(),
            "The trees in the packed layout, written into out (a writable uint8 array) when it is large "
            "enough, else into a new array. Returns (array, bytes used, sizes int64 [3, B]: each tree's "
            "nodes, leaves and deepest path + 1, then views of the array: tokens, depths and parents as "
-           "int64 [3, B, N], retrieve_indices int64 [B, L, W], tree_mask bool [B, N, N]).");
+           "int64 [3, B, N], retrieve_indices int64 [B, L, W], tree_mask bool [B, N, N], then the byte "
+           "offsets of the arrays: a dict with keys tokens, depths, parents, retrieve, mask).");
 }
