@@ -44,112 +44,32 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 import torch
 
-from dart_client.drafter import DartDrafter, DrafterCache
+from dart_client.draft_trees import DraftTree, DraftTrees
+from dart_client.drafter import DartDrafter
+from dart_client.kv_cache import cache_length, compact, select_rows, truncate
 from dart_client.lattice_log import LatticeWriter
-from dart_client.pruner import DraftTree, DraftTrees
+from dart_client.results import GenerationResult, StepRecord
 from dart_client.sampling import SAMPLING_ORDERS, accept_tree_sampling, process_logits
+from dart_client.tree_sources import (
+    DrafterSource,
+    ProposalSource,
+    SequenceState,
+    TreeCall,
+    TreeSource,
+    aux_layer_indices,
+)
 
 __all__ = ["DartGenerator", "DrafterSource", "GenerationResult", "ProposalGenerator", "ProposalSource",
            "SpeculativeGenerator", "StepRecord", "TreeCall", "TreeSource", "aux_layer_indices"]
 
 
-def aux_layer_indices(num_layers: int) -> tuple[int, int, int]:
-    """``output_hidden_states`` indices the drafter reads: the inputs of
-    layers 2, L//2 and L-3 (index 0 is the embeddings)."""
-    if num_layers < 4:
-        raise ValueError(f"the target needs at least 4 layers for DART's hidden states, has {num_layers}")
-    return 2, num_layers // 2, num_layers - 3
 
-
-@dataclass
-class StepRecord:
-    """One draft-and-verify step."""
-
-    accepted: int  # draft tokens accepted (the step commits accepted + 1 tokens)
-    tree_nodes: int  # nodes verified, root included
-    remote: bool  # the tree came from the trie host
-    target_s: float = 0.0  # the tree-verification forward pass
-    verify_s: float = 0.0  # acceptance, KV-cache compaction, bookkeeping
-    drafter_s: float = 0.0  # embeddings + drafter forward for the next tree (0 without a drafter model)
-    prune_s: float = 0.0  # building the tree on this side: pruning (top-k, copies, local search) or
-    #                       proposing (local search or prompt lookup, the tree's tensors)
-    transport_s: float = 0.0  # the RPC round trip (remote search included)
-    batch_size: int = 1  # sequences in this step (the times are the whole batch's step)
-    # What built the tree: "trie" (searched in process), "host" (the trie host), "drafter" (DART's
-    # fallback: the drafter's lattice without the n-gram), "lookup" (proposals by prompt lookup
-    # alone: no trie, or the host's fallback); "" for a pruner that does not say.
-    source: str = ""
-
-    @property
-    def total_s(self) -> float:
-        return self.target_s + self.verify_s + self.drafter_s + self.prune_s + self.transport_s
-
-
-@dataclass
-class GenerationResult:
-    prompt_ids: list[int]
-    output_ids: list[int]  # the new tokens only
-    steps: list[StepRecord] = field(default_factory=list)
-    prefill_s: float = 0.0  # prefill forward + first drafter pass
-    wall_s: float = 0.0
-    pruner: dict[str, Any] = field(default_factory=dict)  # the pruner's or proposer's stats
-    mode: str = "dart"  # "dart", "proposals" or "autoregressive"
-    text: str | None = None
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens committed per verification step (accepted drafts + the
-        bonus token): DART's tau."""
-        if not self.steps:
-            return 1.0
-        return sum(s.accepted + 1 for s in self.steps) / len(self.steps)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.output_ids) / self.wall_s if self.wall_s > 0 else 0.0
-
-    def step_means(self) -> dict[str, float]:
-        """Mean seconds per step of each part, and the share of pruning + transport."""
-        n = max(1, len(self.steps))
-        keys = ("target_s", "verify_s", "drafter_s", "prune_s", "transport_s")
-        out = {k: sum(getattr(s, k) for s in self.steps) / n for k in keys}
-        total = sum(out.values())
-        out["total_s"] = total
-        out["prune_transport_share"] = (out["prune_s"] + out["transport_s"]) / total if total > 0 else 0.0
-        return out
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "prompt_tokens": len(self.prompt_ids),
-            "new_tokens": len(self.output_ids),
-            "steps": len(self.steps),
-            "mean_accepted_length": self.mean_accepted_length,
-            "tokens_per_s": self.tokens_per_s,
-            "wall_s": self.wall_s,
-            "prefill_s": self.prefill_s,
-            "remote_steps": sum(s.remote for s in self.steps),
-            "tree_sources": dict(Counter(s.source for s in self.steps if s.source)),
-            "per_step": self.step_means(),
-            "pruner": self.pruner,
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        d = self.summary()
-        d["output_ids"] = list(self.output_ids)
-        d["step_records"] = [asdict(s) for s in self.steps]
-        if self.text is not None:
-            d["text"] = self.text
-        return d
 
 
 class _Clock:
@@ -161,285 +81,6 @@ class _Clock:
         if self.sync:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-
-# ---- the target's KV cache ----------------------------------------------------------
-
-def _kv_tensors(cache: Any) -> list[tuple[Any, str, Any]]:
-    """(holder, attribute or index, tensor [B, H, T, d]) for every key and value tensor."""
-    layers = getattr(cache, "layers", None)
-    if layers is not None:  # transformers >= 4.56: DynamicCache.layers[i].keys / .values
-        out = []
-        for layer in layers:
-            if type(layer).__name__ != "DynamicLayer":
-                raise NotImplementedError(f"KV-cache compaction of {type(layer).__name__} layers "
-                                          "(sliding-window or other non-full attention layers)")
-            out += [(layer, "keys", layer.keys), (layer, "values", layer.values)]
-        return out
-    return [(lst, i, t) for lst in (cache.key_cache, cache.value_cache) for i, t in enumerate(lst)]
-
-
-def _set_kv(holder: Any, key: Any, t: torch.Tensor) -> None:
-    if isinstance(key, str):
-        setattr(holder, key, t)
-    else:
-        holder[key] = t
-
-
-def _truncate(cache: Any, length: int) -> None:
-    for holder, key, t in _kv_tensors(cache):
-        if t.shape[2] > length:
-            _set_kv(holder, key, t[:, :, :length])
-    if hasattr(cache, "_seen_tokens"):
-        cache._seen_tokens = length
-
-
-def _compact_cache(cache: Any, start: int, lengths: torch.Tensor, paths: torch.Tensor, keep: int,
-                   new_length: int, in_place: bool) -> None:
-    """After a verification forward that appended n nodes at cache position
-    ``start``: row b keeps its first lengths[b] entries followed by the
-    nodes paths[b, :keep] (entries past a row's accepted nodes are scratch),
-    and the cache is cut to new_length positions. in_place: the kept nodes
-    are already where they belong (one row, accepted path 0, 1, 2, ...)."""
-    if not in_place:
-        b = paths.shape[0]
-        src = start + paths[:, :keep].clamp(min=0)
-        dst = lengths[:, None] + torch.arange(keep, device=paths.device)[None]
-        for _holder, _key, t in _kv_tensors(cache):
-            h, d = t.shape[1], t.shape[3]
-            g = t.gather(2, src[:, None, :, None].expand(b, h, keep, d))
-            t.scatter_(2, dst[:, None, :, None].expand(b, h, keep, d), g)
-    _truncate(cache, new_length)
-
-
-def _select_rows(cache: Any, rows: torch.Tensor) -> None:
-    for holder, key, t in _kv_tensors(cache):
-        _set_kv(holder, key, t.index_select(0, rows))
-
-
-# ---- decoding state ---------------------------------------------------------------------
-
-@dataclass
-class _Seq:
-    """One sequence being decoded."""
-
-    prompt: list[int]
-    seq: list[int]  # committed tokens, prompt included
-    res: GenerationResult
-    last_step: list[int]  # the last step's tokens: previous root, accepted, bonus (after the prefill: all)
-    done: bool = False
-    log_id: int = -1  # its sequence id in a lattice log
-    source_state: Any = None  # what the tree source keeps for this sequence
-
-    @property
-    def cached(self) -> int:
-        """Cache entries of this sequence: seq[:-1]."""
-        return len(self.seq) - 1
-
-
-SEARCH_CONTEXTS = ("sequence", "step")
-
-
-# ---- tree sources -----------------------------------------------------------------------
-
-class TreeCall(NamedTuple):
-    """One step's trees and where they came from."""
-
-    trees: DraftTrees  # on the generator's device
-    transport_s: float  # the RPC round trip within the call (0: none)
-    remote: bool  # from the trie host
-    source: str  # StepRecord.source
-
-
-class TreeSource:
-    """Where a generator's draft trees come from (DrafterSource,
-    ProposalSource). The generator calls, per ``generate``: ``start`` after
-    the prefill forward; then per step ``trees``, the verification forward
-    (with the target's hidden states where ``needs_hidden``), ``accepted``
-    while that forward's output lives, ``select`` when sequences leave the
-    batch, and ``advance`` before the next step (timed as the step's
-    ``drafter_s`` where ``model_drafter``)."""
-
-    kind = ""  # GenerationResult.mode
-    needs_hidden = False  # the verification forward returns the target's hidden states
-    model_drafter = False  # advance() runs a drafter model
-
-    def bind(self, gen: SpeculativeGenerator) -> None:
-        """Checks the source against the generator's target (ValueError)."""
-        self.device = gen.device
-
-    def start(self, rows: list[_Seq], out: Any, lens: list[int]) -> None:
-        """After the prefill forward ``out`` of prompts of lengths ``lens``
-        (each row's first token committed)."""
-
-    def trees(self, rows: list[_Seq]) -> TreeCall:
-        raise NotImplementedError
-
-    def accepted(self, out: Any, paths: torch.Tensor, keep: int, counts: list[int]) -> None:
-        """After acceptance: each row's accepted nodes are paths[b, :counts[b]]
-        (keep = max(counts)), ``out`` the verification forward's output."""
-
-    def select(self, keep: list[int]) -> None:
-        """Only the rows ``keep`` (indices) stay in the batch."""
-
-    def advance(self, rows: list[_Seq]) -> None:
-        """Ready for the next step's trees."""
-
-    def stats(self) -> dict[str, Any]:
-        return {}
-
-
-class DrafterSource(TreeSource):
-    """DART: ``drafter`` (DartDrafter) predicts D distributions from the
-    target's hidden states, ``pruner`` (LocalPruner or RemotePruner: trees
-    for a whole batch in one call; or any callable with tree_search's
-    signature, called once per sequence) makes the tree. search_context:
-    see DartGenerator; aux_layers: the hidden states the drafter reads
-    (default: aux_layer_indices)."""
-
-    kind = "dart"
-    needs_hidden = True
-    model_drafter = True
-
-    def __init__(self, drafter: DartDrafter, pruner: Any, *, search_context: str = "sequence",
-                 aux_layers: Sequence[int] | None = None) -> None:
-        if search_context not in SEARCH_CONTEXTS:
-            raise ValueError(f"search_context must be one of {SEARCH_CONTEXTS}, got {search_context!r}")
-        self.drafter = drafter
-        self.pruner = pruner
-        self.search_context = search_context
-        self._aux_layers = tuple(aux_layers) if aux_layers is not None else None
-        self.dcache = DrafterCache()
-        self.dlogits: torch.Tensor | None = None
-        self._aux: torch.Tensor | None = None  # the accepted nodes' hidden states [B, W, 3h]
-        self._counts: list[int] = []  # how many of the W are real, per row
-
-    def bind(self, gen: SpeculativeGenerator) -> None:
-        super().bind(gen)
-        cfg = gen.text_config
-        self.num_layers = int(cfg.num_hidden_layers)
-        self.aux_layers = self._aux_layers if self._aux_layers is not None else aux_layer_indices(self.num_layers)
-        dc = self.drafter.config
-        if dc.target_hidden_size != cfg.hidden_size or dc.hidden_size != cfg.hidden_size:
-            raise ValueError(f"drafter hidden sizes ({dc.hidden_size}, target {dc.target_hidden_size}) do not fit "
-                             f"the target's {cfg.hidden_size}")
-        top = int((torch.arange(dc.draft_vocab_size, device=self.drafter.d2t.device) + self.drafter.d2t).max())
-        if top >= gen.vocab_size:
-            raise ValueError(f"drafter maps to target id {top}, the target's vocabulary has {gen.vocab_size}")
-        self.embed = gen.embed
-
-    def _hidden(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([hidden_states[i] for i in self.aux_layers], dim=-1)
-
-    def start(self, rows: list[_Seq], out: Any, lens: list[int]) -> None:
-        emb_ids = torch.zeros(len(rows), max(lens), dtype=torch.long)
-        for i, r in enumerate(rows):
-            emb_ids[i, :lens[i]] = torch.tensor(r.seq[1:])
-        emb = self.embed(emb_ids.to(self.device))
-        self.dcache = DrafterCache()
-        self._aux = None
-        self.dlogits = self.drafter.compute_logits(self.drafter(self._hidden(out.hidden_states), emb, self.dcache,
-                                                                lens))
-
-    def trees(self, rows: list[_Seq]) -> TreeCall:
-        dlogits = self.dlogits
-        assert dlogits is not None
-        d2t = self.drafter.d2t
-        tokens = [r.seq if self.search_context == "sequence" else r.last_step for r in rows]
-        batch = getattr(self.pruner, "prune_batch", None)
-        if batch is not None:
-            trees = DraftTrees.stack(batch(dlogits, d2t, tokens))
-        else:
-            trees = DraftTrees.stack([self.pruner(dlogits[i], d2t, t) for i, t in enumerate(tokens)])
-        tm = getattr(self.pruner, "timing", None)
-        return TreeCall(trees, tm.transport if tm is not None else 0.0, bool(getattr(tm, "remote", False)),
-                        str(getattr(tm, "source", "")))
-
-    def accepted(self, out: Any, paths: torch.Tensor, keep: int, counts: list[int]) -> None:
-        idx = paths[:, :keep].clamp(min=0)
-        hs = [out.hidden_states[i] for i in self.aux_layers]
-        self._aux = torch.cat([h.gather(1, idx[..., None].expand(-1, -1, h.shape[-1])) for h in hs], dim=-1)
-        self._counts = counts
-
-    def log_step(self, lattice_log: LatticeWriter, i: int, row: _Seq, committed: list[int]) -> None:
-        """Records row i's lattice (this step's drafter logits) and committed tokens."""
-        assert self.dlogits is not None
-        lattice_log.record_step(row.seq, len(row.res.steps), self.dlogits[i], self.drafter.d2t, committed,
-                                sequence=row.log_id)
-
-    def select(self, keep: list[int]) -> None:
-        sel = torch.tensor(keep, device=self.device)
-        self.dcache.select(keep)
-        if self.dlogits is not None:
-            self.dlogits = self.dlogits.index_select(0, sel)
-        if self._aux is not None:
-            self._aux = self._aux.index_select(0, sel)
-            self._counts = [self._counts[i] for i in keep]
-
-    def advance(self, rows: list[_Seq]) -> None:
-        """The drafter reads each row's accepted nodes (aux [B, W, 3h],
-        counts[b] real) with the embeddings of the tokens that follow them."""
-        aux, counts = self._aux, self._counts
-        assert aux is not None
-        emb_ids = torch.zeros(len(rows), aux.shape[1], dtype=torch.long)
-        for i, (r, c) in enumerate(zip(rows, counts)):
-            emb_ids[i, :c] = torch.tensor(r.seq[-c:])
-        emb = self.embed(emb_ids.to(self.device))
-        self.dlogits = self.drafter.compute_logits(self.drafter(aux, emb, self.dcache, counts))
-        self._aux = None
-
-    def stats(self) -> dict[str, Any]:
-        st = getattr(self.pruner, "stats", None)
-        return st.as_dict() if hasattr(st, "as_dict") else {}
-
-
-class ProposalSource(TreeSource):
-    """No drafter model: ``proposer`` (LocalProposer, RemoteProposer or
-    LookupProposer: ``propose_batch(sequences, device)`` -> DraftTrees; or
-    any callable ``(tokens, device)`` -> DraftTree, called once per
-    sequence) proposes each tree from the whole sequence so far."""
-
-    kind = "proposals"
-
-    def __init__(self, proposer: Any) -> None:
-        self.proposer = proposer
-
-    def bind(self, gen: SpeculativeGenerator) -> None:
-        super().bind(gen)
-        known = int(getattr(self.proposer, "vocab_size", 0) or 0)
-        if known > gen.vocab_size:
-            raise ValueError(f"the trie has {known} ids, the target's vocabulary {gen.vocab_size}: its proposals "
-                             "could hold ids the target has no embedding for")
-
-    @staticmethod
-    def _context(r: _Seq) -> np.ndarray:
-        """The row's committed tokens as int64, kept in a buffer that grows
-        with the sequence (each step copies only its new tokens)."""
-        buf, n = r.source_state if r.source_state is not None else (None, 0)
-        m = len(r.seq)
-        if buf is None or buf.size < m:
-            grown = np.empty(max(2 * m, 256), dtype=np.int64)
-            if buf is not None:
-                grown[:n] = buf[:n]
-            buf = grown
-        buf[n:m] = r.seq[n:m]
-        r.source_state = (buf, m)
-        return buf[:m]
-
-    def trees(self, rows: list[_Seq]) -> TreeCall:
-        contexts = [self._context(r) for r in rows]
-        batch = getattr(self.proposer, "propose_batch", None)
-        if batch is not None:
-            trees = DraftTrees.stack(batch(contexts, self.device))
-        else:
-            trees = DraftTrees.stack([self.proposer(c, self.device) for c in contexts])
-        tm = getattr(self.proposer, "timing", None)
-        return TreeCall(trees, tm.transport if tm is not None else 0.0, bool(getattr(tm, "remote", False)),
-                        str(getattr(tm, "source", "")))
-
-    def stats(self) -> dict[str, Any]:
-        st = getattr(self.proposer, "stats", None)
-        return st.as_dict() if hasattr(st, "as_dict") else {}
 
 
 # ---- the generators ---------------------------------------------------------------------
@@ -569,7 +210,7 @@ class SpeculativeGenerator:
                     gen=gen)
         clock = _Clock(self.device, self.sync_timing)
         t_start = clock()
-        rows = [_Seq(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[], mode=self.source.kind), [])
+        rows = [SequenceState(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[], mode=self.source.kind), [])
                 for p in prompts]
         if lattice_log is not None:
             first = lattice_log.new_sequences(len(rows))
@@ -610,7 +251,7 @@ class SpeculativeGenerator:
                 res.text = self.tokenizer.decode(res.output_ids)
         return results[0] if single else results
 
-    def _prefill(self, rows: list[_Seq], pick: dict[str, Any]) -> Any:
+    def _prefill(self, rows: list[SequenceState], pick: dict[str, Any]) -> Any:
         """The prompts, right-padded into one forward (each row sees its own
         tokens only); the first token of each; the source's start. Returns
         the target's cache."""
@@ -642,7 +283,7 @@ class SpeculativeGenerator:
         self.source.start(rows, out, lens)
         return self._cache_of(out)
 
-    def _step(self, rows: list[_Seq], cache: Any, pick: dict[str, Any], clock: _Clock,
+    def _step(self, rows: list[SequenceState], cache: Any, pick: dict[str, Any], clock: _Clock,
               lattice_log: LatticeWriter | None = None) -> list[StepRecord]:
         """Trees, verify, accept, compact: one step for every row. Returns the
         step records. A lattice_log records each row's lattice and committed
@@ -654,7 +295,7 @@ class SpeculativeGenerator:
         t1 = clock()
 
         # -- one verification forward for the padded trees
-        start = int(_cache_length(cache))
+        start = int(cache_length(cache))
         sizes = trees.n_nodes
         n = trees.tokens.shape[1]
         dev = self.device
@@ -683,7 +324,7 @@ class SpeculativeGenerator:
         # one row whose accepted path is 0, 1, 2, ...: its nodes are already in place
         in_place = b == 1 and (keep == 1 or bool(torch.equal(paths[0, :keep], torch.arange(keep, device=dev))))
         new_len = max(r.cached + len(d) + 1 for r, (d, _) in zip(rows, commits))
-        _compact_cache(cache, start, lens, paths, keep, new_len, in_place)
+        compact(cache, start, lens, paths, keep, new_len, in_place)
         self.source.accepted(out, paths, keep, [len(d) + 1 for d, _ in commits])
         del out
         recs = []
@@ -708,14 +349,14 @@ class SpeculativeGenerator:
             rec.verify_s = t3 - t2
         return recs
 
-    def _drop_finished(self, rows: list[_Seq], cache: Any) -> tuple[list[_Seq], Any]:
+    def _drop_finished(self, rows: list[SequenceState], cache: Any) -> tuple[list[SequenceState], Any]:
         keep = [i for i, r in enumerate(rows) if not r.done]
         if len(keep) == len(rows) or not keep:
             return ([] if not keep else rows), cache
-        _select_rows(cache, torch.tensor(keep, device=self.device))
+        select_rows(cache, torch.tensor(keep, device=self.device))
         self.source.select(keep)
         kept = [rows[i] for i in keep]
-        _truncate(cache, max(r.cached for r in kept))
+        truncate(cache, max(r.cached for r in kept))
         return kept, cache
 
     @torch.no_grad()
@@ -900,10 +541,6 @@ class ProposalGenerator(SpeculativeGenerator):
                         **kwargs: Any) -> ProposalGenerator:
         """Loads the target (transformers, sdpa attention)."""
         return cls(load_target(model, device=device, dtype=dtype), proposer, **kwargs)
-
-def _cache_length(cache: Any) -> int:
-    return int(_kv_tensors(cache)[0][2].shape[2])
-
 
 def _prompts(x: Any) -> tuple[list[list[int]], bool]:
     """(prompts, single): one prompt (ints, a 1-D tensor) or several (a list

@@ -14,9 +14,9 @@ all. Each is called with the sequences so far, for one sequence or a batch::
 The trees are the engine's (cpp/engine/propose.h, docs/PROPOSALS.md): node 0
 is the root (the sequence's last token), the likeliest continuations of the
 trie's stored contexts and of the sequence's own occurrences below it. They
-come back as the pruners' trees do (``dart_client.pruner``): one array in
-the engine's packed layout, one host-to-device copy, ``DraftTrees`` of the
-padded batch tensors.
+come back as the pruners' trees do (``dart_client.draft_trees``): one array
+in the engine's packed layout, one host-to-device copy, ``DraftTrees`` of
+the padded batch tensors.
 
 Parameters: the engine's (``ngram_service.proposals.DEFAULTS``: max_nodes,
 max_depth, max_branch, min_prob, backoff, corpus, lookup, lookup_weight,
@@ -36,15 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dart_client.pruner import (
-    DraftTree,
-    DraftTrees,
-    PrunerStats,
-    _check_fingerprint,
-    _HostLink,
-    _Staging,
-    model_fingerprint,
-)
+from dart_client.draft_trees import DraftTree, DraftTrees, TreeStaging, tree_batch
+from dart_client.host_link import HostLink, PrunerStats, check_fingerprint, model_fingerprint
 from ngram_service import NgramIndex, _engine, proposals
 
 __all__ = ["LocalProposer", "LookupProposer", "ProposeTiming", "RemoteProposer"]
@@ -69,52 +62,10 @@ class ProposeTiming:
         return self.search + self.tensors
 
 
-class _TreeList:
-    """Engine trees (PrunedTree, one per sequence) packed as
-    ``_engine.TreeBatch.pack`` packs a batch, for the pruners' staging: int64
-    tokens, depths, parents [B, N] (0, 0, -1 padded), int64
-    retrieve_indices [B, L, W] (-1 padded), bool tree_mask [B, N, N] (a
-    padding node sees only itself)."""
-
-    def __init__(self, trees: Sequence[Any]) -> None:
-        self.trees = trees
-
-    def pack(self, out: np.ndarray | None = None) -> tuple[Any, ...]:
-        trees = self.trees
-        b = len(trees)
-        sizes = np.empty((3, b), dtype=np.int64)
-        for i, t in enumerate(trees):
-            sizes[0, i] = t.tokens.shape[0]
-            sizes[1, i], sizes[2, i] = t.retrieve_indices.shape
-        n, leaves, width = (int(x) for x in sizes.max(axis=1))
-        words = 3 * b * n + b * leaves * width
-        nbytes = 8 * words + b * n * n
-        if out is None or out.size < nbytes:  # a new array, twice as large as the one given
-            out = np.empty(max(nbytes, 2 * (0 if out is None else out.size)), dtype=np.uint8)
-        w = out[:8 * words].view(np.int64)
-        nodes = w[:3 * b * n].reshape(3, b, n)
-        ret = w[3 * b * n:].reshape(b, leaves, width)
-        mask = out[8 * words:nbytes].view(np.bool_).reshape(b, n, n)
-        nodes[:2] = 0
-        nodes[2] = -1
-        ret.fill(-1)
-        mask.fill(False)
-        mask[:, np.arange(n), np.arange(n)] = True
-        for i, t in enumerate(trees):
-            k, (r, c) = int(sizes[0, i]), t.retrieve_indices.shape
-            nodes[0, i, :k] = t.tokens
-            nodes[1, i, :k] = t.depths
-            nodes[2, i, :k] = t.parents
-            ret[i, :r, :c] = t.retrieve_indices
-            mask[i, :k, :k] = t.tree_mask
-        return out, nbytes, sizes, nodes, ret, mask
-
-
 def _check_params(params: dict[str, Any]) -> dict[str, Any]:
     """The engine's defaults with ``params`` over them, checked by the engine
-    (ValueError naming the field, TypeError for an unknown name) on a
-    one-token context."""
-    proposals.propose_lookup([0], 1, **params)
+    (ValueError naming the field, TypeError for an unknown name)."""
+    proposals.propose_params(**params)
     return {**proposals.DEFAULTS, **params}
 
 
@@ -136,7 +87,7 @@ class _ProposerBase:
         self.params = _check_params(params)
         self.stats = PrunerStats()
         self.timing = ProposeTiming()
-        self._staging = _Staging()
+        self._staging = TreeStaging()
 
     #: The ids the trie knows (0: no trie, or not known yet).
     vocab_size: int = 0
@@ -162,7 +113,7 @@ class _ProposerBase:
         contexts = [self._context(t, i) for i, t in enumerate(tokens)]
         trees = self._propose(contexts, tm)
         t0 = time.perf_counter()
-        out = self._staging.trees(_TreeList(trees), torch.device(device))
+        out = self._staging.trees(tree_batch(trees), torch.device(device))
         tm.tensors = time.perf_counter() - t0
         return out
 
@@ -237,7 +188,7 @@ class LocalProposer(_ProposerBase):
         self.index = trie if isinstance(trie, NgramIndex) else NgramIndex.open(trie)
         self.info = self.index.info()
         fp = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
-        _check_fingerprint(self.info, fp, str(self.info.get("path", trie)))
+        check_fingerprint(self.info, fp, str(self.info.get("path", trie)))
         self.vocab_size = self.index.vocab_size
         self.order = self.index.order
         self.threads = threads
@@ -264,7 +215,7 @@ class LocalProposer(_ProposerBase):
 
 # ---- over gRPC -----------------------------------------------------------------
 
-class RemoteProposer(_HostLink, _ProposerBase):
+class RemoteProposer(HostLink, _ProposerBase):
     """Proposes on a trie host (``ngram-serve``: the ProposeTree RPC), with
     prompt lookup alone as the fallback.
 
@@ -276,32 +227,17 @@ class RemoteProposer(_HostLink, _ProposerBase):
     host alone for a back-off (backoff_initial, doubling up to backoff_max
     seconds; reset by a success) before trying it again, as RemotePruner
     does. transport, index, client_options, the tokenizer fingerprint check:
-    as RemotePruner's. Other keywords: propose's parameters, and max_context.
+    as RemotePruner's (HostLink.KEYWORDS). Other keywords: propose's
+    parameters, and max_context.
     """
 
     without_host = "proposing by prompt lookup alone"
 
-    def __init__(
-        self,
-        targets: str | Sequence[str],
-        *,
-        deadline: float = 0.005,
-        tokenizer: Any = None,
-        tokenizer_fingerprint: str | None = None,
-        index: str = "",
-        connect_timeout: float = 2.0,
-        backoff_initial: float = 0.05,
-        backoff_max: float = 5.0,
-        transport: str = "auto",
-        client_options: dict[str, Any] | None = None,
-        **params: Any,
-    ) -> None:
-        super().__init__(**params)
+    def __init__(self, targets: str | Sequence[str], **kwargs: Any) -> None:
+        host = HostLink.take_keywords(kwargs)
+        super().__init__(**kwargs)
         self.order = 0
-        fp = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
-        self._connect(targets, deadline=deadline, fingerprint=fp, index=index, connect_timeout=connect_timeout,
-                      backoff_initial=backoff_initial, backoff_max=backoff_max, transport=transport,
-                      client_options=client_options)
+        self._connect(targets, **host)
 
     def _host_info(self, info: dict[str, Any]) -> None:
         self.order = int(info["order"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from dart_client.pruner import DraftTree
+from dart_client.draft_trees import DraftTree
 
 __all__ = ["SAMPLING_ORDERS", "accept_tree_sampling", "process_logits"]
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
-import operator
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ngram_service import _engine, proposals, tree
+from ngram_service import _engine, tree
 from ngram_service.index import TopK, info_dict
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 
@@ -147,82 +146,6 @@ def _topk_result(resp: pb.TopKResponse) -> TopK:
                 np.array(resp.counts, dtype=np.uint64), int(resp.matched))
 
 
-def _prune_params(params: dict[str, Any]) -> pb.PruneParams:
-    """PruneParams from NgramIndex.prune's keyword parameters, converted as
-    the engine's binding converts them; only the given ones are set (the
-    server's defaults are the engine's)."""
-    given = {k: v for k, v in params.items() if v is not None}
-    conv = tree.prune_params(**given)  # TypeError for an unknown name, ValueError for a bad type
-    p = pb.PruneParams(ngram_on_first_level=conv["ngram_on_first_level"])
-    for name in ("beam_width", "max_nodes", "ngram_weight", "eos_token_id"):
-        if name in given:
-            setattr(p, name, conv[name])
-    p.level_weights.extend(conv["level_weights"])
-    p.logit_weights.extend(conv["logit_weights"])
-    return p
-
-
-# propose's keyword parameters and the Python type each takes (int, float
-# or bool), from the engine's defaults (cpp/engine/propose.h, ProposeParams).
-_PROPOSE_TYPES: dict[str, type] = {name: type(v) for name, v in proposals.DEFAULTS.items()}
-# The ranges in the engine's messages, for an integer that no int64 holds.
-_PROPOSE_RANGES = {"max_nodes": f"0..{proposals.LIMITS['max_nodes']}",
-                   "max_depth": f"0..{proposals.LIMITS['max_depth']}",
-                   "max_branch": f"1..{proposals.LIMITS['max_branch']}",
-                   "lookup_min_match": f"1..{proposals.LIMITS['max_match']}"}
-
-
-def _propose_params(params: dict[str, Any]) -> pb.ProposeParams:
-    """ProposeParams from NgramIndex.propose's keyword parameters, converted
-    as the engine's binding converts them (TypeError for an unknown name,
-    ValueError naming the field for a value of the wrong type); only the
-    given ones are set (the server's defaults are the engine's), None meaning
-    unset. Ranges are the engine's to check, on the host."""
-    p = pb.ProposeParams()
-    for name, v in params.items():
-        if v is None:
-            continue
-        kind = _PROPOSE_TYPES.get(name)
-        if kind is None:
-            raise TypeError(f"propose: unexpected keyword '{name}'; parameters are {', '.join(_PROPOSE_TYPES)}")
-        if kind is bool:
-            if not isinstance(v, bool):
-                raise ValueError(f"{name} must be True or False, got {v!r}")
-        elif kind is int:
-            if isinstance(v, bool) or not hasattr(type(v), "__index__"):
-                raise ValueError(f"{name} must be an integer, got {v!r}")
-            v = operator.index(v)
-            if not -(1 << 63) <= v < (1 << 63):
-                raise ValueError(f"{name} = {v}: must be {_PROPOSE_RANGES[name]}")
-        else:
-            if isinstance(v, bool) or not (hasattr(type(v), "__float__") or hasattr(type(v), "__index__")):
-                raise ValueError(f"{name} must be a number, got {v!r}")
-            v = float(v)
-        setattr(p, name, v)
-    return p
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def _propose_input(context: Any) -> bytes:
-    """ProposeTreeRequest's field 4 holding one ProposeInput: the context's
-    int64 ids as one array copy (sfixed64, packed; an empty context leaves
-    the field out, as protobuf does). Floats or another rank: ValueError."""
-    ids = _engine.token_ids(context, "context", 1)
-    body = b""
-    if len(ids):
-        raw = ids.astype("<i8", copy=False).tobytes()
-        body = b"\x0a" + _varint(len(raw)) + raw  # field 1, length-delimited
-    return b"\x22" + _varint(len(body)) + body  # field 4, length-delimited
-
-
 def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
     """The same dict as NgramIndex.info()."""
     return info_dict(path=resp.path, order=resp.order, vocab_size=resp.vocab_size,
@@ -233,10 +156,9 @@ def _info_result(resp: pb.GetInfoResponse) -> dict[str, Any]:
 
 
 # Every call: method name -> (request serializer, response parser). PruneTree
-# goes as bytes both ways: the engine's codec writes the request and reads the
-# trees (cpp/python/prune_wire.h). ProposeTree too: its request is written
-# here (_propose_input) and its response, whose wire form is PruneTree's
-# (PrunedTreeNodes in field 1), is read by the same codec.
+# and ProposeTree go as bytes both ways: the engine's codec of each message
+# writes the request whole and reads the trees (cpp/python/prune_tree_codec.h,
+# propose_tree_codec.h, tree_codec.h).
 _METHODS: dict[str, tuple[Callable[[Any], bytes] | None, Callable[[bytes], Any] | None]] = {
     "GetInfo": (pb.GetInfoRequest.SerializeToString, pb.GetInfoResponse.FromString),
     "ConditionalProbs": (pb.ConditionalProbsRequest.SerializeToString, pb.ConditionalProbsResponse.FromString),
@@ -375,63 +297,49 @@ class _ClientBase:
     def prune_tree_head(self, params: dict[str, Any]) -> bytes:
         """A serialized PruneTreeRequest without its inputs: the index, the
         fingerprint, ``params`` (NgramIndex.prune's keywords) and with_scores.
-        Serialized PruneInputs (field 4) appended to it make the request."""
-        return pb.PruneTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
-                                   params=_prune_params(params), with_scores=self.with_scores).SerializeToString()
+        Serialized PruneInputs (field 4) appended to it make the request
+        (``_engine.PackedLattices.request``)."""
+        return _engine.prune_tree_request(self.index, self.tokenizer_fingerprint, self.with_scores, params)
 
     def _prune(self, requests: Any, params: dict[str, Any], parse: Callable[[Any], Any]
                ) -> tuple[str, Any, Callable[[Any], Any]]:
-        return "PruneTree", _engine.prune_request(self.prune_tree_head(params), requests), parse
+        request = _engine.prune_tree_request(self.index, self.tokenizer_fingerprint, self.with_scores, params,
+                                             requests)
+        return "PruneTree", request, parse
 
     def _prune_one(self, prefix: Any, topk_tokens: Any, topk_probs: Any,
                    params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
-        return self._prune([(prefix, topk_tokens, topk_probs)], params, lambda r: _one_tree(r))
+        return self._prune([(prefix, topk_tokens, topk_probs)], params, lambda r: _trees(r, 1, "lattice")[0])
 
     def _prune_many(self, requests: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
-        return self._prune(requests, params, _engine.decode_prune_trees)
-
-    def propose_tree_head(self, params: dict[str, Any]) -> bytes:
-        """A serialized ProposeTreeRequest without its contexts: the index,
-        the fingerprint and ``params`` (NgramIndex.propose's keywords).
-        Serialized ProposeInputs (field 4) appended to it make the request."""
-        return pb.ProposeTreeRequest(index=self.index, tokenizer_fingerprint=self.tokenizer_fingerprint,
-                                     params=_propose_params(params)).SerializeToString()
+        return self._prune(requests, params, _engine.decode_trees)
 
     def propose_tree_request(self, contexts: Any, **params: Any) -> bytes:
         """The serialized ProposeTreeRequest that propose_batch sends for
         ``contexts`` (to log, replay or send with another gRPC client): the
-        head, then each context's ids. A context that is not integer ids of
-        rank 1: ValueError naming it."""
-        parts = [self.propose_tree_head(params)]
-        for i, c in enumerate(contexts):
-            try:
-                parts.append(_propose_input(c))
-            except ValueError as e:
-                raise ValueError(f"contexts[{i}]: {e}") from None
-        return b"".join(parts)
+        index, the fingerprint, ``params`` (NgramIndex.propose's keywords;
+        TypeError for an unknown name, ValueError naming the field for a
+        value of the wrong type; ranges are the host's to check), then each
+        context's ids. A context that is not integer ids of rank 1:
+        ValueError naming it."""
+        return _engine.propose_tree_request(self.index, self.tokenizer_fingerprint, params, contexts)
 
     def _propose_one(self, context: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
-        request = self.propose_tree_head(params) + _propose_input(context)
-        return "ProposeTree", request, lambda r: _trees(r, 1)[0]
+        request = _engine.propose_tree_request(self.index, self.tokenizer_fingerprint, params, [context])
+        return "ProposeTree", request, lambda r: _trees(r, 1, "contexts", "ProposeTreeResponse")[0]
 
     def _propose_many(self, contexts: Any, params: dict[str, Any]) -> tuple[str, Any, Callable[[Any], Any]]:
         contexts = list(contexts)
-        return "ProposeTree", self.propose_tree_request(contexts, **params), lambda r: _trees(r, len(contexts))
+        return "ProposeTree", self.propose_tree_request(contexts, **params), \
+            lambda r: _trees(r, len(contexts), "contexts", "ProposeTreeResponse")
 
 
-def _one_tree(response: bytes) -> tree.PrunedTree:
-    trees = _engine.decode_prune_trees(response)
-    if len(trees) != 1:
-        raise ValueError(f"PruneTreeResponse: {len(trees)} trees for 1 lattice")
-    return trees[0]
-
-
-def _trees(response: bytes, n: int) -> list[tree.PrunedTree]:
-    """A ProposeTreeResponse's n trees, encoded by the engine (encode_tree:
-    depths, mask, retrieve rows)."""
-    trees = _engine.decode_prune_trees(response)
+def _trees(response: bytes, n: int, sent: str, what: str = "PruneTreeResponse") -> list[tree.PrunedTree]:
+    """A response's n trees, decoded and encoded by the engine (depths, mask,
+    retrieve rows); another count: ValueError."""
+    trees = _engine.decode_trees(response, what, "lattices" if what == "PruneTreeResponse" else "contexts")
     if len(trees) != n:
-        raise ValueError(f"ProposeTreeResponse: {len(trees)} trees for {n} contexts")
+        raise ValueError(f"{what}: {len(trees)} trees for {n} {sent}")
     return trees
 
 

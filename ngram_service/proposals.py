@@ -1,6 +1,6 @@
 """Corpus proposals: a draft tree from the trie and the context alone.
 
-The search runs in the C++ engine (``cpp/engine/propose.cc``), which also
+The search runs in the C++ engine (``cpp/engine/propose.h``), which also
 checks every request and owns the defaults; docs/PROPOSALS.md specifies the
 semantics: how the trie's suffix lengths and the context's own earlier
 occurrences are combined, the best-first order and its ties, the limits.
@@ -18,13 +18,13 @@ from typing import Any
 from ngram_service import _engine
 from ngram_service.tree import PrunedTree
 
-__all__ = ["DEFAULTS", "LIMITS", "propose", "propose_batch", "propose_lookup"]
+__all__ = ["DEFAULTS", "LIMITS", "propose", "propose_batch", "propose_lookup", "propose_params"]
 
-#: The engine's bounds on a request (cpp/engine/propose.h, ProposeLimits).
+#: The engine's bounds on a request (cpp/engine/propose_params.h, ProposeLimits).
 LIMITS = {name: getattr(_engine.ProposeLimits, name) for name in
           ("max_nodes", "max_depth", "max_branch", "max_context", "max_match", "max_occurrences")}
 
-#: The engine's defaults (cpp/engine/propose.h, ProposeParams).
+#: The engine's defaults (cpp/engine/propose_params.h, ProposeParams).
 DEFAULTS: dict[str, Any] = dict(_engine.PROPOSE_DEFAULTS)
 
 
@@ -66,3 +66,11 @@ def propose_lookup(context: Any, vocab_size: int, **params: Any) -> PrunedTree:
     keywords (``corpus`` is ignored), ``timeout`` included. What a client
     proposes while its trie host is out of reach."""
     return _engine.propose_lookup(context, vocab_size, **params)
+
+
+def propose_params(**params: Any) -> dict[str, Any]:
+    """``propose``'s keyword parameters converted and checked as ``propose``
+    converts and checks them (ValueError naming the field, TypeError for an
+    unknown name), unset ones at the engine's defaults; floats as the
+    float32 the engine reads."""
+    return _engine.propose_params(**params)

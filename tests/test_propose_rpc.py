@@ -452,3 +452,12 @@ def test_query_propose_console_script(server: ServerProcess, sample_trie: Path) 
     assert r.returncode == 0, r.stderr
     want = NgramIndex.open(sample_trie).propose([732, 374, 2776], max_nodes=3)
     assert json.loads(r.stdout)["trees"][0]["tokens"] == want.tokens.tolist()
+
+
+def test_parameter_table_is_the_wire_order() -> None:
+    """The engine's one table of propose's parameters (kProposeFields, in
+    PROPOSE_DEFAULTS' order) numbers them as ProposeParams does: field i + 1."""
+    from ngram_service import proposals
+
+    fields = pb.ProposeParams.DESCRIPTOR.fields_by_number
+    assert [fields[i + 1].name for i in range(len(fields))] == list(proposals.DEFAULTS)

@@ -8,14 +8,10 @@
 namespace ngram {
 
 void check_propose_params(const ProposeParams& p) {
-  const char* in = "must be in";
-  check_range(p.max_nodes, 0, ProposeLimits::kMaxNodes, "max_nodes", in);
-  check_range(p.max_depth, 0, ProposeLimits::kMaxDepth, "max_depth", in);
-  check_range(p.max_branch, 1, ProposeLimits::kMaxBranch, "max_branch", in);
-  check_range(p.lookup_min_match, 1, ProposeLimits::kMaxMatch, "lookup_min_match", in);
-  check_unit(p.min_prob, "min_prob");
-  check_unit(p.backoff, "backoff");
-  check_unit(p.lookup_weight, "lookup_weight");
+  for (const ProposeField& f : kProposeFields)
+    if (f.integer) check_range(p.*f.integer, f.lo, f.hi, f.name, "must be in");
+  for (const ProposeField& f : kProposeFields)
+    if (f.unit) check_unit(p.*f.unit, f.name);
 }
 
 void check_context_length(uint64_t n) {

@@ -34,8 +34,40 @@ struct ProposeParams {
   int64_t lookup_min_match = 1;  // the shortest suffix the document source matches
 };
 
+// One parameter of a proposal: its name, its member (an integer, a float in
+// [0, 1], or a flag), an integer's range, and what it means.
+struct ProposeField {
+  const char* name;
+  int64_t ProposeParams::*integer;
+  float ProposeParams::*unit;
+  bool ProposeParams::*flag;
+  int64_t lo, hi;
+  const char* help;
+};
+
+// Every parameter, in the order of their field numbers in the wire's
+// ProposeParams (proto/ngram/v1/ngram.proto: kProposeFields[i] is field
+// i + 1): the one table that the checks, the bindings' conversion and
+// defaults, and the request codec read.
+inline constexpr ProposeField kProposeFields[] = {
+    {"max_nodes", &ProposeParams::max_nodes, nullptr, nullptr, 0, ProposeLimits::kMaxNodes, "nodes kept, root excluded"},
+    {"max_depth", &ProposeParams::max_depth, nullptr, nullptr, 0, ProposeLimits::kMaxDepth, "deepest node"},
+    {"max_branch", &ProposeParams::max_branch, nullptr, nullptr, 1, ProposeLimits::kMaxBranch,
+     "continuations considered per node"},
+    {"min_prob", nullptr, &ProposeParams::min_prob, nullptr, 0, 0, "path-probability floor"},
+    {"backoff", nullptr, &ProposeParams::backoff, nullptr, 0, 0, "weight of a suffix one token shorter"},
+    {"corpus", nullptr, nullptr, &ProposeParams::corpus, 0, 0, "the trie's continuations"},
+    {"lookup", nullptr, nullptr, &ProposeParams::lookup, 0, 0, "the context's own earlier continuations"},
+    {"lookup_weight", nullptr, &ProposeParams::lookup_weight, nullptr, 0, 0,
+     "scales the document's probabilities"},
+    {"lookup_min_match", &ProposeParams::lookup_min_match, nullptr, nullptr, 1, ProposeLimits::kMaxMatch,
+     "shortest suffix the document source matches"},
+};
+inline constexpr uint32_t kProposeFieldCount = sizeof(kProposeFields) / sizeof(kProposeFields[0]);
+
 // Throws InvalidArgument naming the field at fault: integers or floats
-// outside their range.
+// outside their range (the integers first, then the floats, each in
+// kProposeFields' order).
 void check_propose_params(const ProposeParams& params);
 
 // Throws InvalidArgument for an empty context or one of more than

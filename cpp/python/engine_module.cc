@@ -69,6 +69,7 @@ PyObject* conditional_probs_fastcall(PyObject* self, PyObject* const* in, Py_ssi
 void bind_prune(py::module_& m);  // prune_bindings.cc
 void bind_offload(py::module_& m);  // offload_bindings.cc
 void bind_propose(py::module_& m);  // propose_bindings.cc
+void bind_codecs(py::module_& m);  // codec_bindings.cc
 
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "The n-gram trie engine (C++). Use ngram_service.NgramIndex.";
@@ -210,6 +211,7 @@ PYBIND11_MODULE(_engine, m) {
   bind_offload(m);
   bind_prune(m);  // after Trie, whose method prune becomes
   bind_propose(m);  // after Trie and PrunedTree
+  bind_codecs(m);   // after PrunedTree
 
   // The version-1 writer (TrieV1Writer), as Python has always named it.
   py::class_<TrieV1Writer>(m, "TrieWriter")

@@ -17,8 +17,10 @@
 #include "arrays.h"
 #include "errors.h"
 #include "fastcall.h"
-#include "prune_params.h"
-#include "prune_wire.h"
+#include "param_conversion.h"
+#include "prune_tree_codec.h"
+#include "tree_codec.h"
+#include "tree_object.h"
 #include "lattice_batch.h"
 #include "prune_tree.h"
 #include "trie_arg.h"
@@ -106,23 +108,16 @@ std::vector<uint32_t> rows_of(const py::handle& rows, uint32_t batch) {
 }
 
 // `head` (a serialized PruneTreeRequest without inputs) followed by one
-// PruneInput (field 4) per row.
+// PruneInput (field 4) per row: prune_tree_codec.h's request.
 py::bytes request_bytes(const LatticeBatch& L, const py::bytes& head, const std::vector<uint32_t>& rows) {
-  std::string out(head);
   std::vector<PruneInput> inputs(rows.size());
   std::vector<std::vector<uint64_t>> offsets(rows.size());
-  size_t total = out.size();
   for (size_t i = 0; i < rows.size(); ++i) {
     if (L.depth(rows[i]) == 0)
       throw InvalidArgument("lattice " + std::to_string(rows[i]) + " has no level the trie serves");
     inputs[i] = L.input(rows[i], offsets[i]);
-    const size_t n = prune_input_size(inputs[i]);
-    total += varint_size(4 << 3 | kLen) + varint_size(n) + n;
   }
-  out.reserve(total);
-  std::vector<uint32_t> sizes;
-  for (const PruneInput& in : inputs) put_prune_input(out, in, sizes);
-  return py::bytes(out);
+  return py::bytes(prune_tree_request(head, inputs));
 }
 
 // ---- the batch's trees ------------------------------------------------------
@@ -142,7 +137,7 @@ struct TreeBatch {
 
 // A PruneTreeResponse's trees into rows (in order), encoded by the engine's encoder.
 void decode_response(TreeBatch& out, const uint8_t* data, size_t size, const std::vector<uint32_t>& rows) {
-  const size_t n = decode_prune_response(
+  const size_t n = decode_tree_response(
       data, size, [&](size_t i) { return i < rows.size() ? &out.trees[rows[i]] : nullptr; });
   if (n != rows.size())
     throw InvalidArgument("PruneTreeResponse: " + std::to_string(n) + " trees for " + std::to_string(rows.size()) +
@@ -239,6 +234,18 @@ int64 depths [B, N] (0 padded), int64 parents [B, N] (-1 padded), int64
 retrieve_indices [B, L, W] (-1 padded), then bool tree_mask [B, N, N] (a
 padding node marks only itself).)")
       .def(py::init<uint32_t>(), py::arg("batch"))
+      .def_static("of", [](const py::sequence& trees) {
+             TreeBatch out(static_cast<uint32_t>(py::len(trees)));
+             for (size_t i = 0; i < out.trees.size(); ++i) {
+               const py::handle t = trees[i];
+               const TreeObject* obj = bound_object<TreeObject>(t.ptr());
+               if (!obj) throw py::type_error("trees[" + std::to_string(i) + "] is not a PrunedTree");
+               out.trees[i] = *obj->tree;
+               out.filled[i] = 1;
+             }
+             return out;
+           }, py::arg("trees"),
+           "A batch of the engine's trees (PrunedTree objects, copied), ready to pack.")
       .def("__len__", [](const TreeBatch& t) { return t.trees.size(); })
       .def("decode",
            [](TreeBatch& out, const py::buffer& data, const py::handle& rows) {
@@ -282,11 +289,18 @@ padding node marks only itself).)")
                                         reinterpret_cast<int64_t*>(buf + d.tokens_at()), array);
              py::array_t<int64_t> retrieve({B, L, W}, reinterpret_cast<int64_t*>(buf + d.retrieve_at()), array);
              py::array mask(py::dtype::of<bool>(), {B, N, N}, buf + d.mask_at(), array);
-             return py::make_tuple(array, bytes, sizes, nodes, retrieve, mask);
+             py::dict at;  // the layout's byte offsets, for readers of a copy of the array
+             at["tokens"] = d.tokens_at();
+             at["depths"] = d.depths_at();
+             at["parents"] = d.parents_at();
+             at["retrieve"] = d.retrieve_at();
+             at["mask"] = d.mask_at();
+             return py::make_tuple(array, bytes, sizes, nodes, retrieve, mask, at);
            },
            py::arg("out") = py::none(),
            "The trees in the packed layout, written into out (a writable uint8 array) when it is large "
            "enough, else into a new array. Returns (array, bytes used, sizes int64 [3, B]: each tree's "
            "nodes, leaves and deepest path + 1, then views of the array: tokens, depths and parents as "
-           "int64 [3, B, N], retrieve_indices int64 [B, L, W], tree_mask bool [B, N, N]).");
+           "int64 [3, B, N], retrieve_indices int64 [B, L, W], tree_mask bool [B, N, N], then the byte "
+           "offsets of the arrays: a dict with keys tokens, depths, parents, retrieve, mask).");
 }

@@ -6,12 +6,12 @@
 #include <pybind11/stl.h>
 
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "arrays.h"
 #include "errors.h"
+#include "param_conversion.h"
 #include "propose.h"
 #include "timeout.h"
 #include "tree_object.h"
@@ -23,57 +23,9 @@ using namespace ngram_py;
 
 namespace {
 
-double real(const py::handle& h, const char* field) {
-  if (py::isinstance<py::bool_>(h) || !(PyFloat_Check(h.ptr()) || PyIndex_Check(h.ptr()) ||
-                                        py::hasattr(h, "__float__")))
-    throw InvalidArgument(std::string(field) + " must be a number, got " + std::string(py::repr(h)));
-  const double v = PyFloat_AsDouble(h.ptr());
-  if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
-  return v;
-}
-
-bool truth(const py::handle& h, const char* field) {
-  if (!py::isinstance<py::bool_>(h))
-    throw InvalidArgument(std::string(field) + " must be True or False, got " + std::string(py::repr(h)));
-  return h.ptr() == Py_True;
-}
-
-// propose's keyword parameters over the defaults; an unknown name is refused
-// naming the known ones. `timeout` is the call's, not the search's (timeout()).
-ProposeParams propose_params(const py::kwargs& kw) {
-  ProposeParams p;
-  for (const auto& item : kw) {
-    const std::string key = py::str(item.first);
-    const py::handle v = item.second;
-    if (key == "timeout") continue;
-    if (key == "max_nodes") p.max_nodes = integer(v, "max_nodes", "0.." + std::to_string(ProposeLimits::kMaxNodes));
-    else if (key == "max_depth") p.max_depth = integer(v, "max_depth", "0.." + std::to_string(ProposeLimits::kMaxDepth));
-    else if (key == "max_branch") p.max_branch = integer(v, "max_branch", "1.." + std::to_string(ProposeLimits::kMaxBranch));
-    else if (key == "lookup_min_match")
-      p.lookup_min_match = integer(v, "lookup_min_match", "1.." + std::to_string(ProposeLimits::kMaxMatch));
-    else if (key == "min_prob") p.min_prob = static_cast<float>(real(v, "min_prob"));
-    else if (key == "backoff") p.backoff = static_cast<float>(real(v, "backoff"));
-    else if (key == "lookup_weight") p.lookup_weight = static_cast<float>(real(v, "lookup_weight"));
-    else if (key == "corpus") p.corpus = truth(v, "corpus");
-    else if (key == "lookup") p.lookup = truth(v, "lookup");
-    else
-      throw py::type_error("propose: unexpected keyword '" + key +
-                           "'; parameters are max_nodes, max_depth, max_branch, min_prob, backoff, corpus, "
-                           "lookup, lookup_weight, lookup_min_match, timeout");
-  }
-  return p;
-}
-
 // The `timeout` keyword among propose's, a null handle when not given.
 py::handle timeout(const py::kwargs& kw) {
   return py::handle(PyDict_GetItemString(kw.ptr(), "timeout"));  // borrowed
-}
-
-// A float32 default as the decimal it was written as (1e-4, not 9.99999975e-05).
-double as_written(float v) {
-  std::ostringstream s;
-  s << v;
-  return std::stod(s.str());
 }
 
 // A context as int64 ids: 1-D, its own field name in errors.
@@ -93,24 +45,24 @@ void bind_propose(py::module_& m) {
       .def_readonly_static("max_match", &ProposeLimits::kMaxMatch)
       .def_readonly_static("max_occurrences", &ProposeLimits::kMaxOccurrences);
 
-  const ProposeParams defaults;
-  py::dict d;
-  d["max_nodes"] = defaults.max_nodes;
-  d["max_depth"] = defaults.max_depth;
-  d["max_branch"] = defaults.max_branch;
-  d["min_prob"] = as_written(defaults.min_prob);
-  d["backoff"] = as_written(defaults.backoff);
-  d["corpus"] = defaults.corpus;
-  d["lookup"] = defaults.lookup;
-  d["lookup_weight"] = as_written(defaults.lookup_weight);
-  d["lookup_min_match"] = defaults.lookup_min_match;
-  m.attr("PROPOSE_DEFAULTS") = d;
+  m.attr("PROPOSE_DEFAULTS") = propose_params_dict(ProposeParams{}, true);
+
+  m.def(
+      "propose_params",
+      [](const py::kwargs& kw) {
+        const ProposeParams p = given_propose_params(kw, "propose_params", false, false).values;
+        check_propose_params(p);
+        return propose_params_dict(p, false);
+      },
+      "propose's keyword parameters converted and checked as propose converts and checks them, unset ones at "
+      "the engine's defaults, as a dict (floats as the float32 the engine reads); ValueError naming the field, "
+      "TypeError for an unknown name.");
 
   auto propose = [](const TrieIndex& t, const py::handle& context, const py::kwargs& kw) {
     const CallTimeout deadline(timeout(kw), "propose", "tree");
     Ids ids;
     load_context(context, "context", ids);
-    const ProposeParams params = propose_params(kw);
+    const ProposeParams params = given_propose_params(kw, "propose", true, false).values;
     auto tree = new_tree();
     {
       py::gil_scoped_release nogil;
@@ -138,7 +90,7 @@ void bind_propose(py::module_& m) {
         load_context(context, "context", ids);
         const int64_t vocab = integer(vocab_size, "vocab_size", "1..2147483648");
         if (vocab < 1) throw InvalidArgument("vocab_size = " + std::to_string(vocab) + ": must be in 1..2147483648");
-        const ProposeParams params = propose_params(kw);
+        const ProposeParams params = given_propose_params(kw, "propose", true, false).values;
         auto tree = new_tree();
         {
           py::gil_scoped_release nogil;
@@ -171,7 +123,7 @@ void bind_propose(py::module_& m) {
         if (!threads.is_none()) n_threads = integer(threads, "threads", "0..4096 or None");
         if (n_threads < 0 || n_threads > 4096)
           throw InvalidArgument("threads = " + std::to_string(n_threads) + ": must be in 0..4096 or None");
-        const ProposeParams params = propose_params(kw);
+        const ProposeParams params = given_propose_params(kw, "propose", true, false).values;
         std::vector<ProposeInput> in(ids.size());
         for (size_t i = 0; i < ids.size(); ++i) in[i] = {ids[i].data(), ids[i].size()};
         std::vector<DraftTree> out;

@@ -17,8 +17,8 @@
 #include "arrays.h"
 #include "fastcall.h"
 #include "errors.h"
-#include "prune_params.h"
-#include "prune_wire.h"
+#include "lattice_arg.h"
+#include "param_conversion.h"
 #include "checks.h"
 #include "lattice_batch.h"
 #include "prune_tree.h"
@@ -31,184 +31,6 @@ namespace py = pybind11;
 using namespace ngram;
 using namespace ngram_py;
 
-namespace {
-
-// A float32 array's values into `out` (reused: no allocation once grown);
-// None leaves it empty (DART's defaults).
-void weights(const py::handle& w, const char* field, std::vector<float>& out) {
-  out.clear();
-  if (w.is_none()) return;
-  if (const float* f = native_floats(w); f && py::detail::array_proxy(w.ptr())->nd == 1) {
-    out.assign(f, f + py::detail::array_proxy(w.ptr())->dimensions[0]);
-    return;
-  }
-  F32Array a = floats(w, field, "weights");
-  if (a.ndim() != 1) throw InvalidArgument(std::string(field) + " must be 1-D [D], got shape " + shape_str(a));
-  out.assign(a.data(), a.data() + a.shape(0));
-}
-
-// prune's keyword parameters, in this order; a null handle is one not given
-// (the engine's default).
-constexpr std::array<const char*, 7> kParamNames = {
-    "beam_width", "max_nodes", "ngram_weight", "level_weights", "logit_weights", "eos_token_id",
-    "ngram_on_first_level"};
-using ParamHandles = std::array<py::handle, kParamNames.size()>;
-
-void load_params(const ParamHandles& v, PruneParams& p) {
-  std::vector<float> level = std::move(p.level_weights), logit = std::move(p.logit_weights);
-  p = PruneParams{};  // the defaults; the weights' buffers are kept
-  p.level_weights = std::move(level);
-  p.logit_weights = std::move(logit);
-  static const std::string beam_range = "1.." + std::to_string(PruneLimits::kMaxBeamWidth),
-                           nodes_range = "0.." + std::to_string(PruneLimits::kMaxNodes);
-  if (v[0]) p.beam_width = integer(v[0], "beam_width", beam_range);
-  if (v[1]) p.max_nodes = integer(v[1], "max_nodes", nodes_range);
-  if (v[2]) {
-    const double w = PyFloat_Check(v[2].ptr()) ? PyFloat_AS_DOUBLE(v[2].ptr()) : PyFloat_AsDouble(v[2].ptr());
-    if (w == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
-      throw InvalidArgument("ngram_weight must be a number, got " + std::string(py::repr(v[2])));
-    }
-    p.ngram_weight = static_cast<float>(w);
-  }
-  weights(v[3] ? v[3] : py::none(), "level_weights", p.level_weights);
-  weights(v[4] ? v[4] : py::none(), "logit_weights", p.logit_weights);
-  if (v[5] && !v[5].is_none()) {
-    if (py::isinstance<py::bool_>(v[5]) || !PyIndex_Check(v[5].ptr()))
-      throw InvalidArgument("eos_token_id must be an integer or None, got " + std::string(py::repr(v[5])));
-    p.eos_token_id = integer(v[5], "eos_token_id", "-1 (none) or in [0, vocab_size)");
-  }
-  if (v[6]) {
-    const int truth = PyObject_IsTrue(v[6].ptr());
-    if (truth < 0) throw py::error_already_set();
-    p.ngram_on_first_level = truth != 0;
-  }
-}
-
-
-}  // namespace
-
-namespace ngram_py {
-
-ngram::PruneParams make_params(const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
-                        const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos,
-                        const py::handle& ngram_on_first_level) {
-  ngram::PruneParams p;
-  load_params({beam_width, max_nodes, ngram_weight, level_weights, logit_weights, eos, ngram_on_first_level}, p);
-  return p;
-}
-
-}  // namespace ngram_py
-
-namespace {
-
-// One lattice in the engine's layout, its arrays kept alive while the engine
-// reads them: topk_tokens / topk_probs as [D, K] arrays, or (when K differs
-// per level) as lists of D 1-D arrays, concatenated here. What is checked
-// here is what converting needs (ranks, and topk_probs shaped as
-// topk_tokens); the lattice's shape (levels, candidates per level, their
-// bounds) is the engine's, checked in validate_prune (check_lattice_depth,
-// check_lattice_level in prune_tree.h).
-struct Lattice {
-  Ids prefix, tokens;
-  F32Array probs = py::reinterpret_steal<F32Array>(py::handle());  // null until loaded
-  std::vector<int64_t> level_tokens;  // the levels concatenated (list form)
-  std::vector<float> level_probs;
-  std::vector<uint64_t> offsets;      // D + 1
-  PruneInput input;
-
-  void load(const py::handle& prefix_in, const py::handle& tokens_in, const py::handle& probs_in) {
-    prefix.load(prefix_in, "prefix");
-    prefix.require_rank(1, "prefix", "[P]");
-    const int64_t* tok = nullptr;
-    const float* pr = nullptr;
-    if (py::isinstance<py::list>(tokens_in) || py::isinstance<py::tuple>(tokens_in)) {
-      load_levels(py::reinterpret_borrow<py::sequence>(tokens_in), probs_in);
-      tok = level_tokens.data();
-      pr = level_probs.data();
-    } else {
-      tokens.load(tokens_in, "topk_tokens");
-      probs = floats(probs_in, "topk_probs", "probabilities");
-      tokens.require_rank(2, "topk_tokens", "[D, K]");
-      if (probs.ndim() != 2 || static_cast<uint64_t>(probs.shape(0)) != tokens.shape(0) ||
-          static_cast<uint64_t>(probs.shape(1)) != tokens.shape(1))
-        throw InvalidArgument("topk_probs has shape " + shape_str(probs) + ", topk_tokens " +
-                              shape_str(tokens.array()) + ": they must match");
-      const uint64_t d = tokens.shape(0), k = tokens.shape(1);
-      offsets.resize(d + 1);
-      for (uint64_t l = 0; l <= d; ++l) offsets[l] = l * k;
-      tok = tokens.data();
-      pr = probs.data();
-    }
-    input.prefix = prefix.data();
-    input.prefix_len = prefix.size();
-    input.tokens = tok;
-    input.probs = pr;
-    input.level_offsets = offsets.data();
-    input.depth = static_cast<uint32_t>(std::min<size_t>(offsets.size() - 1, UINT32_MAX));
-  }
-
-  void load_levels(const py::sequence& levels, const py::handle& probs_in) {
-    const size_t d = levels.size();
-    const bool probs_listed = py::isinstance<py::list>(probs_in) || py::isinstance<py::tuple>(probs_in) ||
-                              py::isinstance<py::array>(probs_in);
-    if (!probs_listed || py::len(probs_in) != d) {
-      const std::string n = py::hasattr(probs_in, "__len__") ? std::to_string(py::len(probs_in)) : "no";
-      throw InvalidArgument("topk_probs has " + n + " levels, topk_tokens " + std::to_string(d) + ": they must match");
-    }
-    offsets.assign(1, 0);
-    level_tokens.clear();
-    level_probs.clear();
-    Ids t;
-    for (size_t l = 0; l < d; ++l) {
-      const std::string at = "[" + std::to_string(l) + "]";
-      t.load(levels[l], "topk_tokens" + at);
-      F32Array p = floats(probs_in[py::int_(l)], "topk_probs" + at, "probabilities");
-      if (t.ndim() != 1 || p.ndim() != 1 || t.shape(0) != static_cast<uint64_t>(p.shape(0)))
-        throw InvalidArgument("level " + std::to_string(l) + ": topk_tokens" + at + " has shape " +
-                              shape_str(t.array()) + ", topk_probs" + at + " " + shape_str(p) +
-                              ": each level must be 1-D and both must match");
-      level_tokens.insert(level_tokens.end(), t.data(), t.data() + t.size());
-      level_probs.insert(level_probs.end(), p.data(), p.data() + p.shape(0));
-      offsets.push_back(level_tokens.size());
-    }
-  }
-};
-
-// One request of a batch: a dict with keys prefix, topk_tokens, topk_probs or
-// a sequence of those three.
-void load_request(const py::handle& r, Lattice& out) {
-  if (py::isinstance<py::dict>(r)) {
-    py::dict d = py::reinterpret_borrow<py::dict>(r);
-    py::list extra;
-    for (auto item : d) {
-      const py::str key = py::str(item.first);
-      if (std::string(key) != "prefix" && std::string(key) != "topk_tokens" && std::string(key) != "topk_probs")
-        extra.append(item.first);
-    }
-    if (py::len(extra)) {
-      extra.attr("sort")();
-      throw InvalidArgument("unknown keys " + std::string(py::repr(extra)) +
-                            "; parameters apply to the whole batch");
-    }
-    for (const char* key : {"prefix", "topk_tokens", "topk_probs"})
-      if (!d.contains(key)) throw InvalidArgument(std::string("missing key '") + key + "'");
-    out.load(d["prefix"], d["topk_tokens"], d["topk_probs"]);
-    return;
-  }
-  if (!PySequence_Check(r.ptr()) || py::isinstance<py::str>(r) || py::len(r) != 3)
-    throw InvalidArgument("must be a dict or a (prefix, topk_tokens, topk_probs) tuple");
-  py::sequence s = py::reinterpret_borrow<py::sequence>(r);
-  out.load(s[0], s[1], s[2]);
-}
-
-// An error of requests[i]; "requests[i] must be ..." reads better without a colon.
-std::string request_error(size_t i, const std::string& msg) {
-  return "requests[" + std::to_string(i) + "]" + (msg.rfind("must be", 0) == 0 ? " " : ": ") + msg;
-}
-
-
-}  // namespace
 
 namespace {
 
@@ -219,12 +41,12 @@ namespace {
 template <bool with_trie_arg>
 PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
   constexpr size_t kLead = with_trie_arg ? 4 : 3;
-  constexpr size_t kArgs = kLead + kParamNames.size() + 1;  // the last: timeout
+  constexpr size_t kArgs = kLead + kPruneParamNames.size() + 1;  // the last: timeout
   static const Signature<kArgs> signature = [] {
     std::array<const char*, kArgs> names{};
     const char* lead[] = {"trie", "prefix", "topk_tokens", "topk_probs"};
     for (size_t i = 0; i < kLead; ++i) names[i] = lead[4 - kLead + i];
-    for (size_t i = 0; i < kParamNames.size(); ++i) names[kLead + i] = kParamNames[i];
+    for (size_t i = 0; i < kPruneParamNames.size(); ++i) names[kLead + i] = kPruneParamNames[i];
     names[kArgs - 1] = "timeout";
     return Signature<kArgs>("prune", names, kLead);
   }();
@@ -236,10 +58,10 @@ PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf,
     constexpr size_t p = with_trie_arg ? 1 : 0;
     Lattice r;
     r.load(args[p], args[p + 1], args[p + 2]);
-    ParamHandles given;
+    PruneParamHandles given;
     for (size_t i = 0; i < given.size(); ++i) given[i] = args[kLead + i];
     thread_local PruneParams params;  // no Python objects inside: safe to keep per thread
-    load_params(given, params);
+    load_prune_params(given, params);
     auto tree = new_tree();
     with_trie(trie, "prune", [&](const auto& t) {
       py::gil_scoped_release nogil;
@@ -387,51 +209,6 @@ vocabulary gives.)")
 
   m.def("default_level_weight", &default_level_weight, py::arg("level"));
   m.def("default_logit_weight", &default_logit_weight, py::arg("level"));
-
-  m.def(
-      "prune_request",
-      [](const py::bytes& head, const py::iterable& requests) {
-        std::string out(head);
-        Lattice r;
-        std::vector<uint32_t> sizes;
-        size_t i = 0;
-        for (const py::handle q : requests) {
-          try {
-            load_request(q, r);
-          } catch (const InvalidArgument& e) {
-            throw InvalidArgument(request_error(i, e.what()));
-          }
-          wire::put_prune_input(out, r.input, sizes);
-          ++i;
-        }
-        return py::bytes(out);
-      },
-      py::arg("head"), py::arg("requests"),
-      "A serialized PruneTreeRequest: head (its other fields, serialized) followed by one PruneInput per "
-      "request of a prune_batch call (dicts or tuples), converted as prune converts them; values are the "
-      "server's to check.");
-
-  m.def(
-      "decode_prune_trees",
-      [](const py::buffer& data) {
-        const py::buffer_info info = data.request();
-        std::vector<std::unique_ptr<TreeObject>> trees;
-        {
-          py::gil_scoped_release nogil;
-          wire::decode_prune_response(
-              static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize),
-              [&](size_t) {
-                trees.push_back(new_tree());
-                return trees.back()->tree.get();
-              });
-        }
-        py::list out(trees.size());
-        for (size_t i = 0; i < trees.size(); ++i) out[i] = py::cast(std::move(trees[i]));
-        return out;
-      },
-      py::arg("response"),
-      "A serialized PruneTreeResponse's trees as PrunedTrees, encoded as prune encodes them (scores NaN where "
-      "the host sent none); ValueError naming the byte for a malformed message.");
 
   m.def(
       "prune_params",

@@ -21,6 +21,7 @@
 #include "propose.h"
 #include "prune_tree.h"
 #include "queries.h"
+#include "tree_messages.h"
 
 namespace ngram::server {
 
@@ -388,15 +389,7 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
   if (Status st = resolve(req.index(), req.tokenizer_fingerprint(), &idx); !st.ok()) return st;
   const TrieIndex& t = *idx->trie;
 
-  const v1::PruneParams& p = req.params();
-  PruneParams params;
-  if (p.has_beam_width()) params.beam_width = p.beam_width();
-  if (p.has_max_nodes()) params.max_nodes = p.max_nodes();
-  if (p.has_ngram_weight()) params.ngram_weight = p.ngram_weight();
-  if (p.has_eos_token_id()) params.eos_token_id = p.eos_token_id();
-  params.ngram_on_first_level = p.ngram_on_first_level();
-  params.level_weights.assign(p.level_weights().begin(), p.level_weights().end());
-  params.logit_weights.assign(p.logit_weights().begin(), p.logit_weights().end());
+  const PruneParams params = prune_params_of(req.params());
   if (static_cast<uint64_t>(params.beam_width) > lim.max_beam)
     return over_limit("params.beam_width", params.beam_width, "entries", "--max-beam", lim.max_beam);
   if (static_cast<uint64_t>(params.max_nodes) > lim.max_nodes)
@@ -453,10 +446,7 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
       return stopped(e.reason(), std::string(e.what()) + " after " + std::to_string(i) + " of " +
                                      std::to_string(n) + " trees");
     }
-    v1::PrunedTreeNodes* out = resp->add_trees();
-    out->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
-    out->mutable_parents()->Add(tree.parents.begin(), tree.parents.end());
-    if (req.with_scores()) out->mutable_scores()->Add(tree.scores.begin(), tree.scores.end());
+    add_tree(tree, req.with_scores(), resp->mutable_trees());
   }
   return Status::OK;
 }
@@ -483,17 +473,7 @@ Status NgramServiceImpl::propose_tree(const v1::ProposeTreeRequest& req, v1::Pro
   if (Status st = resolve(req.index(), req.tokenizer_fingerprint(), &idx); !st.ok()) return st;
   const TrieIndex& t = *idx->trie;
 
-  const v1::ProposeParams& p = req.params();
-  ProposeParams params;  // unset fields: the engine's defaults
-  if (p.has_max_nodes()) params.max_nodes = p.max_nodes();
-  if (p.has_max_depth()) params.max_depth = p.max_depth();
-  if (p.has_max_branch()) params.max_branch = p.max_branch();
-  if (p.has_min_prob()) params.min_prob = p.min_prob();
-  if (p.has_backoff()) params.backoff = p.backoff();
-  if (p.has_corpus()) params.corpus = p.corpus();
-  if (p.has_lookup()) params.lookup = p.lookup();
-  if (p.has_lookup_weight()) params.lookup_weight = p.lookup_weight();
-  if (p.has_lookup_min_match()) params.lookup_min_match = p.lookup_min_match();
+  const ProposeParams params = propose_params_of(req.params());  // unset fields: the engine's defaults
   // The server's lowered limits; a value outside the engine's range is the
   // engine's to refuse, with its own message.
   if (params.max_nodes > 0 && static_cast<uint64_t>(params.max_nodes) > lim.max_nodes &&
@@ -535,10 +515,7 @@ Status NgramServiceImpl::propose_tree(const v1::ProposeTreeRequest& req, v1::Pro
       return stopped(e.reason(), std::string(e.what()) + " after " + std::to_string(i) + " of " +
                                      std::to_string(n) + " trees");
     }
-    v1::PrunedTreeNodes* out = resp->add_trees();
-    out->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
-    out->mutable_parents()->Add(tree.parents.begin(), tree.parents.end());
-    out->mutable_scores()->Add(tree.scores.begin(), tree.scores.end());
+    add_tree(tree, true, resp->mutable_trees());  // scores always: path probabilities
   }
   return Status::OK;
 }
@@ -552,77 +529,6 @@ grpc::ServerUnaryReactor* NgramServiceImpl::ProposeTree(grpc::CallbackServerCont
         if (st.ok()) count_trees(metrics_, "ProposeTree", resp->trees());
         return st;
       });
-}
-
-// ---- admin ----------------------------------------------------------------------
-
-std::shared_ptr<const LoadedIndex> reload_index(IndexRegistry& registry, Metrics& metrics, const std::string& name,
-                                                const std::string& path, const char* cause) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string label = name.empty() ? registry.default_name() : name;
-  const std::string from = !path.empty() ? path : registry.file_of(label);
-  try {
-    auto idx = registry.reload(label, from);
-    metrics.reloaded(label, true);
-    LogLine("info", "reload")
-        .kv("index", idx->name)
-        .kv("path", idx->path)
-        .kv("cause", cause)
-        .kv("file_bytes", idx->trie->file_size())
-        .kv("seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())
-        .emit();
-    return idx;
-  } catch (const std::exception& e) {
-    metrics.reloaded(label, false);
-    LogLine("error", "reload_failed").kv("index", label).kv("path", from).kv("cause", cause).kv("error", e.what()).emit();
-    throw;
-  }
-}
-
-namespace {
-
-// The operator's paths are quoted longer than other client strings: the
-// file name is at their end.
-constexpr size_t kQuotedPath = 1024;
-
-// `path` resolved (symbolic links and ".." followed), if it lies in one of
-// `dirs` (resolved directories); else a PERMISSION_DENIED or NOT_FOUND status.
-Status confined(const std::string& path, const std::vector<std::string>& dirs, std::string* resolved) {
-  char buf[PATH_MAX];
-  if (!::realpath(path.c_str(), buf))
-    return Status(StatusCode::FAILED_PRECONDITION,
-                  "path: cannot open " + quoted(path, kQuotedPath) + ": " + std::strerror(errno));
-  *resolved = buf;
-  for (const std::string& d : dirs)
-    if (resolved->compare(0, d.size(), d) == 0 && resolved->size() > d.size() && (*resolved)[d.size()] == '/')
-      return Status::OK;
-  std::string allowed;
-  for (const std::string& d : dirs) allowed += (allowed.empty() ? "" : ", ") + d;
-  return Status(StatusCode::PERMISSION_DENIED,
-                "path: " + quoted(path, kQuotedPath) + " is not under the reload directory (" + allowed +
-                    "; --reload-dir)");
-}
-
-}  // namespace
-
-Status NgramAdminImpl::Reload(grpc::ServerContext*, const v1::ReloadRequest* req, v1::ReloadResponse* resp) {
-  std::string path;
-  if (!req->path().empty())
-    if (Status st = confined(req->path(), reload_dirs_, &path); !st.ok()) return st;
-  if (!req->index().empty() && !registry_.get(req->index()))
-    return Status(StatusCode::NOT_FOUND, "index: " + quoted(req->index()) + " is not served here");
-  try {
-    auto idx = reload_index(registry_, metrics_, req->index(), path, "admin");
-    resp->set_index(idx->name);
-    resp->set_path(idx->path);
-    resp->set_file_bytes(idx->trie->file_size());
-    resp->set_loaded_unix_seconds(idx->loaded_unix_seconds);
-    return Status::OK;
-  } catch (const FormatError& e) {
-    return Status(StatusCode::FAILED_PRECONDITION, std::string("path: ") + e.what());
-  } catch (const std::exception& e) {
-    return Status(StatusCode::INTERNAL, e.what());
-  }
 }
 
 }  // namespace ngram::server

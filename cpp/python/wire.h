@@ -1,8 +1,8 @@
-// The PruneTree messages of proto/ngram/v1/ngram.proto on the wire, written
-// from and read into the engine's types directly: the one codec of every
-// binding that sends or receives them (offload_bindings.cc for dart_client,
-// prune_bindings.cc for NgramClient). tests/test_offload.py and
-// tests/test_wire.py check it against protobuf's own encoder and decoder.
+// protobuf's wire encoding (protobuf.dev/programming-guides/encoding): the
+// primitives the hand codecs of the tree messages are written with
+// (prune_tree_codec.h, propose_tree_codec.h, tree_codec.h). Every read is
+// bounds-checked; a malformed message throws naming the message and the
+// byte offset.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -11,16 +11,12 @@
 #include <vector>
 
 #include "errors.h"
-#include "draft_tree.h"
-#include "lattice.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "protobuf's fixed-width fields are copied as they lie");
 
 namespace ngram_py::wire {
 
 using ngram::InvalidArgument;
-
-// protobuf's encoding: protobuf.dev/programming-guides/encoding
 
 constexpr uint32_t kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5;
 
@@ -50,6 +46,24 @@ void put_packed(std::string& out, uint32_t field, const T* v, size_t n) {
   put_varint(out, field << 3 | kLen);
   put_varint(out, n * sizeof(T));
   out.append(reinterpret_cast<const char*>(v), n * sizeof(T));
+}
+
+// A length-delimited field: a string, or a message already written.
+inline void put_bytes(std::string& out, uint32_t field, const std::string& bytes) {
+  put_varint(out, field << 3 | kLen);
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+
+// A varint field (int64 values as protobuf writes them: two's complement, 10 bytes when negative).
+inline void put_varint_field(std::string& out, uint32_t field, uint64_t v) {
+  put_varint(out, field << 3 | kVarint);
+  put_varint(out, v);
+}
+
+inline void put_float_field(std::string& out, uint32_t field, float v) {
+  put_varint(out, field << 3 | kFixed32);
+  out.append(reinterpret_cast<const char*>(&v), 4);
 }
 
 // Reads one message's fields; every read is bounds-checked and a malformed
@@ -133,69 +147,5 @@ class WireReader {
   const uint8_t* at0_;
   const char* what_;
 };
-
-// PruneInput's size and its bytes (fields 1-4; empty ones left out).
-inline size_t prune_input_size(const ngram::PruneInput& in) {
-  const uint64_t c = in.level_offsets[in.depth] - in.level_offsets[0];
-  return packed_size<int64_t>(1, in.prefix_len) + packed_size<uint32_t>(2, in.depth) + packed_size<int64_t>(3, c) +
-         packed_size<float>(4, c);
-}
-
-// PruneTreeRequest's field 4 holding `in`; `sizes` is scratch for the level sizes.
-inline void put_prune_input(std::string& out, const ngram::PruneInput& in, std::vector<uint32_t>& sizes) {
-  const size_t n = prune_input_size(in);
-  put_varint(out, 4 << 3 | kLen);
-  put_varint(out, n);
-  sizes.resize(in.depth);
-  for (uint32_t l = 0; l < in.depth; ++l) sizes[l] = static_cast<uint32_t>(in.level_offsets[l + 1] - in.level_offsets[l]);
-  const uint64_t at = in.level_offsets[0], c = in.level_offsets[in.depth] - at;
-  put_packed(out, 1, in.prefix, in.prefix_len);
-  put_packed(out, 2, sizes.data(), in.depth);
-  put_packed(out, 3, in.tokens + at, c);
-  put_packed(out, 4, in.probs + at, c);
-}
-
-// A PruneTreeResponse's trees, in order: tree(i) gives the DraftTree to fill
-// for the i-th (nullptr: more trees than expected, an error); its tokens,
-// parents and scores are read (scores NaN when the host sent none), then
-// encoded by the engine's encode_tree. Returns the number of trees.
-template <class TreeAt>
-size_t decode_prune_response(const uint8_t* data, size_t size, TreeAt tree) {
-  WireReader msg(data, size, "PruneTreeResponse");
-  size_t i = 0;
-  while (!msg.done()) {
-    const auto [field, wt] = msg.tag();
-    if (field != 1 || wt != kLen) {
-      msg.skip(wt);
-      continue;
-    }
-    const auto [p, n] = msg.bytes();
-    ngram::DraftTree* t = tree(i);
-    if (!t) throw InvalidArgument("PruneTreeResponse: more trees than the " + std::to_string(i) + " lattices sent");
-    t->tokens.clear();
-    t->parents.clear();
-    t->scores.clear();
-    WireReader node(p, n, "PruneTreeResponse.trees", static_cast<size_t>(p - data));
-    while (!node.done()) {
-      const auto [f, w] = node.tag();
-      if (f == 1) node.read_fixed32s(w, t->tokens);
-      else if (f == 2) node.read_fixed32s(w, t->parents);
-      else if (f == 3) node.read_fixed32s(w, t->scores);
-      else node.skip(w);
-    }
-    const std::string at = "PruneTreeResponse.trees[" + std::to_string(i) + "]: ";
-    if (t->tokens.size() != t->parents.size() || t->tokens.empty())
-      throw InvalidArgument(at + std::to_string(t->tokens.size()) + " tokens, " + std::to_string(t->parents.size()) +
-                            " parents");
-    if (t->scores.size() != t->tokens.size()) t->scores.assign(t->tokens.size(), __builtin_nanf(""));
-    try {
-      ngram::encode_tree(*t);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(at + e.what());
-    }
-    ++i;
-  }
-  return i;
-}
 
 }  // namespace ngram_py::wire

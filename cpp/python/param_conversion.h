@@ -1,0 +1,59 @@
+// prune's and propose's keyword parameters as the engine's PruneParams and
+// ProposeParams: the one conversion of every binding that takes them (the
+// searches, PackedLattices.prune, and the request codecs, which also keep
+// which ones were given). Values are converted here (ValueError naming the
+// parameter for a wrong type); their ranges are the engine's to check.
+#pragma once
+#include <pybind11/pybind11.h>
+
+#include <array>
+
+#include "propose_params.h"
+#include "prune_params.h"
+
+namespace ngram_py {
+
+// prune's keyword parameters, in this order; a null handle (or None, but
+// for eos_token_id, where None means the trie's) is one not given: the
+// engine's default.
+constexpr std::array<const char*, 7> kPruneParamNames = {
+    "beam_width", "max_nodes", "ngram_weight", "level_weights", "logit_weights", "eos_token_id",
+    "ngram_on_first_level"};
+using PruneParamHandles = std::array<pybind11::handle, kPruneParamNames.size()>;
+
+// Into p (its weight buffers reused: no allocation once grown).
+void load_prune_params(const PruneParamHandles& given, ngram::PruneParams& p);
+ngram::PruneParams make_params(const pybind11::handle& beam_width, const pybind11::handle& max_nodes,
+                               const pybind11::handle& ngram_weight, const pybind11::handle& level_weights,
+                               const pybind11::handle& logit_weights, const pybind11::handle& eos,
+                               const pybind11::handle& ngram_on_first_level);
+
+// The parameters of a request sent to a host: the values, and which were
+// given (None: not given), so that the host's defaults (the engine's) fill
+// the rest.
+struct GivenPruneParams {
+  ngram::PruneParams values;
+  bool beam_width = false, max_nodes = false, ngram_weight = false;  // eos: values.eos_token_id's presence
+};
+// From a dict of prune's keywords; an unknown name is a TypeError naming
+// the known ones.
+GivenPruneParams given_prune_params(const pybind11::handle& params);
+
+struct GivenProposeParams {
+  ngram::ProposeParams values;
+  uint32_t given = 0;  // bit i: kProposeFields[i] was given
+  bool has(uint32_t i) const { return (given >> i) & 1; }
+};
+// From a dict (or kwargs) of propose's keywords over the engine's defaults.
+// `call` names the caller in a TypeError for an unknown name; "timeout" is
+// passed over when `skip_timeout`; None values are not given when
+// `none_unset`, else a ValueError.
+GivenProposeParams given_propose_params(const pybind11::handle& params, const char* call, bool skip_timeout,
+                                        bool none_unset);
+
+// propose's parameters as a dict, in kProposeFields' order; floats as the
+// decimal they were written as (1e-4, not 9.99999975e-05) when `as_written`,
+// else as the float32 the engine reads.
+pybind11::dict propose_params_dict(const ngram::ProposeParams& p, bool as_written);
+
+}  // namespace ngram_py

@@ -1,0 +1,91 @@
+// PruneTreeRequest (proto/ngram/v1/ngram.proto), written from the engine's
+// types: the one encoder of the message on the client side (NgramClient's
+// prune and prune_batch, dart_client's RemotePruner through
+// PackedLattices.request). The request is its head (index, fingerprint,
+// params, with_scores: fields 1, 2, 3, 5) followed by one PruneInput (field
+// 4) per lattice; protobuf reads fields in any order. The response is
+// tree_codec.h's. tests/test_wire.py and tests/test_offload.py check the
+// bytes against protobuf's own encoder.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lattice.h"
+#include "param_conversion.h"
+#include "wire.h"
+
+namespace ngram_py::wire {
+
+// PruneParams (always written, as protobuf writes a message field that is
+// set, even when empty): the given fields only, so that the host's
+// defaults fill the rest. beam_width and max_nodes are uint32 on the wire:
+// a value outside it is refused here (ValueError with the engine's range).
+inline std::string prune_params_bytes(const GivenPruneParams& g) {
+  const ngram::PruneParams& p = g.values;
+  const auto uint32_field = [](int64_t v, const char* name, const char* range) {
+    if (v < 0 || v > static_cast<int64_t>(UINT32_MAX))
+      throw InvalidArgument(std::string(name) + " = " + std::to_string(v) + ": must be " + range);
+    return static_cast<uint64_t>(v);
+  };
+  static const std::string beam_range = "1.." + std::to_string(ngram::PruneLimits::kMaxBeamWidth),
+                           nodes_range = "0.." + std::to_string(ngram::PruneLimits::kMaxNodes);
+  std::string out;
+  if (g.beam_width) put_varint_field(out, 1, uint32_field(p.beam_width, "beam_width", beam_range.c_str()));
+  if (g.max_nodes) put_varint_field(out, 2, uint32_field(p.max_nodes, "max_nodes", nodes_range.c_str()));
+  if (g.ngram_weight) put_float_field(out, 3, p.ngram_weight);
+  put_packed(out, 4, p.level_weights.data(), p.level_weights.size());
+  put_packed(out, 5, p.logit_weights.data(), p.logit_weights.size());
+  if (p.eos_token_id) put_varint_field(out, 6, static_cast<uint64_t>(*p.eos_token_id));
+  if (p.ngram_on_first_level) put_varint_field(out, 7, 1);
+  return out;
+}
+
+// The request's head: everything but its inputs.
+inline std::string prune_tree_head(const std::string& index, const std::string& fingerprint,
+                                   const GivenPruneParams& params, bool with_scores) {
+  std::string out;
+  if (!index.empty()) put_bytes(out, 1, index);
+  if (!fingerprint.empty()) put_bytes(out, 2, fingerprint);
+  put_bytes(out, 3, prune_params_bytes(params));
+  if (with_scores) put_varint_field(out, 5, 1);
+  return out;
+}
+
+// PruneInput's size and its bytes (fields 1-4; empty ones left out).
+inline size_t prune_input_size(const ngram::PruneInput& in) {
+  const uint64_t c = in.level_offsets[in.depth] - in.level_offsets[0];
+  return packed_size<int64_t>(1, in.prefix_len) + packed_size<uint32_t>(2, in.depth) + packed_size<int64_t>(3, c) +
+         packed_size<float>(4, c);
+}
+
+// PruneTreeRequest's field 4 holding `in`; `sizes` is scratch for the level sizes.
+inline void put_prune_input(std::string& out, const ngram::PruneInput& in, std::vector<uint32_t>& sizes) {
+  const size_t n = prune_input_size(in);
+  put_varint(out, 4 << 3 | kLen);
+  put_varint(out, n);
+  sizes.resize(in.depth);
+  for (uint32_t l = 0; l < in.depth; ++l) sizes[l] = static_cast<uint32_t>(in.level_offsets[l + 1] - in.level_offsets[l]);
+  const uint64_t at = in.level_offsets[0], c = in.level_offsets[in.depth] - at;
+  put_packed(out, 1, in.prefix, in.prefix_len);
+  put_packed(out, 2, sizes.data(), in.depth);
+  put_packed(out, 3, in.tokens + at, c);
+  put_packed(out, 4, in.probs + at, c);
+}
+
+// The whole request: `head` (prune_tree_head's) and one PruneInput per lattice.
+inline std::string prune_tree_request(const std::string& head, const std::vector<ngram::PruneInput>& inputs) {
+  size_t total = head.size();
+  for (const ngram::PruneInput& in : inputs) {
+    const size_t n = prune_input_size(in);
+    total += varint_size(4 << 3 | kLen) + varint_size(n) + n;
+  }
+  std::string out;
+  out.reserve(total);
+  out.append(head);
+  std::vector<uint32_t> sizes;
+  for (const ngram::PruneInput& in : inputs) put_prune_input(out, in, sizes);
+  return out;
+}
+
+}  // namespace ngram_py::wire
