@@ -34,7 +34,11 @@ forward's cost, a speedup users can read. The prompts are the first
 --prompt-tokens of the first --prompts documents long enough for
 --new-tokens more; the table adds tokens/s over the target alone and, for
 the proposal modes, the mean accepted length of the teacher-forced replay
-of the same positions (which decoding must equal). Trie: --trie, else for a 4,096-id shape the bundled
+of the same positions (which decoding must equal). The DART modes then
+draft with an OracleDrafter: the random drafter's forward runs, and its
+lattices are those of ngram_eval.synthetic's stated drafter model
+(LogitModel's defaults: 25 candidates, the true token at level 0 with
+probability 0.9, fading by 0.85 a level) over the same documents. Trie: --trie, else for a 4,096-id shape the bundled
 sample corpus built here, else the DART sample trie converted from
 ../shared/golden (Qwen3 vocabulary).
 """
@@ -62,12 +66,13 @@ SHARED = Path(os.environ["NGRAM_SHARED"]) if os.environ.get("NGRAM_SHARED") else
 SAMPLE_TOKENIZER = REPO / "indexer" / "sample" / "tokenizer.json"
 sys.path.insert(0, str(REPO))
 
+import numpy as np
 import torch
 
 from dart_client import DartGenerator, LocalPruner, RemotePruner
 from dart_client.generate import ProposalGenerator
 from dart_client.proposer import LocalProposer, LookupProposer, RemoteProposer
-from dart_client.oracle import OracleTarget
+from dart_client.oracle import OracleDrafter, OracleTarget
 from dart_client.random_models import SHAPES, random_drafter, random_target
 
 TEXTS = [
@@ -143,8 +148,6 @@ def replay_tau(gen: Any, refs: list[list[int]], prompt: int, new: int) -> float 
     a proposal mode at the positions decoding visits: from each prompt plus
     the token the prefill commits, the tree proposed at each position and the
     longest path the reference confirms (ngram_eval.proposals)."""
-    import numpy as np
-
     from ngram_eval.proposals import accepted_length
     from ngram_service.proposals import propose_lookup
 
@@ -384,6 +387,11 @@ def main() -> None:
         seen = set(ids)
         ids += [i for i in range(vocab) if i not in seen][: dv - len(ids)]
         drafter = random_drafter(target, draft_length=args.draft_length, draft_ids=ids, seed=1)
+        if refs:  # its forward runs; its lattices are ngram_eval.synthetic's model of the text
+            from ngram_eval.synthetic import LogitModel, TextLattices
+
+            drafter = OracleDrafter(drafter, refs, TextLattices([np.asarray(r) for r in refs],
+                                                                LogitModel(depth=args.draft_length + 1)))
         progress("drafter built")
 
         host = None

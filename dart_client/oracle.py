@@ -21,12 +21,12 @@ follow the same reference.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["OracleTarget"]
+__all__ = ["OracleDrafter", "OracleTarget"]
 
 
 class OracleTarget(torch.nn.Module):
@@ -185,3 +185,53 @@ def _first_layer_keys(cache: Any) -> torch.Tensor:
     if layers is not None:
         return layers[0].keys
     return cache.key_cache[0]
+
+
+class OracleDrafter:
+    """A DART drafter whose lattices come from a stated model of the text:
+    ``drafter``'s forward and logits are computed as always (their cost is
+    real), then replaced, row by row, by ``lattice(document, t)``'s
+    (tokens [D, K] as target ids, probabilities [D, K]) for the document the
+    row follows and its root position t, e.g. ``ngram_eval.synthetic.
+    TextLattices`` over the oracle target's references. Tokens outside the
+    draft vocabulary are left out, as a real drafter could not draft them.
+    The tree source hands it each row's sequence (``follow``)."""
+
+    def __init__(self, drafter: Any, references: Sequence[Sequence[int]],
+                 lattice: Callable[[int, int], tuple[Any, Any]], *, fingerprint_tokens: int = 16) -> None:
+        self.inner = drafter
+        self.config = drafter.config
+        self.d2t = drafter.d2t
+        self.lattice = lattice
+        self.fingerprint_tokens = fingerprint_tokens
+        self._docs = {tuple(r[:fingerprint_tokens]): i for i, r in enumerate(references)}
+        if len(self._docs) != len(references):
+            raise ValueError("OracleDrafter: two references share their first fingerprint_tokens tokens")
+        ids = torch.arange(len(drafter.d2t), device=drafter.d2t.device) + drafter.d2t
+        self._t2d = torch.full((int(ids.max()) + 1,), -1, dtype=torch.long, device=ids.device)
+        self._t2d[ids] = torch.arange(len(ids), device=ids.device)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner(*args, **kwargs)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.inner.compute_logits(hidden)
+
+    def follow(self, logits: torch.Tensor, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """logits [B, D, draft vocab] replaced by the lattices of the rows
+        whose sequences (prompt and committed tokens, the root last) are given."""
+        out = torch.full_like(logits, -1e4)
+        depth = logits.shape[1]
+        for b, seq in enumerate(sequences):
+            doc = self._docs.get(tuple(seq[:self.fingerprint_tokens]))
+            if doc is None:
+                raise ValueError("OracleDrafter: a sequence follows none of the references")
+            toks, probs = self.lattice(doc, len(seq) - 1)
+            toks = torch.as_tensor(toks[:depth], dtype=torch.long, device=logits.device)
+            logp = torch.log(torch.as_tensor(probs[:depth], dtype=torch.float32, device=logits.device))
+            known = (toks >= 0) & (toks < len(self._t2d))
+            draft = torch.where(known, self._t2d[toks.clamp(0, len(self._t2d) - 1)], torch.full_like(toks, -1))
+            level = torch.arange(toks.shape[0], device=logits.device)[:, None].expand_as(toks)
+            ok = draft >= 0
+            out[b, level[ok], draft[ok]] = logp[ok].to(out.dtype)
+        return out

@@ -149,8 +149,8 @@ class DrafterSource(TreeSource):
         emb = self.embed(emb_ids.to(self.device))
         self.dcache = DrafterCache()
         self._aux = None
-        self.dlogits = self.drafter.compute_logits(self.drafter(self._hidden(out.hidden_states), emb, self.dcache,
-                                                                lens))
+        self.dlogits = self._follow(rows, self.drafter.compute_logits(
+            self.drafter(self._hidden(out.hidden_states), emb, self.dcache, lens)))
 
     def trees(self, rows: list[SequenceState]) -> TreeCall:
         dlogits = self.dlogits
@@ -196,8 +196,14 @@ class DrafterSource(TreeSource):
         for i, (r, c) in enumerate(zip(rows, counts)):
             emb_ids[i, :c] = torch.tensor(r.seq[-c:])
         emb = self.embed(emb_ids.to(self.device))
-        self.dlogits = self.drafter.compute_logits(self.drafter(aux, emb, self.dcache, counts))
+        self.dlogits = self._follow(rows, self.drafter.compute_logits(self.drafter(aux, emb, self.dcache, counts)))
         self._aux = None
+
+    def _follow(self, rows: list[SequenceState], logits: torch.Tensor) -> torch.Tensor:
+        """A drafter that follows a text (oracle.OracleDrafter) replaces its
+        logits, knowing each row's sequence; any other keeps them."""
+        follow = getattr(self.drafter, "follow", None)
+        return follow(logits, [r.seq for r in rows]) if follow is not None else logits
 
     def stats(self) -> dict[str, Any]:
         st = getattr(self.pruner, "stats", None)

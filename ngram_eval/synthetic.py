@@ -33,7 +33,7 @@ import numpy as np
 from dart_client.lattice_log import DEFAULT_TAIL, LatticeSet
 from ngram_service.tree import LIMITS
 
-__all__ = ["LogitModel", "load_documents", "synthetic_lattices"]
+__all__ = ["LogitModel", "TextLattices", "lattice_at", "load_documents", "synthetic_lattices", "unigram"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,58 @@ def _distinct_draws(rng: np.random.Generator, cdf: np.ndarray, n: int, exclude: 
     return np.asarray(got, np.int64)
 
 
+def lattice_at(doc: np.ndarray, t: int, model: LogitModel, rng: np.random.Generator, cdf: np.ndarray,
+               log_u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lattice [D, K] (tokens, probabilities, most probable first) the
+    model drafts after doc[:t + 1]: level l's true token is doc[t + 1 + l]
+    (the module's doc). cdf and log_u: the text's unigram counts' cumulative
+    sum and log frequencies (``unigram``). Levels past the document's end
+    have no true token."""
+    lt = np.empty((model.depth, model.topk), np.int64)
+    lp = np.empty((model.depth, model.topk), np.float32)
+    k = model.topk
+    for level in range(model.depth):
+        true = int(doc[t + 1 + level]) if t + 1 + level < len(doc) else -1
+        fade = model.decay ** level
+        has_true = true >= 0 and rng.random() < model.hit * fade
+        others = _distinct_draws(rng, cdf, k - 1 if has_true else k, true)
+        cand = np.concatenate(([true], others)) if has_true else others
+        logits = log_u[cand] + model.noise * rng.standard_normal(len(cand))
+        if has_true:
+            logits[0] += model.true_bonus * fade
+        e = np.exp(logits - logits.max())
+        pr = (e / e.sum()).astype(np.float32)
+        order = np.argsort(-pr, kind="stable")
+        lt[level], lp[level] = cand[order], pr[order]
+    return lt, lp
+
+
+def unigram(docs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(cdf, log_u) of the documents' token counts, as lattice_at takes them."""
+    counts = np.bincount(np.concatenate(docs))
+    return np.cumsum(counts.astype(np.float64)), np.log(np.maximum(counts, 1) / counts.sum())
+
+
+class TextLattices:
+    """The model's lattice at any position of the documents, the same each
+    time it is asked (its random draws seeded by seed, document and
+    position): a drafter's stand-in during decoding
+    (``dart_client.oracle.OracleDrafter``)."""
+
+    def __init__(self, docs: Sequence[np.ndarray], model: LogitModel, seed: int = 0) -> None:
+        self.docs = [np.asarray(d, np.int64) for d in docs]
+        self.model = model
+        self.seed = seed
+        distinct = int((np.bincount(np.concatenate(self.docs)) > 0).sum())
+        if distinct < model.topk:
+            raise ValueError(f"the text has {distinct} distinct tokens, fewer than topk = {model.topk}")
+        self.cdf, self.log_u = unigram(self.docs)
+
+    def __call__(self, doc: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng((self.seed, doc, t))
+        return lattice_at(self.docs[doc], t, self.model, rng, self.cdf, self.log_u)
+
+
 def synthetic_lattices(docs: Sequence[np.ndarray], model: LogitModel, steps: int, seed: int = 0,
                        source: str = "synthetic") -> LatticeSet:
     """``steps`` lattices (fewer if the text has fewer positions) under ``model``."""
@@ -103,13 +155,10 @@ def synthetic_lattices(docs: Sequence[np.ndarray], model: LogitModel, steps: int
     total = int(usable.sum())
     if total == 0:
         raise ValueError(f"{source}: no document has more than {depth + 1} tokens")
-    all_tokens = np.concatenate(docs)
-    counts = np.bincount(all_tokens)
-    distinct = int((counts > 0).sum())
+    distinct = int((np.bincount(np.concatenate(docs)) > 0).sum())
     if distinct < k:
         raise ValueError(f"{source}: the text has {distinct} distinct tokens, fewer than topk = {k}")
-    cdf = np.cumsum(counts.astype(np.float64))
-    log_u = np.log(np.maximum(counts, 1) / counts.sum())
+    cdf, log_u = unigram(docs)
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(total, size=min(steps, total), replace=False))
     doc_of = np.searchsorted(np.cumsum(usable), picks, side="right")
@@ -120,21 +169,7 @@ def synthetic_lattices(docs: Sequence[np.ndarray], model: LogitModel, steps: int
         doc = docs[d]
         prefixes.append(doc[max(0, t + 1 - model.tail):t + 1])
         conts.append(doc[t + 1:t + 2 + depth])
-        lt = np.empty((depth, k), np.int64)
-        lp = np.empty((depth, k), np.float32)
-        for level in range(depth):
-            true = int(doc[t + 1 + level])
-            fade = model.decay ** level
-            has_true = rng.random() < model.hit * fade
-            others = _distinct_draws(rng, cdf, k - 1 if has_true else k, true)
-            cand = np.concatenate(([true], others)) if has_true else others
-            logits = log_u[cand] + model.noise * rng.standard_normal(len(cand))
-            if has_true:
-                logits[0] += model.true_bonus * fade
-            e = np.exp(logits - logits.max())
-            pr = (e / e.sum()).astype(np.float32)
-            order = np.argsort(-pr, kind="stable")
-            lt[level], lp[level] = cand[order], pr[order]
+        lt, lp = lattice_at(doc, t, model, rng, cdf, log_u)
         toks.append(lt)
         probs.append(lp)
     n = len(prefixes)

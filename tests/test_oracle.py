@@ -108,3 +108,31 @@ def test_the_real_forward_still_runs(references: list[list[int]]) -> None:
     gen = ProposalGenerator(oracle, LookupProposer(), eos_token_id=[])
     res = gen.generate(references[0][:PROMPT], max_new_tokens=20, stop_at_eos=False)
     assert len(calls) == 1 + len(res.steps)
+
+
+def test_dart_with_a_stated_drafter_follows_the_text(oracle: OracleTarget, sample_trie: Path,
+                                                     references: list[list[int]]) -> None:
+    """DART decoding with an OracleDrafter (ngram_eval.synthetic's model of a
+    drafter over the same text) and the oracle target: the text reproduced,
+    drafts accepted as the model says (a drafter that knows the truth often
+    accepts more than one token a step), the same steps every run."""
+    from dart_client import DartGenerator, LocalPruner
+    from dart_client.oracle import OracleDrafter
+    from dart_client.random_models import random_drafter
+    from ngram_eval.synthetic import LogitModel, TextLattices
+
+    levels = 4
+    drafter = random_drafter(oracle, draft_length=levels - 1, draft_vocab_size=4096)
+    lattices = TextLattices([np.asarray(r) for r in references], LogitModel(depth=levels, topk=8), seed=1)
+    gen = DartGenerator(oracle, OracleDrafter(drafter, references, lattices), LocalPruner(sample_trie),
+                        eos_token_id=[])
+    runs = [gen.generate(references[2][:PROMPT], max_new_tokens=NEW, stop_at_eos=False) for _ in range(2)]
+    assert runs[0].output_ids == references[2][PROMPT:PROMPT + NEW]
+    assert runs[0].mean_accepted_length > 1.5, runs[0].mean_accepted_length
+    assert [s.accepted for s in runs[0].steps] == [s.accepted for s in runs[1].steps]
+    no_truth = TextLattices([np.asarray(r) for r in references], LogitModel(depth=levels, topk=8, hit=0.0), seed=1)
+    blind = DartGenerator(oracle, OracleDrafter(drafter, references, no_truth), LocalPruner(sample_trie),
+                          eos_token_id=[])
+    res = blind.generate(references[2][:PROMPT], max_new_tokens=40, stop_at_eos=False)
+    assert res.output_ids == references[2][PROMPT:PROMPT + 40]
+    assert res.mean_accepted_length < runs[0].mean_accepted_length
