@@ -4,12 +4,14 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from indexer.executor import available_cores
 from indexer.trie_assembly import FORMAT_VERSION, FORMAT_VERSIONS
 from ngram_service import _engine
+from ngram_service.cli_options import CONTEXT_SETTINGS, ToolCommand, deprecated_option, quiet_option, threads_option
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 
@@ -43,7 +45,25 @@ def _eos(value: str | None) -> int | str | None:
     return int(value) if value.lstrip("-").isdigit() else value
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _BuildCommand(ToolCommand):
+    """ngram-build's command: run as the command with the local executor, it
+    first starts itself again under mimalloc (indexer/allocator.py;
+    NGRAM_BUILD_ALLOCATOR=system keeps glibc's), before its options are
+    parsed, so that what parsing prints (a deprecated spelling) is said once."""
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        if args is None and _run_as_the_command() and not _ray_executor(sys.argv[1:]):
+            from indexer.allocator import restart_under_mimalloc
+
+            restart_under_mimalloc()
+        return super().main(args, *rest, **kwargs)
+
+
+def _ray_executor(argv: list[str]) -> bool:
+    return "--executor=ray" in argv or any(a == "--executor" and b == "ray" for a, b in zip(argv, argv[1:]))
+
+
+@click.command("ngram-build", cls=_BuildCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("inputs", nargs=-1, metavar="[INPUT]...")
 @click.option("--out", "-o", required=True,
               help="Trie file to write (written atomically), a path or s3:// / gs:// URI.")
@@ -55,10 +75,11 @@ def _eos(value: str | None) -> int | str | None:
               help="N: count k-grams for k = 1..N.")
 @click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
               help="Drop every n-gram seen fewer than C times (and so all its extensions).")
-@click.option("--workers", "-j", default=available_cores(), show_default="all cores", type=click.IntRange(1),
-              help="Parallel map/reduce tasks of the local executor (processes; 1: in this process). "
-                   "With fewer workers than cores, each map reads and encodes its shard ahead of its counting "
-                   "on a free core. Ray runs one task per cluster CPU.")
+@threads_option("Map/reduce tasks run at once by the local executor, each in a worker process (1: all in this "
+                "process). With fewer than the cores, each map reads and encodes its shard ahead of its counting "
+                "on a free core. Ray runs one task per cluster CPU.", default=available_cores(),
+                show_default="all cores")
+@deprecated_option("--workers", new="--threads", param="threads", type=click.IntRange(1))
 @click.option("--memory-limit", default="2GB", show_default=True, callback=_memory_limit,
               help="Memory for all concurrent tasks together (with Ray: the cluster's CPUs), at least "
                    "256MB; DuckDB spills beyond it, and it sets the number of reduce ranges.")
@@ -66,7 +87,7 @@ def _eos(value: str | None) -> int | str | None:
               help="Work directory for count runs, a path or s3:// / gs:// URI [default: OUT.build next "
                    "to OUT; removed after success].")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: a process pool of --workers; ray: Ray tasks on a Ray cluster (pip install "
+              help="local: a process pool of --threads; ray: Ray tasks on a Ray cluster (pip install "
                    "'ngram-trie-host[ray]').")
 @click.option("--ray-address", default=None,
               help="With --executor ray: the cluster to join [default: RAY_ADDRESS, else a local one].")
@@ -103,8 +124,8 @@ def _eos(value: str | None) -> int | str | None:
 @click.option("--vocab-size", type=click.IntRange(1), default=None,
               help="Vocabulary size: needed for pre-tokenized INPUT without --tokenizer; with "
                    "--from-dart-trie [default: the tokenizer's, else max id + 1].")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, workers: int,
+@quiet_option()
+def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, threads: int,
          memory_limit: int, tmp_dir: str | None, executor: str, ray_address: str | None, token_field: str,
          token_dtype: str | None, text_field: str, eos: str | None, skip_bad: bool,
          compress: bool, format_version: str, resume: bool, keep_tmp: bool, tokenizer_backend: str,
@@ -128,10 +149,6 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
     installed (the HF tokenizer's many small allocations);
     NGRAM_BUILD_ALLOCATOR=system keeps the C library's malloc.
     """
-    if executor == "local" and _run_as_the_command():
-        from indexer.allocator import restart_under_mimalloc
-
-        restart_under_mimalloc()  # see indexer/allocator.py (NGRAM_BUILD_ALLOCATOR=system: glibc's)
     from indexer.build_config import BuildConfig, BuildError, work_dir
     from indexer.pipeline import build
     from indexer.progress import ProgressPrinter
@@ -158,7 +175,7 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
             raise click.UsageError("--tokenizer is required with INPUT (or, for pre-tokenized INPUT, "
                                    "--vocab-size and --eos)")
         cfg = BuildConfig(inputs=list(inputs), out=out, tokenizer=tokenizer, order=order, min_count=min_count,
-                          workers=workers, memory_limit_bytes=mem, tmp_dir=tmp_dir, text_field=text_field,
+                          workers=threads, memory_limit_bytes=mem, tmp_dir=tmp_dir, text_field=text_field,
                           eos=_eos(eos), skip_bad=skip_bad, compress=compress, keep_tmp=keep_tmp,
                           tokenizer_backend=tokenizer_backend, name=name, token_field=token_field,
                           token_dtype=token_dtype, vocab_size=vocab_size, executor=executor,

@@ -6,14 +6,15 @@ import sys
 
 import click
 
+from ngram_service.cli_options import CONTEXT_SETTINGS, ToolCommand, json_option
 from ngram_service.index import NgramIndex, TrieFormatError
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("ngram-info", cls=ToolCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--verify", is_flag=True, help="Check every section's CRC-32C (reads the whole file).")
 @click.option("--sections", is_flag=True, help="Also list the section table.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@json_option()
 def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
     """Print a trie file's header and metadata: order, vocabulary, EOS,
     tokenizer fingerprint, corpus manifest, build parameters, n-grams per

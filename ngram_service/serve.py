@@ -11,8 +11,9 @@ drain, SIGHUP reload) reach the server directly. Before that, a trie given as
 ``s3://``, ``gs://`` or ``https://`` is fetched once into ``--cache-dir`` and
 every section's CRC verified (ngram_service/trie_fetch.py); the server then
 gets the local copy. ``--fetch-only`` stops after that (a Kubernetes init
-container). ``ngram-serve --help`` lists the flags; docs/SERVER.md describes
-operations, docs/OPERATIONS.md deployment.
+container). ``ngram-serve --help`` lists the flags, the native server's and
+then this wrapper's, in one format (docs/CLI.md reads them from it);
+docs/SERVER.md describes operations, docs/OPERATIONS.md deployment.
 """
 from __future__ import annotations
 
@@ -37,20 +38,31 @@ NATIVE_SWITCHES = frozenset({"--ram", "--verify", "--admin", "--log-requests"})
 # that they agree).
 USAGE_LINE = "Usage: ngram-serve FILE [FILE ...] [--port P] [options]"
 
-FETCH_HELP = """
-Options of ngram-serve itself (handled before the native server starts):
-  FILE may also be s3://BUCKET/KEY, gs://BUCKET/KEY (pyarrow.fs; AWS_* /
-                           AWS_ENDPOINT_URL, Google application default
-                           credentials) or an https:// URL: fetched once into
-                           --cache-dir, every section's CRC checked, then served
-                           from there; a zstd-compressed trie is decompressed
-  --cache-dir DIR          where fetched tries are kept (default $NGRAM_CACHE_DIR,
-                           else ~/.cache/ngram-serve); a valid cached copy is
-                           used without downloading again; may be read-only once
-                           filled (e.g. by an init container)
-  --fetch-only             fetch and verify the tries, print their local paths,
-                           exit (no server)
-"""
+# The options handled here, before the native server starts: (flag, metavar, help), shown after the
+# native server's in its format (two spaces, the flag and metavar, the help from column 28).
+WRAPPER_OPTIONS = (
+    ("FILE", "", "may also be s3://BUCKET/KEY, gs://BUCKET/KEY (pyarrow.fs; AWS_* / AWS_ENDPOINT_URL, Google "
+                 "application default credentials) or an https:// URL: fetched once into --cache-dir, every "
+                 "section's CRC checked, then served from there; a zstd-compressed trie is decompressed"),
+    ("--cache-dir", "DIR", "where fetched tries are kept (default $NGRAM_CACHE_DIR, else ~/.cache/ngram-serve); "
+                           "a valid cached copy is used without downloading again; may be read-only once filled "
+                           "(e.g. by an init container)"),
+    ("--fetch-only", "", "fetch and verify the tries, print their local paths, exit (no server)"),
+)
+HELP_COLUMN = 27  # where the native server's --help starts an option's help text (0-based)
+
+
+def wrapper_help() -> str:
+    """WRAPPER_OPTIONS as the native --help writes its options."""
+    import textwrap
+
+    lines = ["", "Options of ngram-serve itself (handled before the native server starts):"]
+    for flag, metavar, text in WRAPPER_OPTIONS:
+        head = f"  {flag} {metavar}".rstrip()
+        body = textwrap.wrap(text, 88 - HELP_COLUMN)
+        lines.append(head.ljust(HELP_COLUMN) + body[0])
+        lines += [" " * HELP_COLUMN + b for b in body[1:]]
+    return "\n".join(lines) + "\n"
 
 
 def usage_error(message: str) -> NoReturn:
@@ -189,7 +201,12 @@ def main(argv: list[str] | None = None) -> None:
         import subprocess
 
         rc = subprocess.call([str(binary), "--help"])
-        sys.stdout.write(FETCH_HELP)
+        try:
+            sys.stdout.write(wrapper_help())
+            sys.stdout.flush()
+        except BrokenPipeError:  # `ngram-serve --help | head`: the reader has what it wanted; exit as click does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         sys.exit(rc)
     os.execv(str(binary), [str(binary), *args.native])
 

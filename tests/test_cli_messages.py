@@ -58,7 +58,8 @@ def json_lines(stderr: str) -> list[dict[str, Any]]:
     (["x.ngt", "--bogus"], "Error: unknown option --bogus"),
     ([], "Error: no trie FILE given"),
     (["x.ngt", "--port", "70000"], "Error: --port: 70000 is out of range: must be 0..65535"),
-], ids=["unknown-option", "no-file", "bad-port"])
+    (["x.ngt", "--max-batch", "0"], "Error: --max-batch: 0 is out of range: must be 1..1048576"),
+], ids=["unknown-option", "no-file", "bad-port", "bad-limit"])
 def test_native_usage_error_is_short(args: list[str], reason: str) -> None:
     r = run_native(*args)
     assert r.returncode == 2
@@ -71,6 +72,19 @@ def test_wrapper_usage_error_is_short(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert r.stderr.splitlines() == [USAGE_LINE, "Try 'ngram-serve --help' for help.", "",
                                      "Error: --cache-dir needs a value"]
+
+
+@needs_server
+def test_help_into_a_closed_pipe_is_no_traceback() -> None:
+    """`ngram-serve --help | head -2`: the reader is gone before the wrapper writes its part."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = subprocess.run([sys.executable, "-m", "ngram_service.serve", "--help"], stdout=write,
+                           stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(write)
+    assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
 
 
 @needs_server
@@ -319,3 +333,45 @@ def test_a_prune_level_over_the_engines_limit_is_the_servers_refusal(sample_trie
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert e.value.details() == ("inputs[0].level_sizes[0] has 1025 candidates (K): must be 1..1024 "
                                      "(the engine's limit)")
+
+
+# ---- ngram-query: what is checked before any call ---------------------------------------------
+
+DEAD = "127.0.0.1:1"  # nothing listens: a message from a call would be UNAVAILABLE, exit 1
+
+
+def test_npz_that_cannot_be_read_is_a_local_file_error(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"text": "not a lattice"}\n')
+    r = CliRunner().invoke(query_main, ["--target", DEAD, "prune", "--npz", str(notes)])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert f"Invalid value for --npz: {notes}: not a numpy .npz archive (np.savez writes one: a zip file)" in r.stderr
+    assert "pickle" not in r.stderr and "INVALID_ARGUMENT" not in r.stderr
+    npy = tmp_path / "one.npy"
+    np.save(npy, np.arange(3))
+    r = CliRunner().invoke(query_main, ["--target", DEAD, "prune", "--npz", str(npy)])
+    assert r.exit_code == 2 and f"{npy}: a single .npy array, not an .npz archive" in r.stderr
+    npz = tmp_path / "partial.npz"
+    np.savez(npz, prefix=np.arange(2))
+    r = CliRunner().invoke(query_main, ["--target", DEAD, "prune", "--npz", str(npz)])
+    assert r.exit_code == 2 and f"{npz}: no array topk_tokens, topk_probs (it holds prefix)" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["topk", "--context", "1", "-k", "99999999999"],
+     "Invalid value for '-k': 99999999999 is not in the range 1<=x<=4294967295."),
+    (["prune", "--npz", __file__, "--max-nodes", "5000"],
+     "Invalid value for '--max-nodes': 5000 is not in the range 0<=x<=4096."),
+    (["propose", "--context", "1", "--backoff", "1.5"],
+     "Invalid value for '--backoff': 1.5 is not in the range 0.0<=x<=1.0."),
+    (["--deadline-ms", "0", "info"], "Invalid value for '--deadline-ms': 0.0 is not in the range x>0."),
+], ids=["k", "max-nodes", "backoff", "deadline"])
+def test_out_of_range_values_name_their_flag(args: list[str], message: str) -> None:
+    r = CliRunner().invoke(query_main, ["--target", DEAD, *args])
+    assert r.exit_code == 2 and message in r.stderr, r.stderr
+
+
+def test_query_help_says_which_commands_print_json() -> None:
+    r = CliRunner().invoke(query_main, ["--help"])
+    assert "Every command prints JSON but propose, which prints its trees as indented text unless given --json" \
+        in " ".join(r.stdout.split())
