@@ -22,6 +22,8 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 2
 #: Below this, DuckDB's per-connection floor and the map's token chunks
 #: leave nothing to share among workers.
 MIN_MEMORY_LIMIT = 256 << 20
+#: Counts are 64-bit signed integers in the count runs (DuckDB BIGINT).
+MAX_COUNT = 2**63 - 1
 
 
 def parse_size(text: str) -> int:
@@ -73,8 +75,9 @@ def _ray_executor(argv: list[str]) -> bool:
                    "when every INPUT is pre-tokenized (then give --vocab-size and --eos).")
 @click.option("--order", "-n", default=3, show_default=True, type=click.IntRange(1, _engine.MAX_ORDER),
               help="N: count k-grams for k = 1..N.")
-@click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
-              help="Drop every n-gram seen fewer than C times (and so all its extensions).")
+@click.option("--min-count", default=1, show_default=True, type=click.IntRange(1, MAX_COUNT),
+              help="Drop every n-gram seen fewer than C times (and so all its extensions); a warning says when "
+                   "that leaves an order empty.")
 @threads_option("Map/reduce tasks run at once by the local executor, each in a worker process (1: all in this "
                 "process). With fewer than the cores, each map reads and encodes its shard ahead of its counting "
                 "on a free core. Ray runs one task per cluster CPU.", default=available_cores(),
@@ -189,12 +192,26 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
             for name in sorted({f.key.split("/", 1)[0] for f in store.list("")}):
                 if name.startswith("build-"):
                     store.delete(name)
-        build(cfg, progress=progress)
+        report = build(cfg, progress=progress)
+        warn_empty_orders(report.ngrams, min_count)
     except (BuildError, ShardError, ValueError, OSError, RuntimeError) as e:
         # RuntimeError: a worker process died (BrokenProcessPool), a task failed on every retry.
         click.echo(f"ngram-build: error: {type(e).__name__ + ': ' if isinstance(e, RuntimeError) else ''}{e}",
                    err=True)
         sys.exit(1)
+
+
+def warn_empty_orders(ngrams: list[int], min_count: int) -> None:
+    """One warning line when the trie stores no n-grams of some order: with
+    --min-count above 1 that is the count cut (every longer n-gram goes
+    too), else a corpus with no document that long."""
+    empty = [k + 1 for k, n in enumerate(ngrams) if n == 0]
+    if not empty:
+        return
+    orders = ("order " if len(empty) == 1 else "orders ") + ", ".join(map(str, empty))
+    why = (f"--min-count {min_count} left no n-grams of {orders}" if min_count > 1
+           else f"the corpus holds no n-grams of {orders}")
+    click.echo(f"ngram-build: warning: {why} (n-grams per order {ngrams})", err=True)
 
 
 def _run_as_the_command() -> bool:

@@ -37,6 +37,10 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         return
     corpus = info.get("corpus") or {}
     tok = info.get("tokenizer") or {}
+    # The build's count of the corpus' tokens; info["tokens"] is the stored unigrams' total, which is less
+    # when --min-count dropped some (the denominator of a context-free probability).
+    corpus_tokens = corpus.get("tokens", info["tokens"])
+    kept = f"; the kept unigrams count {info['tokens']:,} tokens" if info["tokens"] != corpus_tokens else ""
     size = f"{info['file_bytes']:,} bytes"
     if info.get("compressed"):
         size += f", zstd-compressed; {info['ram_bytes']:,} bytes in RAM once opened"
@@ -46,10 +50,10 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         f"order       {info['order']}",
         f"vocabulary  {info['vocab_size']:,} (EOS {info['eos_id']})",
         f"tokenizer   {tok.get('name')} sha256:{tok.get('fingerprint')}",
-        f"corpus      {corpus.get('documents', 0):,} documents, {info['tokens']:,} tokens, "
+        f"corpus      {corpus.get('documents', 0):,} documents, {corpus_tokens:,} tokens, "
         f"{len(corpus.get('shards', []))} shard(s)",
         f"n-grams     {', '.join(f'{k + 1}: {n:,}' for k, n in enumerate(info['ngrams']))} "
-        f"(total {info['ngrams_total']:,}; {info['bytes_per_ngram']} bytes each)",
+        f"(total {info['ngrams_total']:,}; {info['bytes_per_ngram']} bytes each)" + kept,
         f"in RAM      {info['ram_bytes']:,} bytes with mode=\"ram\" / ngram-serve --ram "
         f"({info['ram_bytes_per_ngram']} per n-gram; mapped, the file's pages)",
         f"build       {json.dumps(info.get('build'), sort_keys=True)}",

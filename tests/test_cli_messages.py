@@ -1,5 +1,6 @@
 """What the shell tools say: ngram-serve's usage errors and logs, ngram-query
-against a host and against a local trie file.
+against a host and against a local trie file, ngram-build's and ngram-info's
+messages (issue 41's list: each fixed message has its test here).
 
 Real server processes on 127.0.0.1 (tests/test_server.py's ServerProcess)
 and real tries built from the bundled sample corpus.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE_TOKENIZER, server_binary
+from conftest import SAMPLE_DIR, SAMPLE_TOKENIZER, server_binary
 
 from ngram_service import NgramIndex
 from ngram_service.query_cli import DEFAULT_TARGET
@@ -375,3 +377,80 @@ def test_query_help_says_which_commands_print_json() -> None:
     r = CliRunner().invoke(query_main, ["--help"])
     assert "Every command prints JSON but propose, which prints its trees as indented text unless given --json" \
         in " ".join(r.stdout.split())
+
+
+# ---- ngram-build and ngram-info ---------------------------------------------------------------
+
+def build_cli(*args: str) -> Any:
+    from indexer.cli import main as build_main
+
+    return CliRunner().invoke(build_main, [*args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("text", ['[\n  {"text": "a"},\n  {"text": "b"}\n]\n', '[{"text": "a"}, {"text": "b"}]\n'],
+                         ids=["pretty", "one-line"])
+def test_a_json_array_says_one_object_a_line_is_expected(tmp_path: Path, text: str) -> None:
+    array = tmp_path / "array.json"
+    array.write_text(text)
+    r = build_cli(str(array), "--tokenizer", str(SAMPLE_TOKENIZER), "--out", str(tmp_path / "o.ngt"), "-q", "-j", "1")
+    assert r.exit_code == 1
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"ngram-build: error: {array}:1: ")
+    assert line.endswith(": a JSON array; expected one JSON object a line (JSON lines), not an array of them")
+
+
+def test_a_min_count_that_empties_orders_warns(tmp_path: Path) -> None:
+    out = tmp_path / "o.ngt"
+    r = build_cli(str(SAMPLE_DIR / "corpus"), "--tokenizer", str(SAMPLE_TOKENIZER), "--out", str(out), "-q",
+                  "-j", "1", "--min-count", "3000")
+    assert r.exit_code == 0, r.output
+    ngrams = NgramIndex.open(out).info()["ngrams"]
+    empty = [str(k + 1) for k, n in enumerate(ngrams) if n == 0]
+    assert empty and ngrams[0] > 0  # a few tokens occur 3,000 times, no bigram does
+    assert r.stderr == (f"ngram-build: warning: --min-count 3000 left no n-grams of orders {', '.join(empty)} "
+                        f"(n-grams per order {ngrams})\n")
+    r = build_cli(str(SAMPLE_DIR / "corpus"), "--out", str(out), "--min-count", "99999999999999999999999")
+    assert r.exit_code == 2
+    assert "Invalid value for '--min-count': 99999999999999999999999 is not in the range" in r.stderr
+
+
+def test_info_counts_the_corpus_tokens_the_build_counted(tmp_path: Path) -> None:
+    from ngram_service.cli_info import main as info_main
+
+    out = tmp_path / "mc2.ngt"
+    r = build_cli(str(SAMPLE_DIR / "corpus"), "--tokenizer", str(SAMPLE_TOKENIZER), "--out", str(out), "-j", "1",
+                  "--min-count", "2")
+    assert r.exit_code == 0, r.output
+    built = re.search(r"done: .* (\d[\d,]*) tokens,", r.stderr)
+    assert built, r.stderr
+    info = NgramIndex.open(out).info()
+    assert info["corpus"]["tokens"] == int(built.group(1).replace(",", "")) > info["tokens"]
+    text = CliRunner().invoke(info_main, [str(out)]).stdout
+    assert f"corpus      50 documents, {info['corpus']['tokens']:,} tokens, 1 shard(s)" in text
+    assert f"the kept unigrams count {info['tokens']:,} tokens" in text
+
+
+def test_ctrl_c_during_a_build_is_no_traceback(tmp_path: Path) -> None:
+    """Ctrl-C reaches the terminal's whole process group: the driver and its pool workers."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shard = (SAMPLE_DIR / "corpus" / "peps-sample.jsonl.gz").read_bytes()
+    for i in range(6):
+        (corpus / f"s{i}.jsonl.gz").write_bytes(shard * 3)  # gzip members concatenate
+    for phase in ("[map", "[write]"):
+        proc = subprocess.Popen([sys.executable, "-m", "indexer.cli", str(corpus), "--tokenizer", str(SAMPLE_TOKENIZER),
+                                 "-j", "2", "--out", str(tmp_path / "o.ngt"), "--no-resume"],
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith(phase):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        rest = proc.stderr.read()
+        proc.wait(timeout=120)
+        if proc.returncode == 0:
+            pytest.skip(f"the build finished before Ctrl-C reached it ({phase})")
+        assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+        assert "was kept: run the same command again to resume" in rest
