@@ -105,8 +105,8 @@ def _ray_executor(argv: list[str]) -> bool:
                                           "[default: the tokenizer's].")
 @click.option("--skip-bad", is_flag=True, help="Skip malformed documents (and report how many) "
                                                "instead of failing on the first.")
-@click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping "
-                                               "(loaded into RAM when opened).")
+@click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping (decompressed into RAM "
+                                               "when opened: NgramIndex.open, ngram-serve).")
 @click.option("--format", "format_version", type=click.Choice([str(v) for v in FORMAT_VERSIONS]),
               default=str(FORMAT_VERSION), show_default=True,
               help="Trie file format version (docs/FORMAT.md, \"Representations\"): 1, the fastest lookups "
