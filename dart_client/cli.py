@@ -160,7 +160,7 @@ HOST_ONLY = tuple(name for name in HOST_OPTIONS if name != "targets")
 _PRUNE = {p.name: p for p in PRUNE_PARAMS}
 _PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
 #: The default --deadline-ms: see docs/DART_CLIENT.md, "dart-generate", for the measurement that chose it.
-DEADLINE_MS = 5.0
+DEADLINE_MS = 100.0
 
 
 def _options(f: Any) -> Any:
