@@ -109,9 +109,9 @@ def _ray_executor(argv: list[str]) -> bool:
                                                "when opened: NgramIndex.open, ngram-serve).")
 @click.option("--format", "format_version", type=click.Choice([str(v) for v in FORMAT_VERSIONS]),
               default=str(FORMAT_VERSION), show_default=True,
-              help="Trie file format version (docs/FORMAT.md, \"Representations\"): 1, the fastest lookups "
-                   "(decoded in RAM with ngram-serve --ram); 2, about half the file and a fifth of version 1's "
-                   "RAM, with lookups 1.5 to 3.6 times those of version 1 in RAM.")
+              help="Trie file format version: 1, the fastest lookups (decoded in RAM with ngram-serve --ram); 2, "
+                   "about half the file and a fifth of version 1's RAM, with slower lookups (how much slower, and "
+                   "which to choose: docs/FORMAT.md, \"Which to choose\").")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Reuse the finished map and reduce tasks of an earlier run with the same arguments "
                    "(its work directory); --no-resume deletes that first.")
