@@ -1,12 +1,12 @@
 """dart-generate: speculative decoding of one prompt, with the figures that matter.
 
     dart-generate MODEL_DIR DRAFTER_DIR --trie corpus.ngt -p "def fib(n):"
-    dart-generate MODEL_DIR DRAFTER_DIR --host 10.0.0.5:50051 --prompt-file q.txt --chat
+    dart-generate MODEL_DIR DRAFTER_DIR --target 10.0.0.5:50051 --prompt-file q.txt --chat
     dart-generate --random-models --trie sample.ngt -p "def fib(n):"   # no checkpoints
-    dart-generate MODEL_DIR --drafter none --host 10.0.0.5:50051 -p "def fib(n):"   # proposals, no drafter
+    dart-generate MODEL_DIR --drafter none --target 10.0.0.5:50051 -p "def fib(n):"   # proposals, no drafter
 
 With a DART drafter, the trie prunes the drafter's lattices; with
-``--drafter none`` the trie (--trie, --host) proposes the draft trees from
+``--drafter none`` the trie (--trie, --target) proposes the draft trees from
 the sequence alone, prompt lookup merged in (neither: prompt lookup alone).
 The text goes to stdout; the figures (mean accepted length, tokens/s, time
 per step split into target forward, drafter forward, pruning or proposing,
@@ -25,8 +25,10 @@ from typing import Any
 
 import click
 
-from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
-from ngram_service.tree import DEFAULTS
+from ngram_service.cli_options import (CONTEXT_SETTINGS, HOST_OPTIONS, FiniteFloatRange, ToolCommand,
+                                       deprecated_option, host_options, json_option, param_option, refuse_given,
+                                       tls_client_options)
+from ngram_service.params import LATTICE_TOPK, PROPOSE_PARAMS, PRUNE_PARAMS
 
 #: Files of which a folder needs one for transformers to load a tokenizer from it.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
@@ -146,83 +148,71 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"trees from the host   {s['remote_steps']}/{s['steps']}   {fallback} {pr.get('fallbacks', 0)}"
                      + (f"   errors {pr['errors']}" if pr.get("errors") else ""))
     elif proposals and not s.get("hosts") and s.get("tree_sources", {}).get("lookup") == s["steps"] and s["steps"]:
-        lines.append("trees from           prompt lookup alone (no --trie or --host)")
+        lines.append("trees from           prompt lookup alone (no --trie or --target)")
     return "\n".join(lines)
 
 
 #: Options that apply only with a DART drafter, and only with --drafter none (their parameter names).
 DART_ONLY = ("topk", "beam_width", "ngram_weight", "search_context", "log_lattices")
-PROPOSAL_ONLY = ("max_depth", "max_branch", "min_prob", "backoff", "corpus", "lookup", "lookup_weight",
-                 "lookup_min_match")
+PROPOSAL_ONLY = tuple(p.name for p in PROPOSE_PARAMS if p.name != "max_nodes")
+#: Options that apply only with a trie host (--target).
+HOST_ONLY = tuple(name for name in HOST_OPTIONS if name != "targets")
+_PRUNE = {p.name: p for p in PRUNE_PARAMS}
+_PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
+#: The default --deadline-ms: see docs/DART_CLIENT.md, "dart-generate", for the measurement that chose it.
+DEADLINE_MS = 100.0
 
 
-def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
-    """The options among ``names`` given on the command line (or the environment), as spelled there."""
-    from click.core import ParameterSource
+def _options(f: Any) -> Any:
+    """The search parameters' options, from the tables of ngram_service.params."""
+    for p in reversed([q for q in PROPOSE_PARAMS if q.name != "max_nodes"]):
+        f = param_option(p, help_prefix="--drafter none:")(f)
+    f = param_option(_PRUNE["ngram_weight"], help_prefix="DART:")(f)
+    f = param_option(_PRUNE["beam_width"], help_prefix="DART:")(f)
+    f = param_option(LATTICE_TOPK, help_prefix="DART:")(f)
+    f = deprecated_option("--topk", new="--lattice-topk", param="topk", type=int)(f)
+    return param_option(_PRUNE["max_nodes"], default=None,
+                        show_default=f"{_PRUNE['max_nodes'].default}; {_PROPOSE['max_nodes'].default} with "
+                                     "--drafter none")(f)
 
-    out = []
-    for p in ctx.command.params:
-        if p.name in names and ctx.get_parameter_source(p.name) not in (None, ParameterSource.DEFAULT):
-            out.append(max(p.opts, key=len))
-    return out
 
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("dart-generate", cls=ToolCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("model", required=False, type=click.Path(exists=True, file_okay=False))
 @click.argument("drafter", required=False, type=click.Path(exists=True, file_okay=False))
 @click.option("--model", "model_opt", type=click.Path(exists=True, file_okay=False),
               help="The target model folder (instead of the MODEL argument).")
 @click.option("--drafter", "drafter_opt", metavar="DIR|none",
               help="The DART drafter folder (instead of the DRAFTER argument), or none: no drafter model, "
-                   "the trie (--trie, --host) proposes the draft trees, prompt lookup merged in; without "
-                   "--trie or --host, prompt lookup alone.")
+                   "the trie (--trie, --target) proposes the draft trees, prompt lookup merged in; without "
+                   "--trie or --target, prompt lookup alone.")
 @click.option("--random-models", is_flag=True,
               help="Instead of MODEL and DRAFTER: a tiny random target and drafter (with --drafter none: the "
                    "target alone) over the bundled sample tokenizer, to try dart-generate without checkpoints "
                    "(with the sample trie: ngram-build --out sample.ngt, then --trie sample.ngt).")
 @click.option("--trie", type=click.Path(exists=True, dir_okay=False),
               help="Prune (or propose) in process with this trie file.")
-@click.option("--host", "hosts", multiple=True, help="Trie host host:port (repeat for replicas).")
+@host_options(default_target=None, deadline_ms=DEADLINE_MS,
+              deadline_help="Deadline of each step's call to the host; past it the step's trees are made here "
+                            "(DART: pruned locally; --drafter none: prompt lookup alone).")
+@deprecated_option("--host", new="--target", param="targets", multiple=True)
 @click.option("-p", "--prompt", help="The prompt text (default: --prompt-file, else stdin).")
 @click.option("--prompt-file", type=click.File("r"), help="Read the prompt from this file ('-': stdin).")
 @click.option("--chat/--no-chat", default=False, help="Wrap the prompt in the tokenizer's chat template.")
-@click.option("-n", "--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Stop after this many new tokens (or at EOS).")
+@deprecated_option("-n", new="--max-new-tokens", param="max_new_tokens", type=click.IntRange(min=1))
+@click.option("--temperature", type=FiniteFloatRange(min=0), default=0.0, show_default=True,
               help="0: greedy (lossless); > 0: tree speculative sampling.")
-@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--top-p", type=click.FloatRange(0, 1), default=1.0, show_default=True)
-@click.option("--seed", type=int, default=None)
-@click.option("--tokenizer", help="tokenizer.json or folder [default: MODEL].")
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Sampling: keep the k likeliest tokens (0: all).")
+@click.option("--top-p", type=FiniteFloatRange(0, 1), default=1.0, show_default=True,
+              help="Sampling: keep the smallest set of tokens whose probability reaches p.")
+@click.option("--seed", type=int, default=None, help="Sampling: random seed.")
+@click.option("--tokenizer", "-t", help="tokenizer.json or folder [default: MODEL].")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1, ...")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True, help="auto: bfloat16 on CUDA, float32 on CPU.")
-@click.option("--deadline-ms", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-              help="RPC deadline per step's trees (--host).")
-@click.option("--max-nodes", type=click.IntRange(min=0), default=DEFAULTS["max_nodes"],
-              show_default=f"{DEFAULTS['max_nodes']}; {PROPOSE_DEFAULTS['max_nodes']} with --drafter none",
-              help="Nodes kept in a tree, the root excluded.")
-@click.option("--topk", type=click.IntRange(min=1), default=25, show_default=True,
-              help="DART: candidates per level.")
-@click.option("--beam-width", type=click.IntRange(min=1), default=DEFAULTS["beam_width"], show_default=True,
-              help="DART: the search's beam.")
-@click.option("--ngram-weight", type=click.FloatRange(min=0), default=DEFAULTS["ngram_weight"], show_default=True,
-              help="DART: the n-gram's weight in a node's score.")
-@click.option("--max-depth", type=click.IntRange(min=0), default=PROPOSE_DEFAULTS["max_depth"], show_default=True,
-              help="--drafter none: the deepest node.")
-@click.option("--max-branch", type=click.IntRange(min=1), default=PROPOSE_DEFAULTS["max_branch"], show_default=True,
-              help="--drafter none: continuations considered per node.")
-@click.option("--min-prob", type=click.FloatRange(min=0), default=PROPOSE_DEFAULTS["min_prob"], show_default=True,
-              help="--drafter none: nodes whose path probability is below are not kept.")
-@click.option("--backoff", type=click.FloatRange(min=0), default=PROPOSE_DEFAULTS["backoff"], show_default=True,
-              help="--drafter none: the weight of a context one token shorter.")
-@click.option("--corpus/--no-corpus", default=PROPOSE_DEFAULTS["corpus"], show_default=True,
-              help="--drafter none: continuations from the trie.")
-@click.option("--lookup/--no-lookup", default=PROPOSE_DEFAULTS["lookup"], show_default=True,
-              help="--drafter none: continuations from the sequence's own earlier occurrences (prompt lookup).")
-@click.option("--lookup-weight", type=click.FloatRange(min=0), default=PROPOSE_DEFAULTS["lookup_weight"],
-              show_default=True, help="--drafter none: prompt lookup's probabilities are scaled by this.")
-@click.option("--lookup-min-match", type=click.IntRange(min=1), default=PROPOSE_DEFAULTS["lookup_min_match"],
-              show_default=True, help="--drafter none: the shortest suffix prompt lookup matches.")
+@_options
 @click.option("--eos", "eos_spec", default="model", show_default=True,
               help="EOS for stopping and for the search. model: stop at the target's generation config EOS, "
                    "search with the trie header's; tokenizer: the tokenizer's eos_token_id for both (DART); "
@@ -233,22 +223,23 @@ def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
 @click.option("--sampling-order", type=click.Choice(["dart", "transformers"]), default="dart", show_default=True,
               help="dart: temperature, top-p, top-k; transformers: temperature, top-k, top-p.")
 @click.option("--compare", is_flag=True, help="Also decode with the target alone: speedup, and (greedy) equality.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text and figures) to stdout.")
+@json_option("Print one JSON object (the text and the figures) on stdout instead of the text and a summary.")
 @click.option("--log-lattices", type=click.Path(dir_okay=False),
               help="DART: record each step's draft lattice and committed tokens (Parquet) for ngram-eval.")
 @click.pass_context
 def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: str | None, drafter_opt: str | None,
-         random_models: bool, trie: str | None, hosts: tuple[str, ...], prompt: str | None, prompt_file: Any,
-         chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, seed: int | None,
-         tokenizer: str | None, device: str, dtype: str, deadline_ms: float, max_nodes: int, topk: int,
+         random_models: bool, trie: str | None, targets: tuple[str, ...], index: str, deadline_ms: float,
+         ca: str | None, cert: str | None, key: str | None, server_name: str | None, prompt: str | None,
+         prompt_file: Any, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
+         seed: int | None, tokenizer: str | None, device: str, dtype: str, max_nodes: int | None, topk: int,
          beam_width: int, ngram_weight: float, max_depth: int, max_branch: int, min_prob: float, backoff: float,
          corpus: bool, lookup: bool, lookup_weight: float, lookup_min_match: int, eos_spec: str,
          search_context: str, sampling_order: str, compare: bool, as_json: bool, log_lattices: str | None) -> None:
     """Speculative decoding of a prompt with MODEL (a transformers causal LM
     folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
-    trees in process (--trie) or on a trie host (--host); or, with
+    trees in process (--trie) or on a trie host (--target); or, with
     --drafter none, with MODEL alone: the trie proposes the draft trees,
-    prompt lookup merged in (no --trie or --host: prompt lookup alone).
+    prompt lookup merged in (no --trie or --target: prompt lookup alone).
 
     Needs torch, transformers and safetensors (not in the base install):
     the torch build for the machine first (the CUDA build on GPU workers,
@@ -278,15 +269,18 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     elif not proposals and not (model and drafter):
         raise click.UsageError("give MODEL and DRAFTER folders (or --random-models to try without checkpoints; "
                                "or MODEL and --drafter none to decode with proposals, no drafter model)")
-    wrong = _given(ctx, DART_ONLY if proposals else PROPOSAL_ONLY)
-    if wrong:
-        raise click.UsageError(f"{', '.join(wrong)}: only with a DART drafter" if proposals
-                               else f"{', '.join(wrong)}: only with --drafter none")
-    if trie and hosts:
-        raise click.UsageError("give one of --trie FILE or --host HOST:PORT, not both")
-    if not proposals and not (trie or hosts):
+    if proposals:
+        refuse_given(ctx, DART_ONLY, "only with a DART drafter")
+    else:
+        refuse_given(ctx, PROPOSAL_ONLY, "only with --drafter none")
+    if trie and targets:
+        raise click.UsageError("give one of --trie FILE or --target HOST:PORT, not both")
+    if not proposals and not (trie or targets):
         hint = " (the sample trie: ngram-build --out sample.ngt)" if random_models else ""
-        raise click.UsageError(f"give exactly one of --trie FILE or --host HOST:PORT{hint}")
+        raise click.UsageError(f"give exactly one of --trie FILE or --target HOST:PORT{hint}")
+    if not targets:
+        refuse_given(ctx, HOST_ONLY, "only with --target (a trie host)")
+    client_options = tls_client_options(ca, cert, key, server_name)
     if eos_spec not in ("model", "tokenizer") and not eos_spec.lstrip("-").isdigit():
         raise click.BadParameter(f"{eos_spec!r}: give model, tokenizer or a token id", param_hint="--eos")
     from dart_client.requirements import INSTALL_HINT, missing
@@ -332,8 +326,8 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
         stop_eos = search_eos = int(e)
     elif eos_spec != "model":
         stop_eos = search_eos = int(eos_spec)
-    if not _given(ctx, ("max_nodes",)):  # the default is the mode's: DART's, or the engine's for proposals
-        max_nodes = PROPOSE_DEFAULTS["max_nodes"] if proposals else DEFAULTS["max_nodes"]
+    if max_nodes is None:  # the default is the mode's: DART's, or the engine's for proposals
+        max_nodes = (_PROPOSE if proposals else _PRUNE)["max_nodes"].default
     propose_params = dict(max_nodes=max_nodes,
                           max_depth=max_depth, max_branch=max_branch, min_prob=min_prob, backoff=backoff,
                           corpus=corpus, lookup=lookup, lookup_weight=lookup_weight,
@@ -347,21 +341,22 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
         if proposals:
             if trie:
                 source: Any = LocalProposer(trie, tokenizer_fingerprint=fp, **propose_params)
-            elif hosts:
-                source = RemoteProposer(list(hosts), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
-                                        connect_timeout=1.0, **propose_params)
+            elif targets:
+                source = RemoteProposer(list(targets), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
+                                        index=index, connect_timeout=1.0, client_options=client_options,
+                                        **propose_params)
             else:
                 source = LookupProposer(**propose_params)
         elif trie:
             source = LocalPruner(trie, tokenizer_fingerprint=fp, **params)
         else:
-            source = RemotePruner(list(hosts), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
-                                  connect_timeout=1.0, **params)
+            source = RemotePruner(list(targets), tokenizer_fingerprint=fp, deadline=deadline_ms / 1000,
+                                  index=index, connect_timeout=1.0, client_options=client_options, **params)
     except TokenizerMismatchError as e:
         raise click.ClickException(str(e)) from None
     except ValueError as e:  # a parameter outside the engine's range
         raise click.UsageError(str(e)) from None
-    if fp is None and (trie or hosts):
+    if fp is None and (trie or targets):
         click.echo("dart-generate: no tokenizer.json to fingerprint; the trie's tokenizer is not checked", err=True)
     gen: Any
     if random_models:
@@ -383,7 +378,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     with LatticeWriter(log_lattices, topk=topk) if log_lattices else contextlib.nullcontext() as lattice_log:
         res = gen.generate(ids, max_new_tokens, **sample, lattice_log=lattice_log)
     res.text = tok.decode(res.output_ids)
-    out: dict[str, Any] = {"text": res.text, **res.summary(), "model": model_name, "hosts": list(hosts),
+    out: dict[str, Any] = {"text": res.text, **res.summary(), "model": model_name, "hosts": list(targets),
                            "device": dev, "dtype": str(dt).replace("torch.", ""),
                            "eos": {"stop": sorted(gen.eos),
                                    "search": None if proposals else getattr(source, "eos_token_id", None)}}

@@ -4,12 +4,14 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from indexer.executor import available_cores
 from indexer.trie_assembly import FORMAT_VERSION, FORMAT_VERSIONS
 from ngram_service import _engine
+from ngram_service.cli_options import CONTEXT_SETTINGS, ToolCommand, deprecated_option, quiet_option, threads_option
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 
@@ -20,6 +22,8 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 2
 #: Below this, DuckDB's per-connection floor and the map's token chunks
 #: leave nothing to share among workers.
 MIN_MEMORY_LIMIT = 256 << 20
+#: Counts are 64-bit signed integers in the count runs (DuckDB BIGINT).
+MAX_COUNT = 2**63 - 1
 
 
 def parse_size(text: str) -> int:
@@ -43,7 +47,25 @@ def _eos(value: str | None) -> int | str | None:
     return int(value) if value.lstrip("-").isdigit() else value
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _BuildCommand(ToolCommand):
+    """ngram-build's command: run as the command with the local executor, it
+    first starts itself again under mimalloc (indexer/allocator.py;
+    NGRAM_BUILD_ALLOCATOR=system keeps glibc's), before its options are
+    parsed, so that what parsing prints (a deprecated spelling) is said once."""
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        if args is None and _run_as_the_command() and not _ray_executor(sys.argv[1:]):
+            from indexer.allocator import restart_under_mimalloc
+
+            restart_under_mimalloc()
+        return super().main(args, *rest, **kwargs)
+
+
+def _ray_executor(argv: list[str]) -> bool:
+    return "--executor=ray" in argv or any(a == "--executor" and b == "ray" for a, b in zip(argv, argv[1:]))
+
+
+@click.command("ngram-build", cls=_BuildCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("inputs", nargs=-1, metavar="[INPUT]...")
 @click.option("--out", "-o", required=True,
               help="Trie file to write (written atomically), a path or s3:// / gs:// URI.")
@@ -53,12 +75,14 @@ def _eos(value: str | None) -> int | str | None:
                    "when every INPUT is pre-tokenized (then give --vocab-size and --eos).")
 @click.option("--order", "-n", default=3, show_default=True, type=click.IntRange(1, _engine.MAX_ORDER),
               help="N: count k-grams for k = 1..N.")
-@click.option("--min-count", default=1, show_default=True, type=click.IntRange(1),
-              help="Drop every n-gram seen fewer than C times (and so all its extensions).")
-@click.option("--workers", "-j", default=available_cores(), show_default="all cores", type=click.IntRange(1),
-              help="Parallel map/reduce tasks of the local executor (processes; 1: in this process). "
-                   "With fewer workers than cores, each map reads and encodes its shard ahead of its counting "
-                   "on a free core. Ray runs one task per cluster CPU.")
+@click.option("--min-count", default=1, show_default=True, type=click.IntRange(1, MAX_COUNT),
+              help="Drop every n-gram seen fewer than C times (and so all its extensions); a warning says when "
+                   "that leaves an order empty.")
+@threads_option("Map/reduce tasks run at once by the local executor, each in a worker process (1: all in this "
+                "process). With fewer than the cores, each map reads and encodes its shard ahead of its counting "
+                "on a free core. Ray runs one task per cluster CPU.", default=available_cores(),
+                show_default="all cores")
+@deprecated_option("--workers", new="--threads", param="threads", type=click.IntRange(1))
 @click.option("--memory-limit", default="2GB", show_default=True, callback=_memory_limit,
               help="Memory for all concurrent tasks together (with Ray: the cluster's CPUs), at least "
                    "256MB; DuckDB spills beyond it, and it sets the number of reduce ranges.")
@@ -66,7 +90,7 @@ def _eos(value: str | None) -> int | str | None:
               help="Work directory for count runs, a path or s3:// / gs:// URI [default: OUT.build next "
                    "to OUT; removed after success].")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: a process pool of --workers; ray: Ray tasks on a Ray cluster (pip install "
+              help="local: a process pool of --threads; ray: Ray tasks on a Ray cluster (pip install "
                    "'ngram-trie-host[ray]').")
 @click.option("--ray-address", default=None,
               help="With --executor ray: the cluster to join [default: RAY_ADDRESS, else a local one].")
@@ -81,13 +105,13 @@ def _eos(value: str | None) -> int | str | None:
                                           "[default: the tokenizer's].")
 @click.option("--skip-bad", is_flag=True, help="Skip malformed documents (and report how many) "
                                                "instead of failing on the first.")
-@click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping "
-                                               "(loaded into RAM when opened).")
+@click.option("--compress", is_flag=True, help="Write a zstd-compressed trie for shipping (decompressed into RAM "
+                                               "when opened: NgramIndex.open, ngram-serve).")
 @click.option("--format", "format_version", type=click.Choice([str(v) for v in FORMAT_VERSIONS]),
               default=str(FORMAT_VERSION), show_default=True,
-              help="Trie file format version (docs/FORMAT.md, \"Representations\"): 1, the fastest lookups "
-                   "(decoded in RAM with ngram-serve --ram); 2, about half the file and a fifth of version 1's "
-                   "RAM, with lookups 1.5 to 3.6 times those of version 1 in RAM.")
+              help="Trie file format version: 1, the fastest lookups (decoded in RAM with ngram-serve --ram); 2, "
+                   "about half the file and a fifth of version 1's RAM, with slower lookups (how much slower, and "
+                   "which to choose: docs/FORMAT.md, \"Which to choose\").")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Reuse the finished map and reduce tasks of an earlier run with the same arguments "
                    "(its work directory); --no-resume deletes that first.")
@@ -103,8 +127,8 @@ def _eos(value: str | None) -> int | str | None:
 @click.option("--vocab-size", type=click.IntRange(1), default=None,
               help="Vocabulary size: needed for pre-tokenized INPUT without --tokenizer; with "
                    "--from-dart-trie [default: the tokenizer's, else max id + 1].")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, workers: int,
+@quiet_option()
+def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, min_count: int, threads: int,
          memory_limit: int, tmp_dir: str | None, executor: str, ray_address: str | None, token_field: str,
          token_dtype: str | None, text_field: str, eos: str | None, skip_bad: bool,
          compress: bool, format_version: str, resume: bool, keep_tmp: bool, tokenizer_backend: str,
@@ -128,10 +152,6 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
     installed (the HF tokenizer's many small allocations);
     NGRAM_BUILD_ALLOCATOR=system keeps the C library's malloc.
     """
-    if executor == "local" and _run_as_the_command():
-        from indexer.allocator import restart_under_mimalloc
-
-        restart_under_mimalloc()  # see indexer/allocator.py (NGRAM_BUILD_ALLOCATOR=system: glibc's)
     from indexer.build_config import BuildConfig, BuildError, work_dir
     from indexer.pipeline import build
     from indexer.progress import ProgressPrinter
@@ -158,7 +178,7 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
             raise click.UsageError("--tokenizer is required with INPUT (or, for pre-tokenized INPUT, "
                                    "--vocab-size and --eos)")
         cfg = BuildConfig(inputs=list(inputs), out=out, tokenizer=tokenizer, order=order, min_count=min_count,
-                          workers=workers, memory_limit_bytes=mem, tmp_dir=tmp_dir, text_field=text_field,
+                          workers=threads, memory_limit_bytes=mem, tmp_dir=tmp_dir, text_field=text_field,
                           eos=_eos(eos), skip_bad=skip_bad, compress=compress, keep_tmp=keep_tmp,
                           tokenizer_backend=tokenizer_backend, name=name, token_field=token_field,
                           token_dtype=token_dtype, vocab_size=vocab_size, executor=executor,
@@ -172,12 +192,26 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
             for name in sorted({f.key.split("/", 1)[0] for f in store.list("")}):
                 if name.startswith("build-"):
                     store.delete(name)
-        build(cfg, progress=progress)
+        report = build(cfg, progress=progress)
+        warn_empty_orders(report.ngrams, min_count)
     except (BuildError, ShardError, ValueError, OSError, RuntimeError) as e:
         # RuntimeError: a worker process died (BrokenProcessPool), a task failed on every retry.
         click.echo(f"ngram-build: error: {type(e).__name__ + ': ' if isinstance(e, RuntimeError) else ''}{e}",
                    err=True)
         sys.exit(1)
+
+
+def warn_empty_orders(ngrams: list[int], min_count: int) -> None:
+    """One warning line when the trie stores no n-grams of some order: with
+    --min-count above 1 that is the count cut (every longer n-gram goes
+    too), else a corpus with no document that long."""
+    empty = [k + 1 for k, n in enumerate(ngrams) if n == 0]
+    if not empty:
+        return
+    orders = ("order " if len(empty) == 1 else "orders ") + ", ".join(map(str, empty))
+    why = (f"--min-count {min_count} left no n-grams of {orders}" if min_count > 1
+           else f"the corpus holds no n-grams of {orders}")
+    click.echo(f"ngram-build: warning: {why} (n-grams per order {ngrams})", err=True)
 
 
 def _run_as_the_command() -> bool:

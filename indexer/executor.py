@@ -18,6 +18,7 @@ import itertools
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -71,6 +72,13 @@ def _run_marked(fn: Callable[[T], R], started: str, task: T) -> R:
     started: when a worker dies, the driver learns which tasks were running."""
     Path(started).touch()
     return fn(task)
+
+
+def _exit_on_interrupt() -> None:
+    """A pool worker's start: Ctrl-C (SIGINT to the terminal's whole process
+    group) ends it at once and quietly. The driver gets the same signal and
+    reports it once; a worker's traceback would add nothing."""
+    signal.signal(signal.SIGINT, lambda _sig, _frame: os._exit(128 + signal.SIGINT))
 
 
 def available_cores() -> int:
@@ -200,8 +208,8 @@ class LocalExecutor:
 
     def _open_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                             mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_exit_on_interrupt)
         return self._pool
 
     def _close_pool(self) -> None:

@@ -133,6 +133,15 @@ def _describe(value: object) -> str:
     )
 
 
+def _json_lines_hint(line: str, lineno: int, message: str) -> str:
+    """A JSON lines error that says what the format wants where the file may
+    not be JSON lines at all: an array (a common .json, one array of
+    objects), or its first line."""
+    if line.lstrip().startswith("["):
+        return f"{message}: a JSON array; expected one JSON object a line (JSON lines), not an array of them"
+    return f"{message}; expected one JSON object a line (JSON lines)" if lineno == 1 else message
+
+
 # --------------------------------------------------------------------------
 # Readers
 
@@ -275,13 +284,14 @@ class ShardReader:
                     try:
                         obj = json.loads(line)
                     except json.JSONDecodeError as e:
-                        self._bad(lineno, f"invalid JSON: {e.msg} (column {e.colno})")
+                        self._bad(lineno, _json_lines_hint(line, lineno, f"invalid JSON: {e.msg} (column {e.colno})"))
                         continue
                     except RecursionError:
                         self._bad(lineno, "invalid JSON: nested too deeply")
                         continue
                     if type(obj) is not dict:
-                        self._bad(lineno, f"line is {_describe(obj)}, not a JSON object")
+                        message = f"line is {_describe(obj)}, not a JSON object"
+                        self._bad(lineno, _json_lines_hint(line, lineno, message))
                         continue
                     try:
                         text = obj[field_name]

@@ -1,6 +1,6 @@
 """ngram-eval: which trie makes DART accept the most tokens, measured offline.
 
-    ngram-eval a.ngt b.ngt --lattices run.parquet --json out.json --plot out.png
+    ngram-eval a.ngt b.ngt --lattices run.parquet --plot out.png --json > out.json
     ngram-eval a.ngt --text heldout/ --tokenizer qwen3-tokenizer.json --ngram-weight 0,0.5,1
     ngram-eval o3.ngt o5.ngt --proposals --text heldout/ --tokenizer qwen3-tokenizer.json --max-nodes 16,64
 """
@@ -12,10 +12,9 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
-from click.core import ParameterSource
 
 from dart_client.lattice_log import LatticeFormatError, read_lattices
 from ngram_eval.proposals import SOURCES, ProposeSetting, evaluate_proposals, format_proposals
@@ -23,22 +22,21 @@ from ngram_eval.replay import PruneSetting
 from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
 from ngram_service import NgramIndex, TrieFormatError
+from ngram_service.cli_options import (CONTEXT_SETTINGS, DeprecatedOption, Deprecation, FiniteFloatRange, ToolCommand,
+                                       deprecated_option,
+                                       json_option, param_list_option, param_option, quiet_option, refuse_given,
+                                       threads_option)
 from ngram_service.fingerprint import trie_fingerprint
-from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
-from ngram_service.tree import DEFAULTS, LIMITS
+from ngram_service.params import LATTICE_TOPK, PROPOSE_PARAMS, PRUNE_PARAMS
+from ngram_service.tree import LIMITS
 
 
-def _list(kind: type, name: str) -> Any:
-    def parse(_ctx: Any, _param: Any, value: str) -> list[Any]:
-        try:
-            items = [kind(x) for x in value.split(",") if x.strip()]
-        except ValueError:
-            raise click.BadParameter(f"{value!r}: expected comma-separated {kind.__name__} values") from None
-        if not items:
-            raise click.BadParameter(f"{name}: give at least one value")
-        return items
-
-    return parse
+def _sources(_ctx: Any, _param: Any, value: str) -> list[str]:
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    unknown = [x for x in items if x not in SOURCES]
+    if unknown or not items:
+        raise click.BadParameter(f"{(unknown or [value])[0]!r}: sources are {', '.join(SOURCES)}, comma-separated")
+    return items
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
@@ -91,7 +89,48 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...])
                                      param_hint="TRIE")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _EvalCommand(ToolCommand):
+    """ngram-eval's command: ``--json FILE``, its old spelling, read as the hidden --json-file."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _old_json_file(args))
+
+
+def _old_json_file(args: list[str]) -> list[str]:
+    """``--json FILE.json`` and ``--json=FILE`` (a file to write, as --json
+    was until it became a switch) -> ``--json-file FILE``."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            out += args[i:]
+            break
+        if a.startswith("--json="):
+            out += ["--json-file", a[len("--json="):]]
+        elif a == "--json" and i + 1 < len(args) and args[i + 1].lower().endswith(".json") \
+                and not args[i + 1].startswith("-"):
+            out += ["--json-file", args[i + 1]]
+            i += 1
+        else:
+            out.append(a)
+        i += 1
+    return out
+
+
+#: ``--json FILE``, read as --json-file (_old_json_file): the table on stdout and the JSON in FILE.
+JSON_FILE = Deprecation("--json FILE", "--json", None, note=" (the JSON on stdout instead of the table: --json > FILE)")
+#: Options that apply only to one kind of evaluation (their parameter names).
+DART_ONLY = ("beam_width", "ngram_weight", "threads")
+PROPOSALS_ONLY = ("sources", "backoff")
+SYNTHETIC_ONLY = ("steps", "depth", "topk", "hit", "decay", "true_bonus", "noise", "seed")
+_PRUNE = {p.name: p for p in PRUNE_PARAMS}
+_PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
+#: --max-nodes with --proposals, when not given: a small tree and the engine's default.
+PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
+
+
+@click.command("ngram-eval", cls=_EvalCommand, context_settings=CONTEXT_SETTINGS)
 # Folders pass click's check: _check_tries rejects them with a hint (`--text a/ b/` makes b/ a TRIE).
 @click.argument("tries", nargs=-1, required=True, type=click.Path(exists=True), metavar="TRIE...")
 @click.option("--lattices", type=click.Path(exists=True, dir_okay=False),
@@ -99,54 +138,54 @@ def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...])
 @click.option("--text", "texts", multiple=True, type=click.Path(exists=True),
               help="Held-out documents, one shard file or folder per --text (the formats ngram-build reads; "
                    "repeat it: --text a.jsonl --text b.jsonl): synthetic lattices from them "
-                   "(docs/EVALUATION.md states the model).")
-@click.option("--tokenizer", help="Tokenizer of --text (as ngram-build takes it); also checked against each TRIE.")
+                   "(docs/EVALUATION.md states the model), or with --proposals the documents replayed.")
+@click.option("--tokenizer", "-t", help="Tokenizer of --text (as ngram-build takes it); also checked against "
+                                        "each TRIE.")
 @click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of --text.")
-@click.option("--beam-width", default=str(DEFAULTS["beam_width"]), show_default=True, callback=_list(int, "--beam-width"),
-              help="Beam widths to try, comma-separated (the grid is every combination of the three "
-                   "lists).")
 @click.option("--proposals", is_flag=True,
               help="Evaluate the tries' own draft trees (NgramIndex.propose: no drafter, no lattices) on --text, "
                    "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md). Uses --max-nodes, --sources "
-                   "and --backoff; the lattice options do not apply.")
-@click.option("--sources", default="both,corpus", show_default=True, callback=_list(str, "--sources"),
+                   "and --backoff; the lattice options are refused.")
+@param_list_option(_PRUNE["max_nodes"], default=None,
+                   show_default=f"{_PRUNE['max_nodes'].default}; {','.join(map(str, PROPOSAL_MAX_NODES))} "
+                                "with --proposals",
+                   help_prefix="Grid:")
+@param_list_option(_PRUNE["beam_width"], help_prefix="Grid, DART:")
+@param_list_option(_PRUNE["ngram_weight"], help_prefix="Grid, DART:")
+@click.option("--sources", default="both,corpus", show_default=True, callback=_sources,
+              metavar="LIST",
               help="--proposals: which continuations to propose, comma-separated: both (trie and the document "
                    "so far), corpus (trie only), lookup (the document only; prompt lookup alone is always "
                    "reported).")
-@click.option("--backoff", default=str(PROPOSE_DEFAULTS["backoff"]), show_default=True,
-              callback=_list(float, "--backoff"),
-              help="--proposals: weights of a context one token shorter to try, comma-separated.")
-@click.option("--max-nodes", default=str(DEFAULTS["max_nodes"]), show_default=True, callback=_list(int, "--max-nodes"),
-              help=f"Tree sizes (nodes without the root) to try, comma-separated; with --proposals and no "
-                   f"--max-nodes: 16,{PROPOSE_DEFAULTS['max_nodes']}.")
-@click.option("--ngram-weight", default=str(DEFAULTS["ngram_weight"]), show_default=True, callback=_list(float, "--ngram-weight"),
-              help="n-gram weights (lambda) to try, comma-separated; 0 is the tree without the n-gram.")
+@param_list_option(_PROPOSE["backoff"], help_prefix="Grid, --proposals:")
 @click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
-              help="--text: lattices to draw (positions sampled uniformly).")
+              help="Synthetic lattices: how many to draw (positions sampled uniformly).")
 @click.option("--depth", default=8, show_default=True, type=click.IntRange(1, LIMITS["max_depth"]),
-              help="--text: levels D.")
-@click.option("--topk", default=25, show_default=True, type=click.IntRange(1, LIMITS["max_candidates"]),
-              help="--text: candidates K.")
-@click.option("--hit", default=0.9, show_default=True, type=click.FloatRange(0, 1),
-              help="--text: probability that the true token is a level-0 candidate.")
-@click.option("--decay", default=0.85, show_default=True, type=click.FloatRange(0, 1),
-              help="--text: per-level factor on --hit and --true-bonus.")
-@click.option("--true-bonus", default=4.0, show_default=True, type=float,
-              help="--text: logit added to the true token at level 0.")
-@click.option("--noise", default=1.0, show_default=True, type=click.FloatRange(0), help="--text: logit noise sd.")
-@click.option("--seed", default=0, show_default=True, type=int, help="--text: random seed.")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
-              help="Pruning threads (the time per tree is measured with these).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON here.")
+              help="Synthetic lattices: levels D.")
+@param_option(LATTICE_TOPK, help_prefix="Synthetic lattices:")
+@deprecated_option("--topk", new="--lattice-topk", param="topk", type=int)
+@click.option("--hit", default=0.9, show_default=True, type=FiniteFloatRange(0, 1),
+              help="Synthetic lattices: probability that the true token is a level-0 candidate.")
+@click.option("--decay", default=0.85, show_default=True, type=FiniteFloatRange(0, 1),
+              help="Synthetic lattices: per-level factor on --hit and --true-bonus.")
+@click.option("--true-bonus", default=4.0, show_default=True, type=FiniteFloatRange(),
+              help="Synthetic lattices: logit added to the true token at level 0.")
+@click.option("--noise", default=1.0, show_default=True, type=FiniteFloatRange(0),
+              help="Synthetic lattices: logit noise sd.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Synthetic lattices: random seed.")
+@threads_option("DART: pruning threads (the time per tree is measured with these).")
+@json_option("Print the results as JSON on stdout instead of the table.")
+@click.option("--json-file", cls=DeprecatedOption, deprecation=JSON_FILE, type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False),
               help="Write a PNG: accepted length per setting and trie, 95% intervals (needs matplotlib: "
-                   "pip install matplotlib; checked before the evaluation starts).")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
-def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], tokenizer: str | None,
-         text_field: str, proposals: bool, sources: list[str], backoff: list[float], beam_width: list[int],
-         max_nodes: list[int], ngram_weight: list[float], steps: int,
-         depth: int, topk: int, hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int,
-         json_out: str | None, plot_out: str | None, quiet: bool) -> None:
+                   "pip install 'ngram-trie-host[plot]'; checked before the evaluation starts).")
+@quiet_option()
+@click.pass_context
+def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...],
+         tokenizer: str | None, text_field: str, proposals: bool, max_nodes: list[int] | None, beam_width: list[int],
+         ngram_weight: list[float], sources: list[str], backoff: list[float], steps: int, depth: int, topk: int,
+         hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int, as_json: bool,
+         json_file: str | None, plot_out: str | None, quiet: bool) -> None:
     """Replays draft lattices through each TRIE's DART pruning and reports the
     mean accepted length DART would reach (tokens per verification step: the
     longest prefix of the target's continuation that is a path of the pruned
@@ -156,16 +195,28 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
     A trie's headline figures (its row marked in the table's headline column,
     vs first, the JSON's top-level figures) are those of DART's default
     setting (the defaults of the three grid options below) when the grid
-    holds it, else of the trie's best setting in the grid."""
+    holds it, else of the trie's best setting in the grid.
+
+    With --proposals, replays --text documents through each TRIE's own
+    draft trees instead (no drafter): tokens per verification step, teacher
+    forced, beside prompt lookup alone (docs/EVALUATION.md, "Proposals")."""
+    if json_file is not None:
+        if as_json:
+            raise click.UsageError("--json and --json FILE: give one (--json FILE is deprecated)")
+        click.echo(JSON_FILE.message("ngram-eval"), err=True)
     if proposals and not texts:
         raise click.UsageError("--proposals needs --text FILE [--text FILE ...] (held-out documents to replay)")
     if bool(lattices) == bool(texts):
         raise click.UsageError("give exactly one of --lattices FILE or --text FILE [--text FILE ...]")
-    unknown = [x for x in sources if x not in SOURCES]
-    if unknown:
-        raise click.BadParameter(f"{unknown[0]!r}: sources are {', '.join(SOURCES)}", param_hint="--sources")
-    if proposals and click.get_current_context().get_parameter_source("max_nodes") == ParameterSource.DEFAULT:
-        max_nodes = [16, PROPOSE_DEFAULTS["max_nodes"]]
+    if proposals:
+        refuse_given(ctx, DART_ONLY, "only without --proposals (DART pruning)")
+        refuse_given(ctx, SYNTHETIC_ONLY, "only without --proposals (synthetic lattices)")
+    else:
+        refuse_given(ctx, PROPOSALS_ONLY, "only with --proposals")
+        if lattices:
+            refuse_given(ctx, SYNTHETIC_ONLY + ("text_field",), "only with --text (synthetic lattices)")
+    if max_nodes is None:
+        max_nodes = list(PROPOSAL_MAX_NODES) if proposals else [_PRUNE["max_nodes"].default]
     if texts and not tokenizer:
         raise click.UsageError("--text needs --tokenizer (the tokenizer the tries were built with)")
     if plot_out:  # before any work: a missing matplotlib would otherwise fail after the whole evaluation
@@ -186,7 +237,8 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
             raise click.BadParameter(str(e), param_hint="--tokenizer") from None
     _check_tries(tries, tok, texts)
     if proposals:
-        _evaluate_proposals(tries, texts, tokenizer, text_field, sources, backoff, max_nodes, json_out, plot_out, say)
+        out = Output(as_json, json_file, plot_out)
+        _evaluate_proposals(tries, texts, tokenizer, text_field, sources, backoff, max_nodes, out, say)
         return
     info: dict[str, Any]
     if lattices:
@@ -214,12 +266,12 @@ def main(tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...], t
         raise click.ClickException(str(e)) from None
     from ngram_eval.plot import plot_grid
 
-    _report(result, format_table(result), json_out, plot_out, plot_grid)
+    _report(result, format_table(result), Output(as_json, json_file, plot_out), plot_grid)
 
 
 def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenizer: str, text_field: str,
-                        sources: list[str], backoff: list[float], max_nodes: list[int], json_out: str | None,
-                        plot_out: str | None, say: Any) -> None:
+                        sources: list[str], backoff: list[float], max_nodes: list[int], out: Output,
+                        say: Any) -> None:
     from indexer.shards import ShardError
 
     try:
@@ -236,18 +288,28 @@ def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenize
     result["text_bytes"] = nbytes
     from ngram_eval.plot import plot_proposals
 
-    _report(result, format_proposals(result), json_out, plot_out, plot_proposals)
+    _report(result, format_proposals(result), out, plot_proposals)
 
 
-def _report(result: dict[str, Any], table: str, json_out: str | None, plot_out: str | None,
-            plot: Callable[[dict[str, Any], str], None]) -> None:
-    """The table on stdout, then the JSON and the plot where asked for."""
-    click.echo(table)
-    if json_out:
-        _write_json(json_out, result)
-    if plot_out:
+class Output(NamedTuple):
+    """Where the results go: the table, or with --json the JSON, on stdout;
+    the deprecated --json FILE writes the JSON there beside the table; --plot."""
+
+    as_json: bool
+    json_file: str | None
+    plot: str | None
+
+
+def _report(result: dict[str, Any], table: str, out: Output, plot: Callable[[dict[str, Any], str], None]) -> None:
+    if out.as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(table)
+    if out.json_file:
+        _write_json(out.json_file, result)
+    if out.plot:
         try:
-            plot(result, plot_out)
+            plot(result, out.plot)
         except RuntimeError as e:
             raise click.ClickException(str(e)) from None
 

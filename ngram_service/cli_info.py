@@ -6,14 +6,15 @@ import sys
 
 import click
 
+from ngram_service.cli_options import CONTEXT_SETTINGS, ToolCommand, json_option
 from ngram_service.index import NgramIndex, TrieFormatError
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("ngram-info", cls=ToolCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--verify", is_flag=True, help="Check every section's CRC-32C (reads the whole file).")
 @click.option("--sections", is_flag=True, help="Also list the section table.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@json_option()
 def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
     """Print a trie file's header and metadata: order, vocabulary, EOS,
     tokenizer fingerprint, corpus manifest, build parameters, n-grams per
@@ -36,6 +37,10 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         return
     corpus = info.get("corpus") or {}
     tok = info.get("tokenizer") or {}
+    # The build's count of the corpus' tokens; info["tokens"] is the stored unigrams' total, which is less
+    # when --min-count dropped some (the denominator of a context-free probability).
+    corpus_tokens = corpus.get("tokens", info["tokens"])
+    kept = f"; the kept unigrams count {info['tokens']:,} tokens" if info["tokens"] != corpus_tokens else ""
     size = f"{info['file_bytes']:,} bytes"
     if info.get("compressed"):
         size += f", zstd-compressed; {info['ram_bytes']:,} bytes in RAM once opened"
@@ -45,10 +50,10 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         f"order       {info['order']}",
         f"vocabulary  {info['vocab_size']:,} (EOS {info['eos_id']})",
         f"tokenizer   {tok.get('name')} sha256:{tok.get('fingerprint')}",
-        f"corpus      {corpus.get('documents', 0):,} documents, {info['tokens']:,} tokens, "
+        f"corpus      {corpus.get('documents', 0):,} documents, {corpus_tokens:,} tokens, "
         f"{len(corpus.get('shards', []))} shard(s)",
         f"n-grams     {', '.join(f'{k + 1}: {n:,}' for k, n in enumerate(info['ngrams']))} "
-        f"(total {info['ngrams_total']:,}; {info['bytes_per_ngram']} bytes each)",
+        f"(total {info['ngrams_total']:,}; {info['bytes_per_ngram']} bytes each)" + kept,
         f"in RAM      {info['ram_bytes']:,} bytes with mode=\"ram\" / ngram-serve --ram "
         f"({info['ram_bytes_per_ngram']} per n-gram; mapped, the file's pages)",
         f"build       {json.dumps(info.get('build'), sort_keys=True)}",

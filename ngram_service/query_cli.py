@@ -3,10 +3,10 @@
     ngram-query info                                        # the host on 127.0.0.1:50051
     ngram-query --target HOST:PORT info
     ngram-query --trie corpus3.ngt info                     # a local trie file, in process
-    ngram-query -t HOST:PORT probs --context 785,374 --candidates 1,2,3
+    ngram-query --target HOST:PORT probs --context 785,374 --candidates 1,2,3
     ngram-query --trie corpus3.ngt probs --context 785,374 --candidates 1,2 --context 9 --candidates 4,5,6
     ngram-query --trie corpus3.ngt --tokenizer tokenizer.json topk --context "The quick brown"
-    ngram-query -t HOST:PORT prune --npz lattice.npz       # prefix, topk_tokens, topk_probs
+    ngram-query --target HOST:PORT prune --npz lattice.npz # prefix, topk_tokens, topk_probs
     ngram-query --trie corpus3.ngt --tokenizer tokenizer.json propose --context "The quick brown"
 
 The same commands print the same JSON whether they ask a host (NgramClient)
@@ -15,13 +15,15 @@ or a local file (NgramIndex); ``propose`` prints its trees as indented text
 ``--candidates`` are text, encoded without special tokens (every token of
 the ``--candidates`` text is one candidate), and the output adds the ids and
 the text of each token. A failed call prints ``{"error": CODE, "message":
-...}`` on stderr and exits 1; a usage error exits 2.
+...}`` on stderr and exits 1; a usage error (a bad option, or an input file
+that cannot be read: no call is made) exits 2.
 """
 from __future__ import annotations
 
 import functools
 import json
 import sys
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,18 +33,18 @@ import click
 import grpc
 import numpy as np
 
+from ngram_service.cli_options import (CONTEXT_SETTINGS, HOST_OPTIONS, ToolGroup, deprecated_option, given_options,
+                                       host_options, json_option, param_option, tls_client_options)
 from ngram_service.client import DEFAULT_TIMEOUT, NgramClient
 from ngram_service.fingerprint import tokenizer_json_fingerprint, trie_fingerprint
 from ngram_service.index import NgramIndex, TrieFormatError
-from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
-from ngram_service.tree import DEFAULTS
+from ngram_service.params import PROPOSE_PARAMS, PRUNE_PARAMS
 
 # ngram-serve's default --port (cpp/server/server_config.h, kDefaultPort):
 # with no --target, ngram-query asks a host started without --port on this machine.
 DEFAULT_TARGET = "127.0.0.1:50051"
-# Options that only a host (--target) uses, by parameter name.
-HOST_OPTIONS = {"targets": "--target", "index": "--index", "timeout": "--timeout", "ca": "--ca", "cert": "--cert",
-                "key": "--key", "server_name": "--server-name"}
+# TopKRequest.k is a uint32 (proto/ngram/v1): the largest k a host can be asked for.
+MAX_K = 2**32 - 1
 
 
 class QueryError(Exception):
@@ -166,34 +168,30 @@ def _tree_json(t: Any) -> dict[str, Any]:
     }
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--target", "-t", "targets", multiple=True, default=[DEFAULT_TARGET], show_default=True,
-              help="host:port of a trie host (repeat to balance over several); the default is "
-                   "ngram-serve's default --port on this machine.")
+@click.group("ngram-query", cls=ToolGroup, context_settings=CONTEXT_SETTINGS)
+@host_options(default_target=DEFAULT_TARGET, deadline_ms=1000 * DEFAULT_TIMEOUT,
+              deadline_help="Deadline of each call to the host.")
+@deprecated_option("-t", new="--target", param="targets", multiple=True)
+@deprecated_option("--timeout", new="--deadline-ms", param="deadline_ms", type=float,
+                   convert=lambda seconds: 1000 * seconds, note=" (milliseconds; --timeout was in seconds)")
 @click.option("--trie", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Query this local trie file in process instead of a host (same commands, same output).")
 @click.option("--tokenizer", default=None,
               help="tokenizer.json (or a folder holding one): --context and --candidates are then text; "
                    "the trie's tokenizer fingerprint must match it.")
-@click.option("--index", default="", help="Index name on the host (default: the host's first).")
 @click.option("--fingerprint", default=None,
               help="Tokenizer fingerprint the index must record (every command, info included, fails "
                    "with FAILED_PRECONDITION otherwise).")
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Deadline per call (s).")
-@click.option("--ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate (PEM): use TLS.")
-@click.option("--cert", type=click.Path(exists=True, dir_okay=False), help="Client certificate (PEM, mTLS).")
-@click.option("--key", type=click.Path(exists=True, dir_okay=False), help="Client private key (PEM, mTLS).")
-@click.option("--server-name", default=None, help="Name to verify the server certificate against.")
 @click.pass_context
-def main(ctx: click.Context, targets: tuple[str, ...], trie: str | None, tokenizer: str | None, index: str,
-         fingerprint: str | None, timeout: float, ca: str | None, cert: str | None, key: str | None,
-         server_name: str | None) -> None:
-    """Query an ngram-serve host (gRPC), or a local trie file with --trie;
-    every command prints JSON."""
+def main(ctx: click.Context, targets: tuple[str, ...], index: str, deadline_ms: float, ca: str | None,
+         cert: str | None, key: str | None, server_name: str | None, trie: str | None, tokenizer: str | None,
+         fingerprint: str | None) -> None:
+    """Query an ngram-serve host (gRPC), or a local trie file with --trie.
+    Every command prints JSON but propose, which prints its trees as
+    indented text unless given --json."""
     tok, tok_fp = load_tokenizer(tokenizer) if tokenizer else (None, None)
     if trie is not None:
-        given = [flag for name, flag in HOST_OPTIONS.items()
-                 if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        given = given_options(ctx, list(HOST_OPTIONS))
         if given:
             raise click.UsageError(f"--trie reads a local file; options for a host given: {', '.join(given)}")
         try:
@@ -202,8 +200,8 @@ def main(ctx: click.Context, targets: tuple[str, ...], trie: str | None, tokeniz
             raise click.BadParameter(str(e), param_hint="--trie") from None
         ctx.obj = Session(local, f"trie {trie}", True, fingerprint, tok, tok_fp)
         return
-    client = NgramClient(list(targets), index=index, tokenizer_fingerprint=fingerprint, timeout=timeout,
-                         root_certificates=ca, certificate_chain=cert, private_key=key, server_name=server_name)
+    client = NgramClient(list(targets), index=index, tokenizer_fingerprint=fingerprint, timeout=deadline_ms / 1000,
+                         **tls_client_options(ca, cert, key, server_name))
     ctx.call_on_close(client.close)
     where = f"index '{index}'" if index else "the default index"
     ctx.obj = Session(client, f"{where} on {','.join(targets)}", False, fingerprint, tok, tok_fp)
@@ -266,7 +264,7 @@ def conditional_probs_ragged(index: NgramIndex | NgramClient, contexts: list[lis
 
 @main.command()
 @click.option("--context", required=True, help="Context token ids, comma-separated (text with --tokenizer).")
-@click.option("-k", "k", type=int, default=10, show_default=True, help="How many continuations.")
+@click.option("-k", "k", type=click.IntRange(1, MAX_K), default=10, show_default=True, help="How many continuations.")
 @click.pass_obj
 @_reported
 def topk(s: Session, context: str, k: int) -> None:
@@ -281,62 +279,64 @@ def topk(s: Session, context: str, k: int) -> None:
     _emit(out)
 
 
-@main.command()
-@click.option("--npz", type=click.Path(exists=True, dir_okay=False), required=True,
-              help="numpy .npz with prefix int [P], topk_tokens int [D, K], topk_probs float [D, K] "
-                   "(docs/SERVER.md, 'ngram-query').")
-@click.option("--beam-width", type=int, default=None,
-              help=f"Beam width (default: the engine's, {DEFAULTS['beam_width']}).")
-@click.option("--max-nodes", type=int, default=None,
-              help=f"Nodes kept besides the root (default {DEFAULTS['max_nodes']}).")
-@click.option("--ngram-weight", type=float, default=None,
-              help=f"Weight of the n-gram term (default {DEFAULTS['ngram_weight']}).")
-@click.pass_obj
-@_reported
-def prune(s: Session, npz: str, beam_width: int | None, max_nodes: int | None, ngram_weight: float | None) -> None:
-    """DART tree pruning of one draft lattice."""
-    with np.load(npz) as z:
+def _params(table: tuple[Any, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command's options for a parameter table (ngram_service.params): the engine's names, defaults, ranges."""
+
+    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
+        for p in reversed(table):
+            f = param_option(p)(f)
+        return f
+
+    return apply
+
+
+def read_lattice(npz: str) -> tuple[Any, Any, Any]:
+    """prefix, topk_tokens, topk_probs from an .npz file, or a usage error
+    naming the file (no call is made for a file that cannot be read)."""
+    with open(npz, "rb") as f:
+        head = f.read(6)
+    if head == b"\x93NUMPY":
+        raise click.BadParameter(f"{npz}: a single .npy array, not an .npz archive of prefix, topk_tokens and "
+                                 "topk_probs (np.savez writes one)", param_hint="--npz")
+    if not head.startswith(b"PK"):  # np.load would take any other file for a pickle
+        raise click.BadParameter(f"{npz}: not a numpy .npz archive (np.savez writes one: a zip file)",
+                                 param_hint="--npz")
+    try:
+        z = np.load(npz, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise click.BadParameter(f"{npz}: not a readable .npz archive ({e})", param_hint="--npz") from None
+    with z:
         missing = [a for a in ("prefix", "topk_tokens", "topk_probs") if a not in z.files]
         if missing:
             raise click.BadParameter(f"{npz}: no array {', '.join(missing)} (it holds {', '.join(z.files)})",
                                      param_hint="--npz")
-        prefix, tokens, probs_ = z["prefix"], z["topk_tokens"], z["topk_probs"]
+        try:
+            return z["prefix"], z["topk_tokens"], z["topk_probs"]
+        except (ValueError, OSError, zipfile.BadZipFile) as e:
+            raise click.BadParameter(f"{npz}: {e}", param_hint="--npz") from None
+
+
+@main.command()
+@click.option("--npz", type=click.Path(exists=True, dir_okay=False), required=True,
+              help="numpy .npz with prefix int [P], topk_tokens int [D, K], topk_probs float [D, K] "
+                   "(docs/SERVER.md, 'ngram-query').")
+@_params(PRUNE_PARAMS)
+@click.pass_obj
+@_reported
+def prune(s: Session, npz: str, **params: Any) -> None:
+    """DART tree pruning of one draft lattice."""
+    prefix, tokens, probs_ = read_lattice(npz)
     s.check_fingerprint()
-    params = {k: v for k, v in (("beam_width", beam_width), ("max_nodes", max_nodes),
-                                ("ngram_weight", ngram_weight)) if v is not None}
     t = s.index.prune(prefix, tokens, probs_, **params)
     _emit({**_tree_json(t), **s.texts(t.tokens)})
-
-
-def _on_off(default: bool) -> str:
-    return "on" if default else "off"
 
 
 @main.command()
 @click.option("--context", "contexts", multiple=True, required=True,
               help="The sequence so far: token ids, comma-separated (text with --tokenizer); its last token is "
                    "the tree's root. Repeat for several trees in one call.")
-@click.option("--max-nodes", type=int, default=None,
-              help=f"Nodes kept besides the root (default {PROPOSE_DEFAULTS['max_nodes']}).")
-@click.option("--max-depth", type=int, default=None,
-              help=f"Depth of the tree (default {PROPOSE_DEFAULTS['max_depth']}).")
-@click.option("--max-branch", type=int, default=None,
-              help=f"Continuations considered per node (default {PROPOSE_DEFAULTS['max_branch']}).")
-@click.option("--min-prob", type=float, default=None,
-              help=f"Path-probability floor (default {PROPOSE_DEFAULTS['min_prob']}).")
-@click.option("--backoff", type=float, default=None,
-              help=f"Weight of a suffix one token shorter (default {PROPOSE_DEFAULTS['backoff']}).")
-@click.option("--corpus/--no-corpus", default=None,
-              help=f"Continuations from the trie (default {_on_off(PROPOSE_DEFAULTS['corpus'])}).")
-@click.option("--lookup/--no-lookup", default=None,
-              help="Continuations from the context's own earlier occurrences (default "
-                   f"{_on_off(PROPOSE_DEFAULTS['lookup'])}).")
-@click.option("--lookup-weight", type=float, default=None,
-              help=f"Scale of the lookup source's probabilities (default {PROPOSE_DEFAULTS['lookup_weight']}).")
-@click.option("--lookup-min-match", type=int, default=None,
-              help=f"Shortest suffix the lookup source matches (default {PROPOSE_DEFAULTS['lookup_min_match']}).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print JSON ({\"trees\": [...]}, one per --context) instead of the indented trees.")
+@_params(PROPOSE_PARAMS)
+@json_option("Print JSON ({\"trees\": [...]}, one per --context) instead of the indented trees.")
 @click.pass_obj
 @_reported
 def propose(s: Session, contexts: tuple[str, ...], as_json: bool, **params: Any) -> None:
@@ -346,8 +346,7 @@ def propose(s: Session, contexts: tuple[str, ...], as_json: bool, **params: Any)
     probability, token id (and text with --tokenizer)."""
     ids = [s.ids(t, "--context") for t in contexts]
     s.check_fingerprint()
-    given = {k: v for k, v in params.items() if v is not None}
-    trees = s.index.propose_batch([np.array(c, dtype=np.int64) for c in ids], **given)
+    trees = s.index.propose_batch([np.array(c, dtype=np.int64) for c in ids], **params)
     if as_json:
         out = []
         for c, t in zip(ids, trees):

@@ -9,10 +9,14 @@ The server is C++ (cpp/server, ``ngram-serve-native``); this entry point only
 finds the binary and replaces itself with it (exec), so signals (SIGTERM
 drain, SIGHUP reload) reach the server directly. Before that, a trie given as
 ``s3://``, ``gs://`` or ``https://`` is fetched once into ``--cache-dir`` and
-every section's CRC verified (ngram_service/trie_fetch.py); the server then
-gets the local copy. ``--fetch-only`` stops after that (a Kubernetes init
-container). ``ngram-serve --help`` lists the flags; docs/SERVER.md describes
-operations, docs/OPERATIONS.md deployment.
+every section's CRC verified, and a local zstd-compressed trie
+(``ngram-build --compress``) is decompressed into memory
+(ngram_service/trie_fetch.py); the server then gets the plain copy, under the
+index name the original would have had. ``--fetch-only`` stops after the
+fetch (a Kubernetes init container). ``ngram-serve --help`` lists the flags,
+the native server's and then this wrapper's, in one format (docs/CLI.md reads
+them from it); docs/SERVER.md describes operations, docs/OPERATIONS.md
+deployment.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import urllib.parse
 from pathlib import Path
 from typing import NoReturn
 
-from ngram_service.trie_fetch import TrieFetchError, fetch_trie, is_remote
+from ngram_service.trie_fetch import TrieFetchError, decompress_to_memory, fetch_trie, is_compressed, is_remote
 
 BINARY = "ngram-serve-native"
 ENV = "NGRAM_SERVE_NATIVE"
@@ -37,20 +41,33 @@ NATIVE_SWITCHES = frozenset({"--ram", "--verify", "--admin", "--log-requests"})
 # that they agree).
 USAGE_LINE = "Usage: ngram-serve FILE [FILE ...] [--port P] [options]"
 
-FETCH_HELP = """
-Options of ngram-serve itself (handled before the native server starts):
-  FILE may also be s3://BUCKET/KEY, gs://BUCKET/KEY (pyarrow.fs; AWS_* /
-                           AWS_ENDPOINT_URL, Google application default
-                           credentials) or an https:// URL: fetched once into
-                           --cache-dir, every section's CRC checked, then served
-                           from there; a zstd-compressed trie is decompressed
-  --cache-dir DIR          where fetched tries are kept (default $NGRAM_CACHE_DIR,
-                           else ~/.cache/ngram-serve); a valid cached copy is
-                           used without downloading again; may be read-only once
-                           filled (e.g. by an init container)
-  --fetch-only             fetch and verify the tries, print their local paths,
-                           exit (no server)
-"""
+# The options handled here, before the native server starts: (flag, metavar, help), shown after the
+# native server's in its format (two spaces, the flag and metavar, the help from column 28).
+WRAPPER_OPTIONS = (
+    ("FILE", "", "may also be zstd-compressed (ngram-build --compress): decompressed into memory at start, "
+                 "then checked and served as a plain trie (with --ram, held twice); or s3://BUCKET/KEY, "
+                 "gs://BUCKET/KEY (pyarrow.fs; AWS_* / AWS_ENDPOINT_URL, Google application default "
+                 "credentials) or an https:// URL: fetched once into --cache-dir, every section's CRC checked "
+                 "(a compressed one decompressed there), then served from there"),
+    ("--cache-dir", "DIR", "where fetched tries are kept (default $NGRAM_CACHE_DIR, else ~/.cache/ngram-serve); "
+                           "a valid cached copy is used without downloading again; may be read-only once filled "
+                           "(e.g. by an init container)"),
+    ("--fetch-only", "", "fetch and verify the remote tries, print the local paths of all, exit (no server)"),
+)
+HELP_COLUMN = 27  # where the native server's --help starts an option's help text (0-based)
+
+
+def wrapper_help() -> str:
+    """WRAPPER_OPTIONS as the native --help writes its options."""
+    import textwrap
+
+    lines = ["", "Options of ngram-serve itself (handled before the native server starts):"]
+    for flag, metavar, text in WRAPPER_OPTIONS:
+        head = f"  {flag} {metavar}".rstrip()
+        body = textwrap.wrap(text, 88 - HELP_COLUMN)
+        lines.append(head.ljust(HELP_COLUMN) + body[0])
+        lines += [" " * HELP_COLUMN + b for b in body[1:]]
+    return "\n".join(lines) + "\n"
 
 
 def usage_error(message: str) -> NoReturn:
@@ -143,19 +160,29 @@ class ServeArgs:
 
 def index_name(location: str) -> str:
     """The index name the native server gives a FILE without --name (its file
-    stem, server's file_stem), for a location: so that a fetched trie keeps the
-    name of its object, not of its cached copy."""
+    stem, server's file_stem), for a location: so that a fetched or
+    decompressed trie keeps the name of its object or file (less a .zst), not
+    of its copy."""
     base = urllib.parse.urlsplit(location).path.rsplit("/", 1)[-1] if is_remote(location) else Path(location).name
-    base = base.removesuffix(".zst") if is_remote(location) else base
+    base = base.removesuffix(".zst")
     dot = base.rfind(".")
     return base[:dot] if dot > 0 else base
 
 
 def resolve_tries(args: ServeArgs) -> list[str]:
-    """Fetches every remote FILE (cached, verified); returns the FILEs with
-    the remote ones replaced by their local copies, in order."""
+    """Fetches every remote FILE (cached, verified) and, unless --fetch-only,
+    decompresses every local compressed one into memory; returns the FILEs
+    with those replaced by their plain copies, in order."""
     cache_dir = args.cache_dir or default_cache_dir()
-    return [str(fetch_trie(f, cache_dir)) if is_remote(f) else f for f in args.files()]
+    out = []
+    for f in args.files():
+        if is_remote(f):
+            out.append(str(fetch_trie(f, cache_dir)))
+        elif not args.fetch_only and is_compressed(f):
+            out.append(decompress_to_memory(f))
+        else:
+            out.append(f)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -167,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.stderr.write(f"ngram-serve: {e}\n")
             sys.exit(1)
         files = args.files()
-        if any(is_remote(f) for f in files[args.names:]):
+        if any(f != copy for f, copy in zip(files[args.names:], local[args.names:])):
             # Names are given to FILEs in order: name every FILE after the named ones.
             for f in files[args.names:]:
                 args.native += ["--name", index_name(f)]
@@ -189,7 +216,12 @@ def main(argv: list[str] | None = None) -> None:
         import subprocess
 
         rc = subprocess.call([str(binary), "--help"])
-        sys.stdout.write(FETCH_HELP)
+        try:
+            sys.stdout.write(wrapper_help())
+            sys.stdout.flush()
+        except BrokenPipeError:  # `ngram-serve --help | head`: the reader has what it wanted; exit as click does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         sys.exit(rc)
     os.execv(str(binary), [str(binary), *args.native])
 

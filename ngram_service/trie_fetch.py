@@ -1,4 +1,6 @@
-"""A trie from object storage or a URL, fetched once into a local cache and verified.
+"""A trie the native server can map: fetched from object storage or a URL
+once into a local cache and verified, or a local zstd-compressed one
+decompressed into memory.
 
 ``ngram-serve s3://bucket/corpus.ngt --cache-dir /var/cache/ngram ...``: a pod
 starts from an image and a volume, so the trie host takes its trie from where
@@ -15,6 +17,11 @@ trie under its final name. A zstd-compressed trie (``ngram-build --compress``)
 is decompressed into the cache, because the server maps plain tries.
 A cached copy that verifies is used without contacting the source: locations
 are treated as immutable (publish a new trie under a new name; docs/OPERATIONS.md).
+
+A local compressed trie (``ngram-serve corpus.ngt.zst``) is decompressed into
+an anonymous in-memory file (memfd) that the server inherits and opens as
+``/proc/self/fd/N``: in RAM, as ``NgramIndex.open`` holds one, with the
+server's own checks (and ``--verify``'s) on the plain bytes.
 """
 from __future__ import annotations
 
@@ -36,7 +43,8 @@ from typing import BinaryIO
 
 from ngram_service.index import ZSTD_MAGIC, NgramIndex, TrieFormatError, decompress_trie
 
-__all__ = ["REMOTE_SCHEMES", "TrieFetchError", "is_remote", "cache_path", "fetch_trie"]
+__all__ = ["REMOTE_SCHEMES", "TrieFetchError", "cache_path", "decompress_to_memory", "fetch_trie", "is_compressed",
+           "is_remote"]
 
 REMOTE_SCHEMES = ("s3://", "gs://", "gcs://", "https://", "http://")
 CHUNK = 8 << 20
@@ -49,6 +57,30 @@ class TrieFetchError(RuntimeError):
 
 def is_remote(location: str) -> bool:
     return location.startswith(REMOTE_SCHEMES)
+
+
+def is_compressed(path: str) -> bool:
+    """A local file that starts with zstd's magic (ngram-build --compress); False
+    for one that cannot be read (the server says why when it opens it)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(ZSTD_MAGIC)) == ZSTD_MAGIC
+    except OSError:
+        return False
+
+
+def decompress_to_memory(path: str) -> str:
+    """A local zstd-compressed trie decompressed into a memfd left open (and
+    inheritable) for the server this process becomes; returns the path the
+    server opens it by, ``/proc/self/fd/N``."""
+    fd = os.memfd_create(f"ngram-serve:{Path(path).name}", 0)
+    os.set_inheritable(fd, True)
+    t0 = time.monotonic()
+    with os.fdopen(os.dup(fd), "wb") as dest:
+        _decompress_into(Path(path), dest, path)
+    log_event("info", "trie_decompressed", path=path, bytes=os.fstat(fd).st_size,
+              seconds=round(time.monotonic() - t0, 3))
+    return f"/proc/self/fd/{fd}"
 
 
 def log_event(level: str, event: str, **fields: object) -> None:

@@ -1,5 +1,6 @@
 """What the shell tools say: ngram-serve's usage errors and logs, ngram-query
-against a host and against a local trie file.
+against a host and against a local trie file, ngram-build's and ngram-info's
+messages (issue 41's list: each fixed message has its test here).
 
 Real server processes on 127.0.0.1 (tests/test_server.py's ServerProcess)
 and real tries built from the bundled sample corpus.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE_TOKENIZER, server_binary
+from conftest import SAMPLE_DIR, SAMPLE_TOKENIZER, server_binary
 
 from ngram_service import NgramIndex
 from ngram_service.query_cli import DEFAULT_TARGET
@@ -58,7 +60,8 @@ def json_lines(stderr: str) -> list[dict[str, Any]]:
     (["x.ngt", "--bogus"], "Error: unknown option --bogus"),
     ([], "Error: no trie FILE given"),
     (["x.ngt", "--port", "70000"], "Error: --port: 70000 is out of range: must be 0..65535"),
-], ids=["unknown-option", "no-file", "bad-port"])
+    (["x.ngt", "--max-batch", "0"], "Error: --max-batch: 0 is out of range: must be 1..1048576"),
+], ids=["unknown-option", "no-file", "bad-port", "bad-limit"])
 def test_native_usage_error_is_short(args: list[str], reason: str) -> None:
     r = run_native(*args)
     assert r.returncode == 2
@@ -71,6 +74,19 @@ def test_wrapper_usage_error_is_short(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert r.stderr.splitlines() == [USAGE_LINE, "Try 'ngram-serve --help' for help.", "",
                                      "Error: --cache-dir needs a value"]
+
+
+@needs_server
+def test_help_into_a_closed_pipe_is_no_traceback() -> None:
+    """`ngram-serve --help | head -2`: the reader is gone before the wrapper writes its part."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = subprocess.run([sys.executable, "-m", "ngram_service.serve", "--help"], stdout=write,
+                           stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(write)
+    assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
 
 
 @needs_server
@@ -319,3 +335,122 @@ def test_a_prune_level_over_the_engines_limit_is_the_servers_refusal(sample_trie
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert e.value.details() == ("inputs[0].level_sizes[0] has 1025 candidates (K): must be 1..1024 "
                                      "(the engine's limit)")
+
+
+# ---- ngram-query: what is checked before any call ---------------------------------------------
+
+DEAD = "127.0.0.1:1"  # nothing listens: a message from a call would be UNAVAILABLE, exit 1
+
+
+def test_npz_that_cannot_be_read_is_a_local_file_error(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"text": "not a lattice"}\n')
+    r = CliRunner().invoke(query_main, ["--target", DEAD, "prune", "--npz", str(notes)])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert f"Invalid value for --npz: {notes}: not a numpy .npz archive (np.savez writes one: a zip file)" in r.stderr
+    assert "pickle" not in r.stderr and "INVALID_ARGUMENT" not in r.stderr
+    npy = tmp_path / "one.npy"
+    np.save(npy, np.arange(3))
+    r = CliRunner().invoke(query_main, ["--target", DEAD, "prune", "--npz", str(npy)])
+    assert r.exit_code == 2 and f"{npy}: a single .npy array, not an .npz archive" in r.stderr
+    npz = tmp_path / "partial.npz"
+    np.savez(npz, prefix=np.arange(2))
+    r = CliRunner().invoke(query_main, ["--target", DEAD, "prune", "--npz", str(npz)])
+    assert r.exit_code == 2 and f"{npz}: no array topk_tokens, topk_probs (it holds prefix)" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["topk", "--context", "1", "-k", "99999999999"],
+     "Invalid value for '-k': 99999999999 is not in the range 1<=x<=4294967295."),
+    (["prune", "--npz", __file__, "--max-nodes", "5000"],
+     "Invalid value for '--max-nodes': 5000 is not in the range 0<=x<=4096."),
+    (["propose", "--context", "1", "--backoff", "1.5"],
+     "Invalid value for '--backoff': 1.5 is not in the range 0.0<=x<=1.0."),
+    (["--deadline-ms", "0", "info"], "Invalid value for '--deadline-ms': 0.0 is not in the range x>0."),
+], ids=["k", "max-nodes", "backoff", "deadline"])
+def test_out_of_range_values_name_their_flag(args: list[str], message: str) -> None:
+    r = CliRunner().invoke(query_main, ["--target", DEAD, *args])
+    assert r.exit_code == 2 and message in r.stderr, r.stderr
+
+
+def test_query_help_says_which_commands_print_json() -> None:
+    r = CliRunner().invoke(query_main, ["--help"])
+    assert "Every command prints JSON but propose, which prints its trees as indented text unless given --json" \
+        in " ".join(r.stdout.split())
+
+
+# ---- ngram-build and ngram-info ---------------------------------------------------------------
+
+def build_cli(*args: str) -> Any:
+    from indexer.cli import main as build_main
+
+    return CliRunner().invoke(build_main, [*args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("text", ['[\n  {"text": "a"},\n  {"text": "b"}\n]\n', '[{"text": "a"}, {"text": "b"}]\n'],
+                         ids=["pretty", "one-line"])
+def test_a_json_array_says_one_object_a_line_is_expected(tmp_path: Path, text: str) -> None:
+    array = tmp_path / "array.json"
+    array.write_text(text)
+    r = build_cli(str(array), "--tokenizer", str(SAMPLE_TOKENIZER), "--out", str(tmp_path / "o.ngt"), "-q", "-j", "1")
+    assert r.exit_code == 1
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"ngram-build: error: {array}:1: ")
+    assert line.endswith(": a JSON array; expected one JSON object a line (JSON lines), not an array of them")
+
+
+def test_a_min_count_that_empties_orders_warns(tmp_path: Path) -> None:
+    out = tmp_path / "o.ngt"
+    r = build_cli(str(SAMPLE_DIR / "corpus"), "--tokenizer", str(SAMPLE_TOKENIZER), "--out", str(out), "-q",
+                  "-j", "1", "--min-count", "3000")
+    assert r.exit_code == 0, r.output
+    ngrams = NgramIndex.open(out).info()["ngrams"]
+    empty = [str(k + 1) for k, n in enumerate(ngrams) if n == 0]
+    assert empty and ngrams[0] > 0  # a few tokens occur 3,000 times, no bigram does
+    assert r.stderr == (f"ngram-build: warning: --min-count 3000 left no n-grams of orders {', '.join(empty)} "
+                        f"(n-grams per order {ngrams})\n")
+    r = build_cli(str(SAMPLE_DIR / "corpus"), "--out", str(out), "--min-count", "99999999999999999999999")
+    assert r.exit_code == 2
+    assert "Invalid value for '--min-count': 99999999999999999999999 is not in the range" in r.stderr
+
+
+def test_info_counts_the_corpus_tokens_the_build_counted(tmp_path: Path) -> None:
+    from ngram_service.cli_info import main as info_main
+
+    out = tmp_path / "mc2.ngt"
+    r = build_cli(str(SAMPLE_DIR / "corpus"), "--tokenizer", str(SAMPLE_TOKENIZER), "--out", str(out), "-j", "1",
+                  "--min-count", "2")
+    assert r.exit_code == 0, r.output
+    built = re.search(r"done: .* (\d[\d,]*) tokens,", r.stderr)
+    assert built, r.stderr
+    info = NgramIndex.open(out).info()
+    assert info["corpus"]["tokens"] == int(built.group(1).replace(",", "")) > info["tokens"]
+    text = CliRunner().invoke(info_main, [str(out)]).stdout
+    assert f"corpus      50 documents, {info['corpus']['tokens']:,} tokens, 1 shard(s)" in text
+    assert f"the kept unigrams count {info['tokens']:,} tokens" in text
+
+
+def test_ctrl_c_during_a_build_is_no_traceback(tmp_path: Path) -> None:
+    """Ctrl-C reaches the terminal's whole process group: the driver and its pool workers."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shard = (SAMPLE_DIR / "corpus" / "peps-sample.jsonl.gz").read_bytes()
+    for i in range(6):
+        (corpus / f"s{i}.jsonl.gz").write_bytes(shard * 3)  # gzip members concatenate
+    for phase in ("[map", "[write]"):
+        proc = subprocess.Popen([sys.executable, "-m", "indexer.cli", str(corpus), "--tokenizer", str(SAMPLE_TOKENIZER),
+                                 "-j", "2", "--out", str(tmp_path / "o.ngt"), "--no-resume"],
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith(phase):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        rest = proc.stderr.read()
+        proc.wait(timeout=120)
+        if proc.returncode == 0:
+            pytest.skip(f"the build finished before Ctrl-C reached it ({phase})")
+        assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+        assert "was kept: run the same command again to resume" in rest

@@ -489,14 +489,15 @@ def test_cli_generates_and_reports(target_dir: Path, drafter_dir: Path, sample_t
     from dart_client.cli import main
 
     runner = CliRunner()
-    args = [str(target_dir), str(drafter_dir), "--tokenizer", str(SAMPLE_TOKENIZER), "-n", "12", "-p", PROMPTS[0]]
+    args = [str(target_dir), str(drafter_dir), "--tokenizer", str(SAMPLE_TOKENIZER), "--max-new-tokens", "12", "-p",
+            PROMPTS[0]]
     res = runner.invoke(main, [*args, "--trie", str(sample_trie), "--json", "--compare"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["new_tokens"] == 12 and out["identical_to_target"] is True and out["text"]
     assert set(out["per_step"]) >= {"target_s", "drafter_s", "prune_s", "transport_s", "prune_transport_share"}
     # A dead host: decoding goes on without it.
-    res = runner.invoke(main, [*args, "--host", f"127.0.0.1:{free_port()}", "--deadline-ms", "20"])
+    res = runner.invoke(main, [*args, "--target", f"127.0.0.1:{free_port()}", "--deadline-ms", "20"])
     assert res.exit_code == 0, res.output
     assert "mean accepted length" in res.output and "fallbacks" in res.output
     assert "trees from the host   0/" in res.stderr
@@ -511,8 +512,9 @@ def test_cli_takes_a_bare_tokenizer_folder(target_dir: Path, drafter_dir: Path, 
 
     outs = []
     for tok in (SAMPLE_TOKENIZER, SAMPLE_TOKENIZER.parent):
-        res = CliRunner().invoke(main, [str(target_dir), str(drafter_dir), "--tokenizer", str(tok), "-n", "6",
-                                        "-p", PROMPTS[0], "--trie", str(sample_trie), "--json"])
+        res = CliRunner().invoke(main, [str(target_dir), str(drafter_dir), "--tokenizer", str(tok),
+                                        "--max-new-tokens", "6", "-p", PROMPTS[0], "--trie", str(sample_trie),
+                                        "--json"])
         assert res.exit_code == 0, res.output
         outs.append(json.loads(res.stdout))
     assert outs[0]["prompt_tokens"] == outs[1]["prompt_tokens"] and outs[0]["text"] == outs[1]["text"]
@@ -522,7 +524,7 @@ def test_cli_prints_host_statistics_only_with_a_host(target_dir: Path, drafter_d
     from dart_client.cli import main
 
     res = CliRunner().invoke(main, [str(target_dir), str(drafter_dir), "--tokenizer", str(SAMPLE_TOKENIZER),
-                                    "-n", "6", "-p", PROMPTS[0], "--trie", str(sample_trie)])
+                                    "--max-new-tokens", "6", "-p", PROMPTS[0], "--trie", str(sample_trie)])
     assert res.exit_code == 0, res.output
     assert "mean accepted length" in res.stderr
     assert "trees from the host" not in res.stderr and "fallbacks" not in res.stderr
@@ -532,7 +534,7 @@ def test_cli_says_the_model_folder_has_no_tokenizer(target_dir: Path, drafter_di
     from dart_client.cli import main
 
     assert not list(target_dir.glob("tokenizer*"))
-    args = [str(target_dir), str(drafter_dir), "--trie", str(sample_trie), "-n", "4", "-p", PROMPTS[0]]
+    args = [str(target_dir), str(drafter_dir), "--trie", str(sample_trie), "--max-new-tokens", "4", "-p", PROMPTS[0]]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output
     assert f"the model folder {target_dir} has no tokenizer" in res.output and "pass --tokenizer" in res.output
@@ -544,7 +546,7 @@ def test_cli_random_models_decode_with_the_sample_tokenizer_and_trie(sample_trie
     from dart_client.cli import main
 
     runner = CliRunner()
-    res = runner.invoke(main, ["--random-models", "--trie", str(sample_trie), "-n", "8", "-p", PROMPTS[3],
+    res = runner.invoke(main, ["--random-models", "--trie", str(sample_trie), "--max-new-tokens", "8", "-p", PROMPTS[3],
                                "--json", "--compare"])
     assert res.exit_code == 0, res.output
     assert "not checked" not in res.stderr  # the sample tokenizer is fingerprinted against the sample trie

@@ -246,7 +246,7 @@ def test_cli_eos_choice(tiny: Any, sample_trie: Path, tmp_path: Path) -> None:
     eos_text = Tokenizer.from_file(str(SAMPLE_TOKENIZER)).id_to_token(5)
     (tok / "tokenizer_config.json").write_text(json.dumps({"eos_token": eos_text}))
     base = [str(tmp_path / "model"), str(tmp_path / "drafter"), "--trie", str(sample_trie), "--tokenizer",
-            str(tok / "tokenizer.json"), "-n", "4", "-p", "def f(x):", "--json"]
+            str(tok / "tokenizer.json"), "--max-new-tokens", "4", "-p", "def f(x):", "--json"]
     trie_eos = NgramIndex.open(sample_trie).eos_id
     runner = CliRunner()
     for extra, want in (([], {"stop": [0], "search": trie_eos}), (["--eos", "tokenizer"], {"stop": [5], "search": 5}),
@@ -277,7 +277,7 @@ def test_dart_generate_without_torch_says_what_to_install(tmp_path: Path) -> Non
     assert h.returncode == 0 and "Usage:" in h.stdout and "torch" in h.stdout, h.stderr
     (tmp_path / "m").mkdir()
     (tmp_path / "d").mkdir()
-    r = run(str(tmp_path / "m"), str(tmp_path / "d"), "--host", "127.0.0.1:1", "-p", "x")
+    r = run(str(tmp_path / "m"), str(tmp_path / "d"), "--target", "127.0.0.1:1", "-p", "x")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "missing torch, transformers, safetensors" in r.stderr and "pip install torch==2.13.0" in r.stderr
     assert "CPU" in r.stderr and "CUDA" in r.stderr

@@ -10,6 +10,8 @@ from click.testing import CliRunner
 import numpy as np
 
 from ngram_service import NgramIndex, _engine
+from ngram_service import params
+from ngram_service.params import PRUNE_PARAMS
 from ngram_service.tree import DEFAULTS, LIMITS, prune_params
 
 
@@ -30,19 +32,24 @@ def test_prune_defaults_everywhere_are_the_engine_s() -> None:
 
     assert (pruner.DART_BEAM_WIDTH, pruner.DART_MAX_NODES, pruner.DART_NGRAM_WEIGHT) == tuple(DEFAULTS.values())
     assert PruneSetting().as_dict() == DEFAULTS
+    assert {p.name: p.default for p in PRUNE_PARAMS} == DEFAULTS  # the table every command builds its options from
+    assert params.DART_TOPK == pruner.DART_TOPK  # the commands' copy, importable without torch
     generate = _defaults(dart_generate)
-    assert {k: generate[k] for k in DEFAULTS} == DEFAULTS
+    # max_nodes: None, the mode's default (DART's, or the proposals' with --drafter none)
+    assert {k: generate[k] for k in DEFAULTS} == {**DEFAULTS, "max_nodes": None}
     evaluate = _defaults(ngram_eval)
-    assert {k: type(v)(evaluate[k]) for k, v in DEFAULTS.items()} == DEFAULTS
+    assert {k: type(v)(evaluate[k]) for k, v in DEFAULTS.items() if k != "max_nodes"} == {
+        k: v for k, v in DEFAULTS.items() if k != "max_nodes"}
+    assert evaluate["max_nodes"] is None  # 60, or 16,64 with --proposals
     assert evaluate["depth"] <= LIMITS["max_depth"]
 
 
 def test_query_help_states_the_engine_s_defaults() -> None:
     from ngram_service.query_cli import main as ngram_query
 
-    text = CliRunner().invoke(ngram_query, ["prune", "--help"]).output
-    assert f"the engine's, {DEFAULTS['beam_width']})" in text
-    assert f"(default {DEFAULTS['max_nodes']})" in text and f"(default {DEFAULTS['ngram_weight']})" in text
+    text = " ".join(CliRunner().invoke(ngram_query, ["prune", "--help"]).output.split())
+    for p in PRUNE_PARAMS:
+        assert f"[default: {p.default}; " in text, p.name
 
 
 def test_prune_without_parameters_uses_the_exported_defaults(sample_trie: Path) -> None:

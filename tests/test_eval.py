@@ -341,15 +341,17 @@ def bigram_trie(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-SMALL = ["--steps", 150, "--depth", 4, "--topk", 6]  # synthetic lattices small enough for a test
+SMALL = ["--steps", 150, "--depth", 4, "--lattice-topk", 6]  # synthetic lattices small enough for a test
 
 
 def test_cli_text_json_and_plot(sample_trie: Path, bigram_trie: Path, tmp_path: Path) -> None:
-    out, png = tmp_path / "r.json", tmp_path / "r.png"
-    r = run([sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
-             "--ngram-weight", "0.5,0", "--max-nodes", "10,30", "--json", out, "--quiet"])
-    assert "150 lattices, depth 4" in r.output and "best:" in r.output
-    doc = json.loads(out.read_text())
+    png = tmp_path / "r.png"
+    args = [sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
+            "--ngram-weight", "0.5,0", "--max-nodes", "10,30", "--quiet"]
+    r = run(args)
+    assert "150 lattices, depth 4" in r.stdout and "best:" in r.stdout
+    r = run([*args, "--json"])
+    doc = json.loads(r.stdout)  # the JSON instead of the table
     assert doc["lattices"]["mode"] == "synthetic" and doc["lattices"]["steps"] == 150
     assert doc["lattices"]["texts"] == [str(SAMPLE_CORPUS)]
     assert len(doc["settings"]) == 4 and len(doc["tries"]) == 2
@@ -368,7 +370,7 @@ def test_cli_text_json_and_plot(sample_trie: Path, bigram_trie: Path, tmp_path: 
     assert 0 < t2["vs_first"]["ci95"] < t2["ci95"]
     # The plot needs the optional matplotlib; without it, a clear error.
     args = [sample_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, "--steps", 50, "--depth", 3,
-            "--topk", 4, "--plot", png, "--quiet"]
+            "--lattice-topk", 4, "--plot", png, "--quiet"]
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -388,10 +390,10 @@ def _table_cell(output: str, row_start: str, column: str) -> str:
 
 def test_cli_headline_is_darts_default_setting(sample_trie: Path, bigram_trie: Path, tmp_path: Path) -> None:
     """The README's grid starts with lambda 0 (no n-gram): the headline is still DART's default setting."""
-    out = tmp_path / "r.json"
-    r = run([sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
-             "--ngram-weight", "0,0.5,1", "--max-nodes", "30,60", "--json", out, "--quiet"])
-    doc = json.loads(out.read_text())
+    args = [sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
+            "--ngram-weight", "0,0.5,1", "--max-nodes", "30,60", "--quiet"]
+    doc = json.loads(run([*args, "--json"]).stdout)
+    r = run(args)
     default = PruneSetting().as_dict()
     assert doc["settings"][0]["ngram_weight"] == 0 and default in doc["settings"]
     first, second = doc["tries"]
@@ -413,10 +415,10 @@ def test_cli_headline_is_darts_default_setting(sample_trie: Path, bigram_trie: P
 
 
 def test_cli_headline_without_default_is_the_best(sample_trie: Path, bigram_trie: Path, tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    r = run([sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
-             "--ngram-weight", "0,1", "--max-nodes", "10,20", "--json", out, "--quiet"])
-    doc = json.loads(out.read_text())
+    args = [sample_trie, bigram_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL,
+            "--ngram-weight", "0,1", "--max-nodes", "10,20", "--quiet"]
+    doc = json.loads(run([*args, "--json"]).stdout)
+    r = run(args)
     assert PruneSetting().as_dict() not in doc["settings"]
     first, second = doc["tries"]
     for t in (first, second):
@@ -443,10 +445,9 @@ def test_cli_plot_names_every_text(sample_trie: Path, tmp_path: Path) -> None:
     more = tmp_path / "more.jsonl"
     more.write_text("".join(json.dumps({"text": f"Document {i}: " + "the trie drafts tokens. " * 20}) + "\n"
                             for i in range(5)))
-    out = tmp_path / "r.json"
-    run([sample_trie, "--text", SAMPLE_CORPUS / "peps-sample.jsonl.gz", "--text", more, "--tokenizer",
-         SAMPLE_TOKENIZER, *SMALL, "--json", out, "--quiet"])
-    lat = json.loads(out.read_text())["lattices"]
+    r = run([sample_trie, "--text", SAMPLE_CORPUS / "peps-sample.jsonl.gz", "--text", more, "--tokenizer",
+             SAMPLE_TOKENIZER, *SMALL, "--json", "--quiet"])
+    lat = json.loads(r.stdout)["lattices"]
     assert lat["texts"] == [str(SAMPLE_CORPUS / "peps-sample.jsonl.gz"), str(more)]
     assert source_label(lat) == "peps-sample.jsonl.gz, more.jsonl"  # the plot's title: every file
     many = {"source": "x", "texts": [f"held/gsm8k-{i:04d}.jsonl.zst" for i in range(6)]}
@@ -462,10 +463,9 @@ def test_cli_plot_without_matplotlib_fails_before_any_work(sample_trie: Path, tm
     r = run([sample_trie, "--lattices", tmp_path / "empty.parquet", "--plot", tmp_path / "r.png"], 1)
     assert "--plot: plots need matplotlib, which is not installed: pip install matplotlib" in r.output
     assert ".[plot]" not in r.output and "no lattices to replay" not in r.output
-    out = tmp_path / "r.json"
-    r = run([sample_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL, "--json", out,
+    r = run([sample_trie, "--text", SAMPLE_CORPUS, "--tokenizer", SAMPLE_TOKENIZER, *SMALL, "--json",
              "--plot", tmp_path / "r.png"], 1)
-    assert "pip install matplotlib" in r.output and "synthetic lattices" not in r.output and not out.exists()
+    assert "pip install matplotlib" in r.output and "synthetic lattices" not in r.output and r.stdout == ""
 
 
 def test_cli_text_files_given_as_tries(sample_trie: Path, tmp_path: Path) -> None:
@@ -497,9 +497,7 @@ def test_cli_text_files_given_as_tries(sample_trie: Path, tmp_path: Path) -> Non
 def test_cli_lattices(sample_trie: Path, tmp_path: Path) -> None:
     f = tmp_path / "log.parquet"
     write_log(f, [list(range(100, 120)), list(range(300, 310))])
-    out = tmp_path / "r.json"
-    run([sample_trie, "--lattices", f, "--json", out, "--quiet"])
-    doc = json.loads(out.read_text())
+    doc = json.loads(run([sample_trie, "--lattices", f, "--json", "--quiet"]).stdout)
     assert doc["lattices"] == {"source": str(f), "steps": 12 + 6, "depth": 3, "mode": "logged"}
     assert 1.0 <= doc["tries"][0]["mean_accepted_length"] <= 4.0
 
@@ -526,10 +524,10 @@ def test_cli_errors(sample_trie: Path, corpus_trie: Path, tmp_path: Path) -> Non
     assert "nocol.parquet: missing column prefix_tail" in r.output
     r = run([sample_trie, "--lattices", tmp_path / "empty.parquet"], 1)
     assert "empty.parquet: no lattices to replay" in r.output
-    r = run([sample_trie, "--lattices", f, "--beam-width", "0"], 1)
-    assert "beam_width" in r.output
+    r = run([sample_trie, "--lattices", f, "--beam-width", "0"], 2)
+    assert "Invalid value for '--beam-width': 0 is not in the range 1<=x<=1024" in r.output
     r = run([sample_trie, "--lattices", f, "--max-nodes", "a,b"], 2)
-    assert "comma-separated int" in r.output
+    assert "Invalid value for '--max-nodes': 'a' is not a valid integer" in r.output
 
 
 # ---- dart-generate --log-lattices: logged runs replay to the run's own accepted lengths ------
@@ -591,11 +589,11 @@ def test_dart_generate_log_lattices_cli(tiny_models, sample_trie: Path, tmp_path
     from dart_client.cli import main as generate_main
 
     _, _, _, d = tiny_models
-    f, out = tmp_path / "cli.parquet", tmp_path / "eval.json"
+    f = tmp_path / "cli.parquet"
     r = CliRunner().invoke(generate_main, [str(d / "target"), str(d / "drafter"), "--trie", str(sample_trie),
-                                           "--tokenizer", str(SAMPLE_TOKENIZER), "-n", "20", "-p", PROMPTS[0],
-                                           "--json", "--log-lattices", str(f)])
+                                           "--tokenizer", str(SAMPLE_TOKENIZER), "--max-new-tokens", "20", "-p",
+                                           PROMPTS[0], "--json", "--log-lattices", str(f)])
     assert r.exit_code == 0, r.output
     tau = json.loads(r.stdout)["mean_accepted_length"]
-    run([sample_trie, "--lattices", f, "--json", out, "--quiet"])
-    assert json.loads(out.read_text())["tries"][0]["mean_accepted_length"] == pytest.approx(tau, abs=1e-12)
+    doc = json.loads(run([sample_trie, "--lattices", f, "--json", "--quiet"]).stdout)
+    assert doc["tries"][0]["mean_accepted_length"] == pytest.approx(tau, abs=1e-12)

@@ -51,14 +51,16 @@ def test_replay_counts_every_token_once(sample_trie: Path) -> None:
 
 
 def test_cli_proposals_table_and_json(sample_trie: Path, tmp_path: Path) -> None:
-    out, text = tmp_path / "p.json", tmp_path / "few.jsonl"
+    text = tmp_path / "few.jsonl"
     with gzip.open(SAMPLE_CORPUS / "peps-sample.jsonl.gz", "rt") as f:  # four of the trie's own documents
         text.write_text("".join(next(f) for _ in range(4)))
-    r = CliRunner().invoke(eval_main, [str(sample_trie), "--proposals", "--text", str(text),
-                                       "--tokenizer", str(SAMPLE_TOKENIZER), "--max-nodes", "4,16",
-                                       "--sources", "both,lookup", "--json", str(out), "--quiet"])
+    args = [str(sample_trie), "--proposals", "--text", str(text), "--tokenizer", str(SAMPLE_TOKENIZER),
+            "--max-nodes", "4,16", "--sources", "both,lookup", "--quiet"]
+    r = CliRunner().invoke(eval_main, [*args, "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(out.read_text())
+    doc = json.loads(r.stdout)
+    r = CliRunner().invoke(eval_main, args)
+    assert r.exit_code == 0, r.output
     assert doc["mode"] == "proposals" and set(doc["lookup_alone"]) == {"4", "16"}
     rows = doc["tries"][0]["rows"]
     assert [(x["max_nodes"], x["sources"]) for x in rows] == [(4, "both"), (4, "lookup"), (16, "both"), (16, "lookup")]
@@ -77,6 +79,22 @@ def test_cli_proposals_table_and_json(sample_trie: Path, tmp_path: Path) -> None
     (["--proposals"], "--proposals needs --text"),
     (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--sources", "both,x"],
      "'x': sources are both, corpus, lookup"),
+    # options of the other evaluation are refused by name, not ignored
+    (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--ngram-weight", "0.3"],
+     "Error: --ngram-weight: only without --proposals (DART pruning)"),
+    (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "-j", "2", "--beam-width",
+      "4"], "Error: --beam-width, --threads: only without --proposals (DART pruning)"),
+    (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--steps", "10"],
+     "Error: --steps: only without --proposals (synthetic lattices)"),
+    (["--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--backoff", "0.2"],
+     "Error: --backoff: only with --proposals"),
+    # ranges are the parser's, naming the flag: nothing is built first
+    (["--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--max-nodes", "60,99999"],
+     "Invalid value for '--max-nodes': 99999 is not in the range 0<=x<=4096."),
+    (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--backoff", "0.5,2"],
+     "Invalid value for '--backoff': 2.0 is not in the range 0.0<=x<=1.0."),
+    (["--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--ngram-weight", "nan"],
+     "Invalid value for '--ngram-weight': 'nan' is not a finite number."),
 ])
 def test_cli_proposals_usage(sample_trie: Path, args: list[str], message: str) -> None:
     r = CliRunner().invoke(eval_main, [str(sample_trie), *args])

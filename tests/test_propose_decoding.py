@@ -333,7 +333,7 @@ def test_cli_drafter_none(trie: Path, target: Any, tmp_path: Path) -> None:
 
     runner = CliRunner()
     prompt = "def fibonacci(n):\n    "
-    base = ["--random-models", "--drafter", "none", "-n", "10", "-p", prompt]
+    base = ["--random-models", "--drafter", "none", "--max-new-tokens", "10", "-p", prompt]
     res = runner.invoke(main, [*base, "--trie", str(trie), "--json", "--compare", "--max-nodes", "16",
                                "--max-depth", "4", "--no-lookup"])
     assert res.exit_code == 0, res.output
@@ -348,22 +348,25 @@ def test_cli_drafter_none(trie: Path, target: Any, tmp_path: Path) -> None:
     assert "proposing" in res.stderr and "drafter forward" not in res.stderr
     assert "prompt lookup alone" in res.stderr and "identical output: True" in res.stderr
     # a dead host: prompt lookup alone, counted
-    res = runner.invoke(main, [*base, "--host", f"127.0.0.1:{free_port()}", "--deadline-ms", "20"])
+    res = runner.invoke(main, [*base, "--target", f"127.0.0.1:{free_port()}", "--deadline-ms", "20"])
     assert res.exit_code == 0, res.output
     assert "trees from the host   0/" in res.stderr and "fallbacks (prompt lookup)" in res.stderr
     # a model folder, with --model
     target.save_pretrained(tmp_path / "target")
     res = runner.invoke(main, ["--model", str(tmp_path / "target"), "--drafter", "none", "--tokenizer",
-                               str(SAMPLE_TOKENIZER), "--trie", str(trie), "-n", "8", "-p", prompt, "--json",
-                               "--compare"])
+                               str(SAMPLE_TOKENIZER), "--trie", str(trie), "--max-new-tokens", "8", "-p", prompt,
+                               "--json", "--compare"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["identical_to_target"] is True
     # options of the other mode are refused, by name
-    res = runner.invoke(main, [*base, "--topk", "5"])
-    assert res.exit_code == 2 and "--topk: only with a DART drafter" in res.output, res.output
+    res = runner.invoke(main, [*base, "--lattice-topk", "5", "--beam-width", "4"])
+    assert res.exit_code == 2 and "--lattice-topk, --beam-width: only with a DART drafter" in res.output, res.output
+    res = runner.invoke(main, [*base, "--trie", str(trie), "--deadline-ms", "20"])
+    assert res.exit_code == 2 and "--deadline-ms: only with --target (a trie host)" in res.output, res.output
     res = runner.invoke(main, ["--random-models", "--trie", str(trie), "--max-depth", "3", "-p", prompt])
     assert res.exit_code == 2 and "--max-depth: only with --drafter none" in res.output, res.output
     res = runner.invoke(main, ["--drafter", "none", "--trie", str(trie), "-p", prompt])
     assert res.exit_code == 2 and "give the MODEL folder" in res.output, res.output
     res = runner.invoke(main, [*base, "--lookup-min-match", "99"])
-    assert res.exit_code == 2 and "lookup_min_match" in res.output, res.output
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for '--lookup-min-match': 99 is not in the range 1<=x<=32." in res.output

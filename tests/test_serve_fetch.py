@@ -267,11 +267,68 @@ def test_https_errors(https, tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
 
 
+# ---- a local compressed trie (ngram-build --compress) ------------------------------
+
+@needs_native
+def test_serves_a_local_compressed_trie_decompressed_into_memory(sample_trie: Path, tmp_path: Path) -> None:
+    from ngram_service.client import NgramClient
+
+    zst = tmp_path / "sample.ngt.zst"
+    compress_file(sample_trie, zst)
+    proc = subprocess.Popen([sys.executable, "-m", "ngram_service.serve", str(zst), "--verify", "--host",
+                             "127.0.0.1", "--port", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(json.loads(line))
+            if seen[-1]["event"] in ("listening", "startup_failed"):
+                break
+        assert [e["event"] for e in seen] == ["trie_decompressed", "index_loaded", "listening"], seen
+        assert seen[0]["path"] == str(zst) and seen[0]["bytes"] == sample_trie.stat().st_size
+        assert seen[1]["index"] == "sample"  # the file's name less .zst, not the in-memory copy's
+        want = NgramIndex.open(sample_trie)
+        with NgramClient(f"127.0.0.1:{seen[-1]['port']}", index="sample") as c:
+            assert c.info()["ngrams"] == want.info()["ngrams"]
+            got = c.topk([1, 2], 5)
+            assert got.tokens.tolist() == want.topk([1, 2], 5).tokens.tolist()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert sorted(tmp_path.iterdir()) == [zst]  # nothing written to disk
+
+
+@needs_native
+@pytest.mark.parametrize("damage", ["not_a_trie", "truncated"])
+def test_a_damaged_local_compressed_trie_is_refused(sample_trie: Path, tmp_path: Path, damage: str) -> None:
+    import zstandard
+
+    zst = tmp_path / "sample.ngt.zst"
+    compress_file(sample_trie, zst)
+    data = zst.read_bytes()
+    zst.write_bytes(zstandard.ZstdCompressor().compress(b"<html>no</html>" * 100) if damage == "not_a_trie"
+                    else data[: len(data) * 9 // 10])
+    r = run_serve([str(zst), "--host", "127.0.0.1", "--port", "0"], {})
+    assert r.returncode == 1 and "listening" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    if damage == "not_a_trie":
+        assert last == f"ngram-serve: {zst}: not a trie file (bad magic)"
+    else:  # the server's own check of the decompressed bytes
+        assert json.loads(last)["event"] == "startup_failed" and "truncated" in last, r.stderr
+
+
+def test_fetch_only_leaves_a_local_compressed_trie_as_it_is(sample_trie: Path, tmp_path: Path) -> None:
+    zst = tmp_path / "a.ngt.zst"
+    compress_file(sample_trie, zst)
+    r = run_serve([str(zst), "--fetch-only"], {})
+    assert r.returncode == 0 and r.stdout.strip() == str(zst) and "trie_decompressed" not in r.stderr
+
+
 # ---- the command line --------------------------------------------------------------
 
 def test_file_arguments_are_told_from_option_values() -> None:
-    assert [index_name(x) for x in ("s3://b/v1/corpus.ngt", "https://h/c.ngt.zst?x=1", "dir/x.y.ngt", "noext")] == [
-        "corpus", "c", "x.y", "noext"]
+    assert [index_name(x) for x in ("s3://b/v1/corpus.ngt", "https://h/c.ngt.zst?x=1", "dir/x.y.ngt", "noext",
+                                    "dir/c.ngt.zst")] == ["corpus", "c", "x.y", "noext", "c"]
     a = ServeArgs(["--port", "5", "s3://b/x.ngt", "--ram", "local.ngt", "--name=a", "--name", "b",
                    "--cache-dir", "/c", "--threads", "2", "https://h/y.ngt", "--fetch-only"])
     assert a.files() == ["s3://b/x.ngt", "local.ngt", "https://h/y.ngt"]
@@ -293,5 +350,7 @@ def test_local_files_need_no_cache_and_help_lists_the_fetch_options(tmp_path: Pa
     assert r.returncode == 0 and r.stdout.strip() == str(tmp_path / "missing.ngt")
     if find_native_binary() is not None:
         r = run_serve(["--help"], {})
-        assert r.returncode == 0 and "--cache-dir DIR" in r.stdout and "--drain-seconds" in r.stdout
+        assert r.returncode == 0 and "--drain-seconds" in r.stdout
+        # the wrapper's options in the native --help's format: the help text from column 28
+        assert re.search(r"^  --cache-dir DIR {10}where fetched tries are kept", r.stdout, re.M), r.stdout
 

@@ -91,3 +91,30 @@ def test_mutual_tls(sample_trie: Path, pki: dict[str, Path]) -> None:
         with NgramClient(s.target, root_certificates=pki["ca"], certificate_chain=pki["rogue_crt"],
                          private_key=pki["rogue_key"], retry_attempts=2) as c:  # certificate of another CA
             _refused(c)
+
+
+def test_dart_generate_over_mutual_tls(sample_trie: Path, pki: dict[str, Path]) -> None:
+    """dart-generate connects as ngram-query does: --target with --ca, --cert, --key, --server-name."""
+    require_module("torch")
+    import json
+
+    from click.testing import CliRunner
+
+    from dart_client.cli import main
+
+    base = ["--random-models", "--drafter", "none", "--max-new-tokens", "6", "-p", "This PEP proposes", "--json",
+            "--deadline-ms", "5000"]
+    with ServerProcess([sample_trie], "--tls-cert", str(pki["server_crt"]), "--tls-key", str(pki["server_key"]),
+                       "--tls-client-ca", str(pki["ca"])) as s:
+        tls = ["--ca", str(pki["ca"]), "--cert", str(pki["client_crt"]), "--key", str(pki["client_key"]),
+               "--server-name", "localhost"]
+        r = CliRunner().invoke(main, [*base, "--target", s.target, *tls])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        assert out["remote_steps"] == out["steps"] > 0 and out["pruner"]["fallbacks"] == 0
+        r = CliRunner().invoke(main, [*base, "--target", s.target, "--ca", str(pki["ca"]), "--cert",
+                                      str(pki["client_crt"])])
+        assert r.exit_code == 2 and "--cert and --key go together" in r.stderr
+    r = CliRunner().invoke(main, [*base, *tls])  # no --target: the TLS options do not apply
+    assert r.exit_code == 2
+    assert "--deadline-ms, --ca, --cert, --key, --server-name: only with --target (a trie host)" in r.stderr
