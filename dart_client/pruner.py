@@ -248,9 +248,9 @@ class _PrunerBase:
         root): the n-gram-free search with no trie, over every id of those
         lattices."""
         order = self._context_order()
-        wide = _engine.PackedLattices(contexts, packed, order, 1 << 62)
+        wide = _engine.LatticeBatch(contexts, packed, order, 1 << 62)
         need = int(max(wide.max_ids[rows].max(), self.vocab_size - 1)) + 1
-        lat = _engine.PackedLattices(contexts, packed, order, need)
+        lat = _engine.LatticeBatch(contexts, packed, order, need)
         groups, unserved = self._plan(lat, 0.0, eos if eos < need else -1, among=rows)
         if unserved is not None:
             raise ValueError(f"tokens[{int(unserved[0])}]: the root (the last token) is not a token id")
@@ -297,7 +297,7 @@ class LocalPruner(_PrunerBase):
 
     def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
         t0 = time.perf_counter()
-        lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
+        lat = _engine.LatticeBatch(contexts, packed, self.order, self.vocab_size)
         trees = _engine.TreeBatch(lat.batch)
         groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
         for g in groups:
@@ -365,7 +365,7 @@ class RemotePruner(HostLink, _PrunerBase):
         distinct depth when level weights are given); a lattice whose root
         the host does not know is pruned here without the n-gram."""
         t0 = time.perf_counter()
-        lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
+        lat = _engine.LatticeBatch(contexts, packed, self.order, self.vocab_size)
         trees = _engine.TreeBatch(lat.batch)
         groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
         for g in groups:
@@ -401,7 +401,7 @@ class RemotePruner(HostLink, _PrunerBase):
         if self.info is None:
             self._no_ngram(contexts, packed, trees, np.arange(n), self._eos(None, 1 << 31))
             return trees
-        lat = _engine.PackedLattices(contexts, packed, self.order, self.vocab_size)
+        lat = _engine.LatticeBatch(contexts, packed, self.order, self.vocab_size)
         groups, unserved = self._plan(lat, 0.0, self.eos_token_id)
         no_trie = _engine.NoTrie(self.vocab_size)
         for g in groups:

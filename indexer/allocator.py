@@ -2,10 +2,9 @@
 
 Hugging Face `tokenizers` allocates several small objects per token (the
 token's string, its offsets, a split per word, a cached word's symbols) and
-frees them a document later; with glibc's malloc, malloc/free took 37 % of
-the encoding thread's time (perf, Qwen3 on the shared corpus), and a whole
-`--tokenizer-backend hf -j 1` build spent about a fifth less CPU under
-mimalloc (docs/BUILD.md). An allocator is chosen when a process starts,
+frees them a document later, a pattern glibc's malloc serves slowly and
+mimalloc fast (docs/BUILD.md and CHANGELOG.md have the measurements). An
+allocator is chosen when a process starts,
 so the command starts itself again with ``LD_PRELOAD`` naming
 ``libmimalloc.so.2`` (Debian/Ubuntu: ``libmimalloc2.0``) when it finds one;
 its pool workers inherit it. ``NGRAM_BUILD_ALLOCATOR=system`` keeps glibc's.

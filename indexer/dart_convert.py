@@ -65,14 +65,10 @@ def convert_dart_trie(
             yield k, LevelChunk(t, c, n if k < order else None)
 
     out = Path(out)
-    plain = out.with_name(out.name + ".plain.tmp") if compress else out
-    size = write_trie(plain, order=order, vocab_size=vocab_size, eos_id=eos_id, meta=meta, plans=plans,
-                      chunks=chunks())
-    if compress:
-        from indexer.trie_output import compress_file
+    from indexer.trie_output import write_file
 
-        size = compress_file(plain, out)
-        plain.unlink()
+    size = write_file(out, lambda path: write_trie(path, order=order, vocab_size=vocab_size, eos_id=eos_id,
+                                                   meta=meta, plans=plans, chunks=chunks()), compress)
     progress(f"wrote {out} ({size:,} bytes), n-grams per order {[p.size for p in plans]}")
     return size
 

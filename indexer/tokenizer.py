@@ -9,7 +9,8 @@
   ``tokenizers`` (needs network access or a warm HF cache).
 
 Two backends produce the ids: ``"hf"`` (the ``tokenizers`` library, the
-reference) and ``"tiktoken"`` (about 5-8x faster per core). A byte-level BPE
+reference) and ``"tiktoken"`` (faster per core; CHANGELOG.md has the
+figures). A byte-level BPE
 ``tokenizer.json`` (GPT-2, Qwen2/Qwen3, Llama 3 style) is converted into a
 ``tiktoken.Encoding``; with ``backend="auto"`` the conversion is used only
 after it produced the same ids as HF on a set of tricky strings plus any

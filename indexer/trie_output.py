@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,27 +31,35 @@ def write_output(cfg: BuildConfig, store: Store, meta: dict[str, Any], plans: li
     """Writes the trie atomically to a local path, or locally and then uploaded
     whole to a URI (an object appears only once its upload completes); its size."""
     chunks = _reduce_chunks(store, ranges, cfg.order, split_children)
+
+    def write(path: Path) -> int:
+        return write_trie(path, order=cfg.order, vocab_size=vocab_size, eos_id=eos_id, meta=meta, plans=plans,
+                          chunks=chunks, format_version=cfg.format_version)
+
     if not is_uri(cfg.out):
         out = Path(cfg.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        plain = out.with_name(out.name + ".plain.tmp") if cfg.compress else out
-        size = write_trie(plain, order=cfg.order, vocab_size=vocab_size, eos_id=eos_id, meta=meta,
-                          plans=plans, chunks=chunks, format_version=cfg.format_version)
-        if cfg.compress:
-            size = compress_file(plain, out)
-            plain.unlink()
-        return size
+        return write_file(out, write, cfg.compress)
     with tempfile.TemporaryDirectory(prefix="ngram-out-") as tmp:
         local = Path(tmp) / "trie.ngt"
-        size = write_trie(local, order=cfg.order, vocab_size=vocab_size, eos_id=eos_id, meta=meta,
-                          plans=plans, chunks=chunks, format_version=cfg.format_version)
-        if cfg.compress:
-            packed = Path(tmp) / "trie.ngt.zst"
-            size = compress_file(local, packed)
-            local.unlink()
-            local = packed
+        size = write_file(local, write, cfg.compress)
         upload_atomic(local, cfg.out)
         return size
+
+
+def write_file(out: Path, write: Callable[[Path], int], compress: bool) -> int:
+    """A trie file at ``out``: ``write(path)`` writes the plain trie
+    (atomically, returning its size) there, or, with ``compress``, beside it
+    as ``OUT.plain.tmp``, which is then zstd-compressed into ``out``
+    (compress_file) and removed: the one compress step of every writer.
+    Returns out's size."""
+    if not compress:
+        return write(out)
+    plain = out.with_name(out.name + ".plain.tmp")
+    write(plain)
+    size = compress_file(plain, out)
+    plain.unlink()
+    return size
 
 
 def split_children(plan: RangePlan, reduces: list[ReduceResult]) -> SplitChildren:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import click
 
 from dart_client.lattice_log import LatticeFormatError, read_lattices
-from ngram_eval.proposals import SOURCES, ProposeSetting, evaluate_proposals, format_proposals
+from ngram_eval.proposal_replay import SOURCES, ProposeSetting, evaluate_proposals, format_proposals
 from ngram_eval.replay import PruneSetting
 from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices

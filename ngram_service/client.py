@@ -298,7 +298,7 @@ class _ClientBase:
         """A serialized PruneTreeRequest without its inputs: the index, the
         fingerprint, ``params`` (NgramIndex.prune's keywords) and with_scores.
         Serialized PruneInputs (field 4) appended to it make the request
-        (``_engine.PackedLattices.request``)."""
+        (``_engine.LatticeBatch.request``)."""
         return _engine.prune_tree_request(self.index, self.tokenizer_fingerprint, self.with_scores, params)
 
     def _prune(self, requests: Any, params: dict[str, Any], parse: Callable[[Any], Any]

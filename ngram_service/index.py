@@ -100,7 +100,7 @@ class NgramIndex:
 
     @property
     def engine(self) -> "_engine.Trie":
-        """The engine's trie, for the bindings that take one (``_engine.PackedLattices.prune``)."""
+        """The engine's trie, for the bindings that take one (``_engine.LatticeBatch.prune``)."""
         return self._t
 
     @classmethod

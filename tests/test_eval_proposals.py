@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from conftest import SAMPLE_CORPUS, SAMPLE_TOKENIZER
 from ngram_eval.cli import main as eval_main
-from ngram_eval.proposals import accepted_length, lookup_chain, replay, replay_lookup_chain
+from ngram_eval.proposal_replay import accepted_length, lookup_chain, replay, replay_lookup_chain
 from ngram_service import NgramIndex
 
 

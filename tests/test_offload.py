@@ -122,7 +122,7 @@ def test_request_bytes_are_the_protobuf_request() -> None:
     logits, d2t, contexts = batch_case(6, 1, vocab=500)
     ids, probs = device_lattices(logits, d2t, 7)
     packed = np.concatenate((ids.astype(np.int32), probs.view(np.int32)), axis=-1)
-    lat = _engine.PackedLattices(contexts, packed, 3, 500)
+    lat = _engine.LatticeBatch(contexts, packed, 3, 500)
     head = pb.PruneTreeRequest(index="corpus", tokenizer_fingerprint="abc", with_scores=True,
                                params=pb.PruneParams(beam_width=7, ngram_weight=0.25))
     served = [i for i in range(6) if reference_fit(contexts[i], ids[i], probs[i], 3, 500) is not None]
@@ -146,14 +146,14 @@ def test_request_bytes_are_the_protobuf_request() -> None:
 def test_packed_lattices_refuse_what_they_cannot_read() -> None:
     good = np.zeros((2, 3, 8), dtype=np.int32)
     with pytest.raises(ValueError, match="int32 array"):
-        _engine.PackedLattices([[1], [2]], good.astype(np.int64), 3, 100)
+        _engine.LatticeBatch([[1], [2]], good.astype(np.int64), 3, 100)
     with pytest.raises(ValueError, match="2 lattices but 1 token sequences"):
-        _engine.PackedLattices([[1]], good, 3, 100)
+        _engine.LatticeBatch([[1]], good, 3, 100)
     with pytest.raises(ValueError, match=r"tokens\[1\]: empty"):
-        _engine.PackedLattices([[1], []], good, 3, 100)
+        _engine.LatticeBatch([[1], []], good, 3, 100)
     with pytest.raises(ValueError, match=r"tokens\[0\]: token ids must be integers"):
-        _engine.PackedLattices([[1.5], [2]], good, 3, 100)
-    lat = _engine.PackedLattices([np.array([1, 2]), [3]], good, 3, 100)
+        _engine.LatticeBatch([[1.5], [2]], good, 3, 100)
+    lat = _engine.LatticeBatch([np.array([1, 2]), [3]], good, 3, 100)
     with pytest.raises(ValueError, match=r"rows\[0\] = 5 outside the batch of 2"):
         lat.request(b"", np.array([5]))
 

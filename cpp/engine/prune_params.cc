@@ -14,9 +14,11 @@ float default_logit_weight(uint32_t l) { return static_cast<float>(std::pow(0.9,
 
 namespace {
 
-// Weights lie in [0, kMaxWeight] (NaN fails both tests).
-void check_weight(float w, const std::string& name) {
+// Weights lie in [0, kMaxWeight] (NaN fails both tests). `index` < 0: a
+// scalar. The name is made only for the message.
+void check_weight(float w, const char* field, int index = -1) {
   if (w >= 0.0f && w <= PruneLimits::kMaxWeight) return;
+  const std::string name = index < 0 ? std::string(field) : std::string(field) + "[" + std::to_string(index) + "]";
   throw InvalidArgument(name + " = " + number_text(w) + ": must be a finite weight in [0, " +
                         number_text(PruneLimits::kMaxWeight) + "]");
 }
@@ -26,7 +28,7 @@ void check_weights(const std::vector<float>& w, uint32_t depth, const char* fiel
   if (w.size() != depth)
     throw InvalidArgument(std::string(field) + " has " + std::to_string(w.size()) + " entries: need one per level (D = " +
                           std::to_string(depth) + ")");
-  for (uint32_t l = 0; l < depth; ++l) check_weight(w[l], std::string(field) + "[" + std::to_string(l) + "]");
+  for (uint32_t l = 0; l < depth; ++l) check_weight(w[l], field, static_cast<int>(l));
 }
 
 }  // namespace

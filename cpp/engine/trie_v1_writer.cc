@@ -1,56 +1,21 @@
 #include "trie_v1_writer.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "count_ranks.h"
-#include "crc32c.h"
 #include "child_offsets.h"
 #include "errors.h"
 #include "packed_array.h"
+#include "section_file.h"
 #include "trie_format.h"
 #include "trie_layout.h"
 #include "trie_v1.h"
 
 namespace ngram {
 
-// A section's byte stream: buffered, written at its fixed offset, checksummed.
-struct SectionStream {
-  SectionEntry entry{};
-  int fd = -1;
-  const std::string* path = nullptr;
-  uint64_t written = 0;
-  uint32_t crc = 0;
-  std::vector<uint8_t> buf;
-
-  void write(const void* data, size_t n) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    buf.insert(buf.end(), p, p + n);
-    if (buf.size() >= (1u << 20)) flush();
-  }
-  void word(uint64_t w) { write(&w, 8); }
-  void flush() {
-    crc = crc32c_extend(crc, buf.data(), buf.size());
-    size_t done = 0;
-    while (done < buf.size()) {
-      ssize_t r = ::pwrite(fd, buf.data() + done, buf.size() - done,
-                           static_cast<off_t>(entry.offset + written + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) throw FormatError(*path + ": write failed: " + std::strerror(errno));
-      done += static_cast<size_t>(r);
-    }
-    written += buf.size();
-    buf.clear();
-  }
-};
-
 struct WordSink {
-  SectionStream* stream;
+  SectionWriter* stream;
   void operator()(uint64_t w) const { stream->word(w); }
 };
 
@@ -104,28 +69,28 @@ TrieV1Writer::TrieV1Writer(std::string path, uint32_t order, uint64_t vocab_size
     rank_layouts.push_back(rl);
     nsec += TrieV1::level_sections(sh).size();
   }
+  file_ = std::make_unique<SectionFile>(path_);
   uint64_t off = align_up(sizeof(FileHeader) + nsec * sizeof(SectionEntry));
   auto add = [&](SectionKind kind, uint32_t level, uint64_t count, uint32_t width) {
-    auto s = std::make_unique<SectionStream>();
-    s->entry.kind = static_cast<uint32_t>(kind);
-    s->entry.level = level;
-    s->entry.offset = off;
-    s->entry.length = section_bytes(kind, count, width);
-    s->entry.count = count;
-    s->entry.width = width;
-    s->path = &tmp_path_;
-    off = align_up(off + s->entry.length);
-    streams_.push_back(std::move(s));
+    SectionEntry e{};
+    e.kind = static_cast<uint32_t>(kind);
+    e.level = level;
+    e.offset = off;
+    e.length = section_bytes(kind, count, width);
+    e.count = count;
+    e.width = width;
+    off = align_up(off + e.length);
+    streams_.push_back(std::make_unique<SectionWriter>(*file_, e));
     return streams_.back().get();
   };
-  SectionStream* meta = add(SectionKind::kMeta, 0, meta_json.size(), 8);
-  std::vector<SectionStream*> value_streams;  // written once the file is open
+  SectionWriter* meta = add(SectionKind::kMeta, 0, meta_json.size(), 8);
+  std::vector<SectionWriter*> value_streams;  // the count tables, written once laid out
   for (uint32_t k = 1; k <= order_; ++k) {
     const LevelSpec& spec = specs_[k - 1];
     auto st = std::make_unique<LevelStream>();
     std::vector<WordSink> child_sinks;
     for (const SectionShape& sec : TrieV1::level_sections(shapes[k - 1])) {
-      SectionStream* s = add(sec.kind, k, sec.count, sec.width);
+      SectionWriter* s = add(sec.kind, k, sec.count, sec.width);
       auto packed = [&] { return std::make_unique<PackedWriter<WordSink>>(sec.width, WordSink{s}); };
       switch (sec.kind) {
         case SectionKind::kCountValues: value_streams.push_back(s); break;
@@ -150,19 +115,12 @@ TrieV1Writer::TrieV1Writer(std::string path, uint32_t order, uint64_t vocab_size
   file_size_ = off;
   if (streams_.size() != nsec) throw InvalidArgument("internal error: section count");
 
-  tmp_path_ = path_ + ".tmp-" + std::to_string(::getpid());
-  fd_ = ::open(tmp_path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw FormatError(tmp_path_ + ": cannot create: " + std::strerror(errno));
-  for (auto& s : streams_) s->fd = fd_;
-  meta->write(meta_json.data(), meta_json.size());
+  meta->bytes(meta_json.data(), meta_json.size());
   for (uint32_t k = 1; k <= order_; ++k)
     for (uint64_t v : specs_[k - 1].count_values) value_streams[k - 1]->word(v);
 }
 
-TrieV1Writer::~TrieV1Writer() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!finished_ && !tmp_path_.empty()) ::unlink(tmp_path_.c_str());
-}
+TrieV1Writer::~TrieV1Writer() = default;  // the file's destructor removes an unfinished one
 
 void TrieV1Writer::append(uint32_t k, uint64_t n, const int32_t* tokens, const uint64_t* counts,
                         const uint64_t* n_children) {
@@ -229,12 +187,11 @@ void TrieV1Writer::finish() {
   }
   std::vector<SectionEntry> table;
   for (auto& s : streams_) {
-    s->flush();
-    if (s->written != s->entry.length)
-      throw FormatError(tmp_path_ + ": internal error: section wrote " + std::to_string(s->written) +
-                        " bytes, laid out " + std::to_string(s->entry.length));
-    s->entry.crc = s->crc;
-    table.push_back(s->entry);
+    const SectionEntry& e = s->entry();
+    if (s->written() != e.length)
+      throw FormatError(file_->tmp_path() + ": internal error: section wrote " + std::to_string(s->written()) +
+                        " bytes, laid out " + std::to_string(e.length));
+    table.push_back(e);
   }
   FileHeader h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
@@ -242,23 +199,7 @@ void TrieV1Writer::finish() {
   h.order = order_;
   h.vocab_size = vocab_size_;
   h.eos_id = eos_id_;
-  h.section_count = static_cast<uint32_t>(table.size());
-  h.section_table_offset = sizeof(FileHeader);
-  h.file_length = file_size_;
-  h.header_crc = 0;
-  uint32_t crc = crc32c(&h, sizeof(h));
-  h.header_crc = crc32c_extend(crc, table.data(), table.size() * sizeof(SectionEntry));
-  std::string head(reinterpret_cast<const char*>(&h), sizeof(h));
-  head.append(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(SectionEntry));
-  if (::pwrite(fd_, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()))
-    throw FormatError(tmp_path_ + ": write failed: " + std::strerror(errno));
-  // Zero padding after the last section is implicit: extend to the full length.
-  if (::ftruncate(fd_, static_cast<off_t>(file_size_)) != 0 || ::fsync(fd_) != 0)
-    throw FormatError(tmp_path_ + ": cannot finish: " + std::strerror(errno));
-  ::close(fd_);
-  fd_ = -1;
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0)
-    throw FormatError(path_ + ": cannot rename into place: " + std::strerror(errno));
+  file_->commit(h, table, file_size_);
   finished_ = true;
 }
 

@@ -3,7 +3,8 @@
 // out exactly TrieV1::level_sections, the list the reader requires. Sizes
 // and count tables are known up front, so every section's offset is fixed at
 // construction and each level's arrays are written as they arrive; the file
-// appears under its final name only when complete (write, fsync, rename).
+// appears under its final name only when complete (section_file.h: write,
+// fsync, rename).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,7 +13,8 @@
 
 namespace ngram {
 
-struct SectionStream;
+class SectionFile;
+class SectionWriter;
 struct LevelStream;
 
 struct LevelSpec {
@@ -43,8 +45,8 @@ class TrieV1Writer {
   uint64_t file_size() const { return file_size_; }
 
  private:
-  std::string path_, tmp_path_;
-  int fd_ = -1;
+  std::string path_;
+  std::unique_ptr<SectionFile> file_;  // the temporary file until finish() (section_file.h)
   bool finished_ = false;
   uint32_t order_;
   uint64_t vocab_size_;
@@ -52,7 +54,7 @@ class TrieV1Writer {
   uint64_t file_size_ = 0;
   std::vector<LevelSpec> specs_;
   std::vector<std::unique_ptr<LevelStream>> levels_;
-  std::vector<std::unique_ptr<SectionStream>> streams_;  // one per section, table order
+  std::vector<std::unique_ptr<SectionWriter>> streams_;  // one per section, table order
 };
 
 }  // namespace ngram

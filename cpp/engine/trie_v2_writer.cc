@@ -1,19 +1,15 @@
 #include "trie_v2_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
-#include <type_traits>
+#include <optional>
 #include <vector>
 
 #include "chunked_elias_fano.h"
 #include "count_ranks.h"
-#include "crc32c.h"
 #include "dense_runs.h"
 #include "errors.h"
 #include "packed_array.h"
+#include "section_file.h"
 #include "trie_layout.h"
 #include "trie_v1.h"
 #include "trie_v2.h"
@@ -29,110 +25,52 @@ constexpr double kDenseBudgetPerNgram = 0.06;
 
 // The file being written, streamed: sections one after another at 64-byte
 // aligned offsets behind the header and section table (written last), each
-// through a buffer, checksummed as it goes. Unless commit() ran, the
-// temporary file is removed.
-class SectionFile {
+// through its SectionWriter (section_file.h), checksummed as it goes.
+// Unless commit() ran, the temporary file is removed.
+class SectionSequence {
  public:
-  SectionFile(const std::string& path, uint64_t sections)
-      : path_(path), tmp_(path + ".tmp-" + std::to_string(::getpid())),
-        off_(align_up(sizeof(FileHeader) + sections * sizeof(SectionEntry))) {
-    fd_ = ::open(tmp_.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw FormatError(tmp_ + ": cannot create: " + std::strerror(errno));
-  }
-  ~SectionFile() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(tmp_.c_str());
-    }
-  }
-  SectionFile(const SectionFile&) = delete;
-  SectionFile& operator=(const SectionFile&) = delete;
+  SectionSequence(const std::string& path, uint64_t sections)
+      : file_(path), off_(align_up(sizeof(FileHeader) + sections * sizeof(SectionEntry))) {}
 
   void begin(SectionKind kind, uint32_t level) {
-    cur_ = SectionEntry{};
-    cur_.kind = static_cast<uint32_t>(kind);
-    cur_.level = level;
-    cur_.offset = off_;
-    written_ = 0;
-    crc_ = 0;
+    SectionEntry e{};
+    e.kind = static_cast<uint32_t>(kind);
+    e.level = level;
+    e.offset = off_;
+    cur_.emplace(file_, e);
   }
-  void bytes(const void* p, uint64_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    buf_.insert(buf_.end(), b, b + n);
-    if (buf_.size() >= (1u << 20)) flush();
-  }
-  void word(uint64_t w) { bytes(&w, 8); }
+  void bytes(const void* p, uint64_t n) { cur_->bytes(p, n); }
+  void word(uint64_t w) { cur_->word(w); }
   // Ends the section begun last, which the layout says has `count`
   // elements of `width` bits: its bytes must be exactly that many.
   void end(const SectionShape& s) {
-    flush();
+    SectionEntry e = cur_->entry();
     const uint64_t want = section_bytes(s.kind, s.count, s.width);
-    if (static_cast<uint32_t>(s.kind) != cur_.kind || written_ != want)
-      throw FormatError(path_ + ": internal error: section " + section_kind_name(cur_.kind) + " of level " +
-                        std::to_string(cur_.level) + " has " + std::to_string(written_) + " bytes, laid out " +
+    if (static_cast<uint32_t>(s.kind) != e.kind || cur_->written() != want)
+      throw FormatError(file_.path() + ": internal error: section " + section_kind_name(e.kind) + " of level " +
+                        std::to_string(e.level) + " has " + std::to_string(cur_->written()) + " bytes, laid out " +
                         std::to_string(want));
-    cur_.length = want;
-    cur_.count = s.count;
-    cur_.width = s.width;
-    cur_.crc = crc_;
-    table.push_back(cur_);
+    e.length = want;
+    e.count = s.count;
+    e.width = s.width;
+    table.push_back(e);
     off_ = align_up(off_ + want);
   }
   // Writes the header and the table, syncs, renames into place; the file's size.
-  uint64_t commit(FileHeader h) {
-    h.section_count = static_cast<uint32_t>(table.size());
-    h.section_table_offset = sizeof(FileHeader);
-    h.file_length = off_;
-    h.header_crc = 0;
-    h.header_crc = crc32c_extend(crc32c(&h, sizeof(h)), table.data(), table.size() * sizeof(SectionEntry));
-    put(&h, sizeof(h), 0);
-    put(table.data(), table.size() * sizeof(SectionEntry), sizeof(h));
-    if (::ftruncate(fd_, static_cast<off_t>(off_)) != 0 || ::fsync(fd_) != 0)
-      throw FormatError(tmp_ + ": cannot finish: " + std::strerror(errno));
-    ::close(fd_);
-    fd_ = -1;
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      const int e = errno;
-      ::unlink(tmp_.c_str());
-      throw FormatError(path_ + ": cannot rename into place: " + std::strerror(e));
-    }
-    return h.file_length;
-  }
+  uint64_t commit(const FileHeader& h) { return file_.commit(h, table, off_); }
 
   std::vector<SectionEntry> table;
 
  private:
-  void flush() {
-    if (buf_.empty()) return;
-    crc_ = crc32c_extend(crc_, buf_.data(), buf_.size());
-    put(buf_.data(), buf_.size(), cur_.offset + written_);
-    written_ += buf_.size();
-    buf_.clear();
-  }
-  void put(const void* p, uint64_t n, uint64_t at) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    uint64_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pwrite(fd_, b + done, n - done, static_cast<off_t>(at + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) throw FormatError(tmp_ + ": write failed: " + std::strerror(errno));
-      done += static_cast<uint64_t>(r);
-    }
-  }
-
-  std::string path_, tmp_;
-  int fd_ = -1;
+  SectionFile file_;
   uint64_t off_;
-  SectionEntry cur_{};
-  uint64_t written_ = 0;
-  uint32_t crc_ = 0;
-  std::vector<uint8_t> buf_;
+  std::optional<SectionWriter> cur_;
 };
 
 // Words into the section being written (none when f is null: a pass that
 // writes another of a writer's outputs).
 struct FileSink {
-  SectionFile* f;
+  SectionSequence* f;
   void operator()(uint64_t w) const {
     if (f) f->word(w);
   }
@@ -151,7 +89,7 @@ SectionShape layout_of(const LevelShapeV2& s, SectionKind kind) {
 }
 
 // Values packed with `width` bits each, written as section `kind`.
-void write_packed(SectionFile& f, const LevelShapeV2& s, SectionKind kind, const std::vector<uint64_t>& values) {
+void write_packed(SectionSequence& f, const LevelShapeV2& s, SectionKind kind, const std::vector<uint64_t>& values) {
   const SectionShape shape = layout_of(s, kind);
   f.begin(kind, s.level);
   PackedWriter<FileSink> w(shape.width, FileSink{&f});
@@ -166,7 +104,7 @@ void write_packed(SectionFile& f, const LevelShapeV2& s, SectionKind kind, const
 // own pass over the ranks, so that none is held.
 template <class ForEachRank>
 void write_count_sections(const uint64_t* values, uint64_t nvalues, uint64_t entries, ForEachRank for_each_rank,
-                          LevelShapeV2& sh, SectionFile& f) {
+                          LevelShapeV2& sh, SectionSequence& f) {
   std::vector<uint64_t> freq(nvalues, 0);
   for_each_rank([&](uint64_t r) {
     if (r >= freq.size()) throw FormatError("level " + std::to_string(sh.level) + ": a count rank out of range");
@@ -220,7 +158,7 @@ void write_count_sections(const uint64_t* values, uint64_t nvalues, uint64_t ent
 // Level 1's child offsets, plainly packed, for the tokens that occur (a
 // token that does not has no children): each one's first child, then the
 // size of level 2.
-void write_used_child_offsets(const TrieV1& src, const LevelShapeV2& sh, SectionFile& f) {
+void write_used_child_offsets(const TrieV1& src, const LevelShapeV2& sh, SectionSequence& f) {
   const LevelV1& L = src.level(1);
   std::vector<uint64_t> offsets;
   for (uint64_t t = 0; t < L.size; ++t)
@@ -230,7 +168,7 @@ void write_used_child_offsets(const TrieV1& src, const LevelShapeV2& sh, Section
 }
 
 // Level k's child offsets, Elias-Fano coded: one pass per section.
-void write_child_offsets(const TrieV1& src, const LevelShapeV2& sh, SectionFile& f) {
+void write_child_offsets(const TrieV1& src, const LevelShapeV2& sh, SectionSequence& f) {
   const LevelV1& L = src.level(sh.level);
   const uint64_t n = L.size + 1, u = src.level(sh.level + 1).size;
   const SectionKind kinds[3] = {SectionKind::kChildLow, SectionKind::kChildHigh, SectionKind::kChildSelect};
@@ -264,7 +202,7 @@ uint64_t write_from_v1(const TrieV1& src, uint64_t vocab, int64_t eos_id, const 
     s.order = order;
     nsec += TrieV2::level_sections(s).size();
   }
-  SectionFile f(path, nsec);
+  SectionSequence f(path, nsec);
   f.begin(SectionKind::kMeta, 0);
   f.bytes(meta_json.data(), meta_json.size());
   f.end({SectionKind::kMeta, meta_json.size(), 8});
@@ -437,17 +375,21 @@ uint64_t write_from_v1(const TrieV1& src, uint64_t vocab, int64_t eos_id, const 
   return f.commit(h);
 }
 
+// What each representation writes as version 2: a version-1 trie its
+// conversion; a version-2 trie nothing.
+uint64_t write_v2_of(const TrieV1& trie, const TrieIndex& source, const std::string& path,
+                     const std::string& meta_json) {
+  return write_from_v1(trie, source.vocab_size(), source.eos_id(), path, meta_json);
+}
+uint64_t write_v2_of(const TrieV2&, const TrieIndex& source, const std::string&, const std::string&) {
+  throw InvalidArgument(source.path() + ": format version " + std::to_string(source.version()) +
+                        ", write_trie_v2 reads a version-1 trie");
+}
+
 }  // namespace
 
 uint64_t write_trie_v2(const TrieIndex& source, const std::string& path, const std::string& meta_json) {
-  return source.visit([&](const auto& trie) -> uint64_t {
-    if constexpr (std::is_base_of_v<TrieV1, std::decay_t<decltype(trie)>>) {
-      return write_from_v1(trie, source.vocab_size(), source.eos_id(), path, meta_json);
-    } else {
-      throw InvalidArgument(source.path() + ": format version " + std::to_string(source.version()) +
-                            ", write_trie_v2 reads a version-1 trie");
-    }
-  });
+  return source.visit([&](const auto& trie) -> uint64_t { return write_v2_of(trie, source, path, meta_json); });
 }
 
 }  // namespace ngram

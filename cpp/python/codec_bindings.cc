@@ -48,7 +48,7 @@ void bind_codecs(py::module_& m) {
       "A serialized PruneTreeRequest (cpp/python/prune_tree_codec.h): index, fingerprint, the given `params` "
       "(prune's keywords, converted as prune converts them; None values not given), with_scores, and one "
       "PruneInput per request of a prune_batch call (dicts or tuples; None: the head alone, for "
-      "PackedLattices.request). Values are the host's to check.");
+      "LatticeBatch.request). Values are the host's to check.");
 
   m.def(
       "propose_tree_request",

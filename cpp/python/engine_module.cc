@@ -67,7 +67,7 @@ PyObject* conditional_probs_fastcall(PyObject* self, PyObject* const* in, Py_ssi
 }  // namespace
 
 void bind_prune(py::module_& m);  // prune_bindings.cc
-void bind_offload(py::module_& m);  // offload_bindings.cc
+void bind_batches(py::module_& m);  // batch_bindings.cc
 void bind_propose(py::module_& m);  // propose_bindings.cc
 void bind_codecs(py::module_& m);  // codec_bindings.cc
 
@@ -208,7 +208,7 @@ PYBIND11_MODULE(_engine, m) {
       "conditional_probs(contexts, candidates, *, timeout=None)\nDART-compatible conditional probabilities "
       "(see ngram_service.NgramIndex.conditional_probs)."};
   add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
-  bind_offload(m);
+  bind_batches(m);
   bind_prune(m);  // after Trie, whose method prune becomes
   bind_propose(m);  // after Trie and PrunedTree
   bind_codecs(m);   // after PrunedTree

@@ -1,6 +1,6 @@
 // prune's and propose's keyword parameters as the engine's PruneParams and
 // ProposeParams: the one conversion of every binding that takes them (the
-// searches, PackedLattices.prune, and the request codecs, which also keep
+// searches, LatticeBatch.prune, and the request codecs, which also keep
 // which ones were given). Values are converted here (ValueError naming the
 // parameter for a wrong type); their ranges are the engine's to check.
 #pragma once

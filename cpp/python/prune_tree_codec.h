@@ -1,7 +1,7 @@
 // PruneTreeRequest (proto/ngram/v1/ngram.proto), written from the engine's
 // types: the one encoder of the message on the client side (NgramClient's
 // prune and prune_batch, dart_client's RemotePruner through
-// PackedLattices.request). The request is its head (index, fingerprint,
+// LatticeBatch.request). The request is its head (index, fingerprint,
 // params, with_scores: fields 1, 2, 3, 5) followed by one PruneInput (field
 // 4) per lattice; protobuf reads fields in any order. The response is
 // tree_codec.h's. tests/test_wire.py and tests/test_offload.py check the

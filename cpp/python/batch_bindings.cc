@@ -156,10 +156,10 @@ uint8_t* writable_bytes(const py::handle& h, uint64_t& size) {
 
 }  // namespace
 
-void bind_offload(py::module_& m) {
-  py::class_<LatticeBatch>(m, "PackedLattices", R"(A batch of draft lattices fitted to a trie's vocabulary.
+void bind_batches(py::module_& m) {
+  py::class_<LatticeBatch>(m, "LatticeBatch", R"(A batch of draft lattices fitted to a trie's vocabulary.
 
-PackedLattices(contexts, packed, order, vocab_size): contexts are B token
+LatticeBatch(contexts, packed, order, vocab_size): contexts are B token
 sequences (lists of ints or integer arrays; the last token is each tree's
 root); packed is int32 [B, D, 2K] as the device wrote it, per level the K
 candidate ids then their float32 probabilities' bits. The engine fits them
@@ -208,7 +208,7 @@ a lattice whose root or first level the trie cannot serve has depth 0.)")
                inputs[i] = L.input(r[i], offsets[i]);
              }
              std::vector<DraftTree> trees;
-             with_trie(trie, "PackedLattices.prune", [&](const auto& t) {
+             with_trie(trie, "LatticeBatch.prune", [&](const auto& t) {
                py::gil_scoped_release nogil;
                prune_tree_batch(t, inputs, params, static_cast<uint32_t>(std::max<int64_t>(0, threads)), trees);
              });
@@ -226,7 +226,7 @@ a lattice whose root or first level the trie cannot serve has depth 0.)")
            "drafter alone), each tree into the same row of out (a TreeBatch); parameters as prune's; threads "
            "0: all cores.");
 
-  py::class_<TreeBatch>(m, "TreeBatch", R"(The draft trees of a batch, filled by PackedLattices.prune or decode, packed by pack.
+  py::class_<TreeBatch>(m, "TreeBatch", R"(The draft trees of a batch, filled by LatticeBatch.prune or decode, packed by pack.
 
 pack's layout (cpp/engine/draft_tree.h, TreeBatchLayout), for B trees, N = most
 nodes, L = most leaves, W = deepest path + 1: int64 tokens [B, N] (0 padded),
