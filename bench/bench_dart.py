@@ -147,8 +147,8 @@ def replay_tau(gen: Any, refs: list[list[int]], prompt: int, new: int) -> float 
     """The mean accepted length (drafts + 1) of the teacher-forced replay of
     a proposal mode at the positions decoding visits: from each prompt plus
     the token the prefill commits, the tree proposed at each position and the
-    longest path the reference confirms (ngram_eval.proposals)."""
-    from ngram_eval.proposals import accepted_length
+    longest path the reference confirms (ngram_eval.proposal_replay)."""
+    from ngram_eval.proposal_replay import accepted_length
     from ngram_service.proposals import propose_lookup
 
     proposer = getattr(gen, "proposer", None)

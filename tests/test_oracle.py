@@ -20,7 +20,7 @@ from dart_client.generate import ProposalGenerator  # noqa: E402
 from dart_client.oracle import OracleTarget  # noqa: E402
 from dart_client.proposer import LocalProposer, LookupProposer  # noqa: E402
 from dart_client.random_models import random_sample_target  # noqa: E402
-from ngram_eval.proposals import accepted_length  # noqa: E402
+from ngram_eval.proposal_replay import accepted_length  # noqa: E402
 from ngram_service import NgramIndex  # noqa: E402
 
 PROMPT, NEW = 40, 120

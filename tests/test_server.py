@@ -446,14 +446,14 @@ def test_resource_exhausted_under_overload(sample_trie: Path) -> None:
     with ServerProcess([sample_trie], "--threads", "1", "--max-queue", "1", "--max-queue-wait-ms", "600000",
                        "--metrics-port", str(port), "--metrics-host", "127.0.0.1") as s:
         stub = s.stub()
-        slow = [stub.PruneTree.future(_slow_prune_request(3, seed=i), timeout=120) for i in range(2)]
+        slow = [stub.PruneTree.future(_slow_prune_request(6, seed=i), timeout=120) for i in range(2)]
         wait_in_flight(port, 2)
         with pytest.raises(grpc.RpcError) as e:
             stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=30)
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "--max-queue" in e.value.details()
         assert not any(f.done() for f in slow)  # refused while both were still in flight
-        assert [len(f.result().trees) for f in slow] == [3, 3]
+        assert [len(f.result().trees) for f in slow] == [6, 6]
         assert stub.TopK(pb.TopKRequest(context=[1], k=1), timeout=30).tokens  # places freed
         text = metrics_text(port)
     assert 'ngram_rejected_total{method="TopK",reason="queue_full"} 1' in text
