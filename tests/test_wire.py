@@ -101,3 +101,15 @@ def test_response_trees_decode_with_and_without_scores(host: RecordingHost) -> N
             c.prune_batch([lattice, lattice])
         host.answer = pb.PruneTreeResponse(trees=resp.trees[1:]).SerializeToString()
         assert c.prune(*lattice).tokens.tolist() == [9]
+
+
+def test_parameter_table_is_the_wire_order() -> None:
+    """The engine's one table of prune's parameters (kPruneFields, in the
+    order prune_params() reports them) numbers them as PruneParams does:
+    field i + 1; PRUNE_DEFAULTS is its scalars, in the same order."""
+    from ngram_service.tree import DEFAULTS, prune_params
+
+    fields = pb.PruneParams.DESCRIPTOR.fields_by_number
+    names = [fields[i + 1].name for i in range(len(fields))]
+    assert names == list(prune_params())
+    assert list(DEFAULTS) == [n for n in names if n in DEFAULTS]

@@ -40,7 +40,7 @@ int32_t order_by_token(const int32_t* tok, uint32_t k, uint32_t* order) {
 }
 
 // What check_lattice names and bounds a lattice by: prune's arguments, the engine's limits.
-const LatticeFields kPruneFields;
+const LatticeFields kLatticeFields;
 const LatticeBounds kEngineBounds;
 
 }  // namespace
@@ -69,11 +69,11 @@ void check_lattice_values(uint64_t total, uint64_t n_tokens, uint64_t n_probs, c
 void check_lattice(uint64_t vocab, const PruneInput& in, CheckedLattice& out) {
   if (in.prefix_len == 0) throw InvalidArgument("prefix is empty: need at least one token (its last is the root)");
   check_token_ids(vocab, in.prefix, in.prefix_len, "prefix");
-  check_lattice_depth(in.depth, kPruneFields, kEngineBounds);
+  check_lattice_depth(in.depth, kLatticeFields, kEngineBounds);
   if (in.level_offsets[0] != 0) throw InvalidArgument("level_offsets[0] must be 0");
   for (uint32_t l = 0; l < in.depth; ++l) {
     const uint64_t lo = in.level_offsets[l], hi = in.level_offsets[l + 1];
-    check_lattice_level(l, hi > lo ? hi - lo : 0, kPruneFields, kEngineBounds);
+    check_lattice_level(l, hi > lo ? hi - lo : 0, kLatticeFields, kEngineBounds);
   }
   const uint64_t total = in.level_offsets[in.depth];
   out.tokens.resize(total);

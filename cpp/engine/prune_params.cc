@@ -34,14 +34,20 @@ void check_weights(const std::vector<float>& w, uint32_t depth, const char* fiel
 }  // namespace
 
 void check_prune_params(const PruneParams& params, uint32_t depth, uint64_t vocab) {
-  check_range(params.beam_width, 1, PruneLimits::kMaxBeamWidth, "beam_width");
-  check_range(params.max_nodes, 0, PruneLimits::kMaxNodes, "max_nodes");
-  check_weight(params.ngram_weight, "ngram_weight");
-  check_weights(params.level_weights, depth, "level_weights");
-  check_weights(params.logit_weights, depth, "logit_weights");
-  if (params.eos_token_id && (*params.eos_token_id < -1 || *params.eos_token_id >= static_cast<int64_t>(vocab)))
-    throw InvalidArgument("eos_token_id = " + std::to_string(*params.eos_token_id) + ": must be -1 (none) or in [0, " +
-                          std::to_string(vocab) + ")");
+  for (const PruneField& f : kPruneFields) {
+    if (f.integer) {
+      check_range(params.*f.integer, f.lo, f.hi, f.name);
+    } else if (f.weight) {
+      check_weight(params.*f.weight, f.name);
+    } else if (f.weights) {
+      check_weights(params.*f.weights, depth, f.name);
+    } else if (f.token) {
+      const std::optional<int64_t>& t = params.*f.token;
+      if (t && (*t < f.lo || *t >= static_cast<int64_t>(vocab)))
+        throw InvalidArgument(std::string(f.name) + " = " + std::to_string(*t) + ": must be -1 (none) or in [0, " +
+                              std::to_string(vocab) + ")");
+    }
+  }
 }
 
 }  // namespace ngram

@@ -37,10 +37,46 @@ struct PruneParams {
   bool ngram_on_first_level = false;
 };
 
-// Throws InvalidArgument naming the field at fault, for a lattice of
-// `depth` levels over ids in [0, vocab): beam_width or max_nodes out of
-// range, weights outside [0, kMaxWeight] or not finite, a weight list not
-// of `depth` entries, eos_token_id outside [-1, vocab).
+// One parameter of a search: its name, its member (exactly one of: an
+// integer, in [lo, hi]; a weight, in [0, kMaxWeight]; a weight per level;
+// a token id, in [-1, vocab) or unset; a flag), and what it means.
+struct PruneField {
+  const char* name;
+  int64_t PruneParams::*integer;
+  float PruneParams::*weight;
+  std::vector<float> PruneParams::*weights;
+  std::optional<int64_t> PruneParams::*token;
+  bool PruneParams::*flag;
+  int64_t lo, hi;
+  const char* help;
+};
+
+// Every parameter, in the order of their field numbers in the wire's
+// PruneParams (proto/ngram/v1/ngram.proto: kPruneFields[i] is field i + 1):
+// the one table that the checks, the bindings' conversion and defaults, the
+// request codec and the server read.
+inline constexpr PruneField kPruneFields[] = {
+    {"beam_width", &PruneParams::beam_width, nullptr, nullptr, nullptr, nullptr, 1, PruneLimits::kMaxBeamWidth,
+     "extensions kept per level"},
+    {"max_nodes", &PruneParams::max_nodes, nullptr, nullptr, nullptr, nullptr, 0, PruneLimits::kMaxNodes,
+     "nodes kept, root excluded"},
+    {"ngram_weight", nullptr, &PruneParams::ngram_weight, nullptr, nullptr, nullptr, 0, 0,
+     "weight of the n-gram score against the drafter's"},
+    {"level_weights", nullptr, nullptr, &PruneParams::level_weights, nullptr, nullptr, 0, 0,
+     "one per level; empty: (l+1)**-0.7"},
+    {"logit_weights", nullptr, nullptr, &PruneParams::logit_weights, nullptr, nullptr, 0, 0,
+     "one per level; empty: 0.9**l"},
+    {"eos_token_id", nullptr, nullptr, nullptr, &PruneParams::eos_token_id, nullptr, -1, 0,
+     "extensions ending in it rank last; -1: none; unset: the trie's"},
+    {"ngram_on_first_level", nullptr, nullptr, nullptr, nullptr, &PruneParams::ngram_on_first_level, 0, 0,
+     "score level 0 with the n-grams too"},
+};
+inline constexpr uint32_t kPruneFieldCount = sizeof(kPruneFields) / sizeof(kPruneFields[0]);
+
+// Throws InvalidArgument naming the field at fault, in kPruneFields' order,
+// for a lattice of `depth` levels over ids in [0, vocab): beam_width or
+// max_nodes out of range, weights outside [0, kMaxWeight] or not finite, a
+// weight list not of `depth` entries, eos_token_id outside [-1, vocab).
 void check_prune_params(const PruneParams& params, uint32_t depth, uint64_t vocab);
 
 // DART's default weights for level l.

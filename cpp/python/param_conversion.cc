@@ -2,6 +2,9 @@
 
 #include <pybind11/numpy.h>
 
+#include <pybind11/stl.h>
+
+#include <array>
 #include <string>
 #include <vector>
 
@@ -50,34 +53,49 @@ double written(float v) { return std::stod(number_text(v)); }
 
 }  // namespace
 
+// An integer field's range as its messages write it ("1..1024"), made once.
+static const std::string& integer_range(uint32_t i) {
+  static const std::array<std::string, kPruneFieldCount> ranges = [] {
+    std::array<std::string, kPruneFieldCount> r;
+    for (uint32_t j = 0; j < kPruneFieldCount; ++j)
+      if (kPruneFields[j].integer) r[j] = std::to_string(kPruneFields[j].lo) + ".." + std::to_string(kPruneFields[j].hi);
+    return r;
+  }();
+  return ranges[i];
+}
+
 void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
   std::vector<float> level = std::move(p.level_weights), logit = std::move(p.logit_weights);
   p = PruneParams{};  // the defaults; the weights' buffers are kept
   p.level_weights = std::move(level);
   p.logit_weights = std::move(logit);
-  static const std::string beam_range = "1.." + std::to_string(PruneLimits::kMaxBeamWidth),
-                           nodes_range = "0.." + std::to_string(PruneLimits::kMaxNodes);
-  if (v[0]) p.beam_width = integer(v[0], "beam_width", beam_range);
-  if (v[1]) p.max_nodes = integer(v[1], "max_nodes", nodes_range);
-  if (v[2]) {
-    const double w = PyFloat_Check(v[2].ptr()) ? PyFloat_AS_DOUBLE(v[2].ptr()) : PyFloat_AsDouble(v[2].ptr());
-    if (w == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
-      throw InvalidArgument("ngram_weight must be a number, got " + std::string(py::repr(v[2])));
+  for (uint32_t i = 0; i < kPruneFieldCount; ++i) {
+    const PruneField& f = kPruneFields[i];
+    const py::handle h = v[i];
+    if (f.weights) {
+      weights(h ? h : py::none(), f.name, p.*f.weights);
+      continue;
     }
-    p.ngram_weight = static_cast<float>(w);
-  }
-  weights(v[3] ? v[3] : py::none(), "level_weights", p.level_weights);
-  weights(v[4] ? v[4] : py::none(), "logit_weights", p.logit_weights);
-  if (v[5] && !v[5].is_none()) {
-    if (py::isinstance<py::bool_>(v[5]) || !PyIndex_Check(v[5].ptr()))
-      throw InvalidArgument("eos_token_id must be an integer or None, got " + std::string(py::repr(v[5])));
-    p.eos_token_id = integer(v[5], "eos_token_id", "-1 (none) or in [0, vocab_size)");
-  }
-  if (v[6]) {
-    const int truth = PyObject_IsTrue(v[6].ptr());
-    if (truth < 0) throw py::error_already_set();
-    p.ngram_on_first_level = truth != 0;
+    if (!h) continue;
+    if (f.integer) {
+      p.*f.integer = integer(h, f.name, integer_range(i));
+    } else if (f.weight) {
+      const double w = PyFloat_Check(h.ptr()) ? PyFloat_AS_DOUBLE(h.ptr()) : PyFloat_AsDouble(h.ptr());
+      if (w == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw InvalidArgument(std::string(f.name) + " must be a number, got " + std::string(py::repr(h)));
+      }
+      p.*f.weight = static_cast<float>(w);
+    } else if (f.token) {
+      if (h.is_none()) continue;
+      if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr()))
+        throw InvalidArgument(std::string(f.name) + " must be an integer or None, got " + std::string(py::repr(h)));
+      p.*f.token = integer(h, f.name, "-1 (none) or in [0, vocab_size)");
+    } else {
+      const int truth = PyObject_IsTrue(h.ptr());
+      if (truth < 0) throw py::error_already_set();
+      p.*f.flag = truth != 0;
+    }
   }
 }
 
@@ -92,23 +110,36 @@ ngram::PruneParams make_params(const py::handle& beam_width, const py::handle& m
 
 GivenPruneParams given_prune_params(const py::handle& params) {
   PruneParamHandles h{};
+  GivenPruneParams g;
   for (const auto& item : py::reinterpret_borrow<py::dict>(params)) {
     const std::string key = py::str(item.first);
-    size_t i = 0;
-    while (i < kPruneParamNames.size() && key != kPruneParamNames[i]) ++i;
-    if (i == kPruneParamNames.size()) {
+    uint32_t i = 0;
+    while (i < kPruneFieldCount && key != kPruneFields[i].name) ++i;
+    if (i == kPruneFieldCount) {
       std::string known;
-      for (const char* n : kPruneParamNames) known += std::string(known.empty() ? "" : ", ") + n;
+      for (const PruneField& f : kPruneFields) known += std::string(known.empty() ? "" : ", ") + f.name;
       throw py::type_error("prune: unexpected keyword '" + key + "'; parameters are " + known);
     }
-    if (!item.second.is_none()) h[i] = item.second;
+    if (!item.second.is_none()) {
+      h[i] = item.second;
+      g.given |= 1u << i;
+    }
   }
-  GivenPruneParams g;
   load_prune_params(h, g.values);
-  g.beam_width = static_cast<bool>(h[0]);
-  g.max_nodes = static_cast<bool>(h[1]);
-  g.ngram_weight = static_cast<bool>(h[2]);
   return g;
+}
+
+py::dict prune_params_dict(const PruneParams& p, bool defaults_only) {
+  py::dict out;
+  for (const PruneField& f : kPruneFields) {
+    if (f.integer) out[f.name] = p.*f.integer;
+    else if (f.weight) out[f.name] = static_cast<double>(p.*f.weight);
+    else if (defaults_only) continue;
+    else if (f.weights) out[f.name] = p.*f.weights;
+    else if (f.token) out[f.name] = p.*f.token ? py::object(py::int_(*(p.*f.token))) : py::object(py::none());
+    else out[f.name] = p.*f.flag;
+  }
+  return out;
 }
 
 GivenProposeParams given_propose_params(const py::handle& params, const char* call, bool skip_timeout,

@@ -13,13 +13,10 @@
 
 namespace ngram_py {
 
-// prune's keyword parameters, in this order; a null handle (or None, but
-// for eos_token_id, where None means the trie's) is one not given: the
-// engine's default.
-constexpr std::array<const char*, 7> kPruneParamNames = {
-    "beam_width", "max_nodes", "ngram_weight", "level_weights", "logit_weights", "eos_token_id",
-    "ngram_on_first_level"};
-using PruneParamHandles = std::array<pybind11::handle, kPruneParamNames.size()>;
+// prune's keyword parameters, in kPruneFields' order; a null handle (or
+// None, but for eos_token_id, where None means the trie's) is one not
+// given: the engine's default.
+using PruneParamHandles = std::array<pybind11::handle, ngram::kPruneFieldCount>;
 
 // Into p (its weight buffers reused: no allocation once grown).
 void load_prune_params(const PruneParamHandles& given, ngram::PruneParams& p);
@@ -33,11 +30,17 @@ ngram::PruneParams make_params(const pybind11::handle& beam_width, const pybind1
 // the rest.
 struct GivenPruneParams {
   ngram::PruneParams values;
-  bool beam_width = false, max_nodes = false, ngram_weight = false;  // eos: values.eos_token_id's presence
+  uint32_t given = 0;  // bit i: kPruneFields[i] was given
+  bool has(uint32_t i) const { return (given >> i) & 1; }
 };
 // From a dict of prune's keywords; an unknown name is a TypeError naming
 // the known ones.
 GivenPruneParams given_prune_params(const pybind11::handle& params);
+
+// prune's parameters as a dict, in kPruneFields' order (weights as lists,
+// eos_token_id None when unset); with `defaults_only`, only those with one
+// default value (the integers and the scalar weight: PRUNE_DEFAULTS).
+pybind11::dict prune_params_dict(const ngram::PruneParams& p, bool defaults_only);
 
 struct GivenProposeParams {
   ngram::ProposeParams values;

@@ -41,12 +41,12 @@ namespace {
 template <bool with_trie_arg>
 PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
   constexpr size_t kLead = with_trie_arg ? 4 : 3;
-  constexpr size_t kArgs = kLead + kPruneParamNames.size() + 1;  // the last: timeout
+  constexpr size_t kArgs = kLead + kPruneFieldCount + 1;  // the last: timeout
   static const Signature<kArgs> signature = [] {
     std::array<const char*, kArgs> names{};
     const char* lead[] = {"trie", "prefix", "topk_tokens", "topk_probs"};
     for (size_t i = 0; i < kLead; ++i) names[i] = lead[4 - kLead + i];
-    for (size_t i = 0; i < kPruneParamNames.size(); ++i) names[kLead + i] = kPruneParamNames[i];
+    for (size_t i = 0; i < kPruneFieldCount; ++i) names[kLead + i] = kPruneFields[i].name;
     names[kArgs - 1] = "timeout";
     return Signature<kArgs>("prune", names, kLead);
   }();
@@ -201,11 +201,7 @@ vocabulary gives.)")
       .def_readonly_static("max_weight", &PruneLimits::kMaxWeight);
 
   const PruneParams defaults;
-  py::dict d;
-  d["beam_width"] = defaults.beam_width;
-  d["max_nodes"] = defaults.max_nodes;
-  d["ngram_weight"] = defaults.ngram_weight;
-  m.attr("PRUNE_DEFAULTS") = d;
+  m.attr("PRUNE_DEFAULTS") = prune_params_dict(defaults, true);
 
   m.def("default_level_weight", &default_level_weight, py::arg("level"));
   m.def("default_logit_weight", &default_logit_weight, py::arg("level"));
@@ -217,15 +213,7 @@ vocabulary gives.)")
          const py::handle& ngram_on_first_level) {
         const PruneParams p = make_params(beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
                                           eos_token_id, ngram_on_first_level);
-        py::dict out;
-        out["beam_width"] = p.beam_width;
-        out["max_nodes"] = p.max_nodes;
-        out["ngram_weight"] = p.ngram_weight;
-        out["level_weights"] = p.level_weights;
-        out["logit_weights"] = p.logit_weights;
-        out["eos_token_id"] = p.eos_token_id ? py::object(py::int_(*p.eos_token_id)) : py::object(py::none());
-        out["ngram_on_first_level"] = p.ngram_on_first_level;
-        return out;
+        return prune_params_dict(p, false);
       },
       py::kw_only(), py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
       py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),

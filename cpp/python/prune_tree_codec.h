@@ -19,25 +19,32 @@ namespace ngram_py::wire {
 
 // PruneParams (always written, as protobuf writes a message field that is
 // set, even when empty): the given fields only, so that the host's
-// defaults fill the rest. beam_width and max_nodes are uint32 on the wire:
-// a value outside it is refused here (ValueError with the engine's range).
+// defaults fill the rest; field i + 1 is kPruneFields[i]. The integers are
+// uint32 on the wire: a value outside it is refused here (ValueError with
+// the engine's range). Weight lists are written when not empty, the flag
+// when true (it has no presence on the wire).
 inline std::string prune_params_bytes(const GivenPruneParams& g) {
   const ngram::PruneParams& p = g.values;
-  const auto uint32_field = [](int64_t v, const char* name, const char* range) {
-    if (v < 0 || v > static_cast<int64_t>(UINT32_MAX))
-      throw InvalidArgument(std::string(name) + " = " + std::to_string(v) + ": must be " + range);
-    return static_cast<uint64_t>(v);
-  };
-  static const std::string beam_range = "1.." + std::to_string(ngram::PruneLimits::kMaxBeamWidth),
-                           nodes_range = "0.." + std::to_string(ngram::PruneLimits::kMaxNodes);
   std::string out;
-  if (g.beam_width) put_varint_field(out, 1, uint32_field(p.beam_width, "beam_width", beam_range.c_str()));
-  if (g.max_nodes) put_varint_field(out, 2, uint32_field(p.max_nodes, "max_nodes", nodes_range.c_str()));
-  if (g.ngram_weight) put_float_field(out, 3, p.ngram_weight);
-  put_packed(out, 4, p.level_weights.data(), p.level_weights.size());
-  put_packed(out, 5, p.logit_weights.data(), p.logit_weights.size());
-  if (p.eos_token_id) put_varint_field(out, 6, static_cast<uint64_t>(*p.eos_token_id));
-  if (p.ngram_on_first_level) put_varint_field(out, 7, 1);
+  for (uint32_t i = 0; i < ngram::kPruneFieldCount; ++i) {
+    const ngram::PruneField& f = ngram::kPruneFields[i];
+    if (f.integer) {
+      if (!g.has(i)) continue;
+      const int64_t v = p.*f.integer;
+      if (v < 0 || v > static_cast<int64_t>(UINT32_MAX))
+        throw InvalidArgument(std::string(f.name) + " = " + std::to_string(v) + ": must be " + std::to_string(f.lo) +
+                              ".." + std::to_string(f.hi));
+      put_varint_field(out, i + 1, static_cast<uint64_t>(v));
+    } else if (f.weight) {
+      if (g.has(i)) put_float_field(out, i + 1, p.*f.weight);
+    } else if (f.weights) {
+      put_packed(out, i + 1, (p.*f.weights).data(), (p.*f.weights).size());
+    } else if (f.token) {
+      if (p.*f.token) put_varint_field(out, i + 1, static_cast<uint64_t>(*(p.*f.token)));
+    } else if (p.*f.flag) {
+      put_varint_field(out, i + 1, 1);
+    }
+  }
   return out;
 }
 

@@ -1,16 +1,37 @@
 #include "tree_messages.h"
 
+#include <array>
+#include <vector>
+
 namespace ngram::server {
 
 PruneParams prune_params_of(const v1::PruneParams& p) {
+  // Field i + 1 is kPruneFields[i] (prune_params.h): the one table. An
+  // unset field (an empty list, a false flag) keeps the default.
+  static const auto fields = [] {
+    std::array<const google::protobuf::FieldDescriptor*, kPruneFieldCount> fds{};
+    for (uint32_t i = 0; i < kPruneFieldCount; ++i)
+      fds[i] = v1::PruneParams::descriptor()->FindFieldByNumber(static_cast<int>(i) + 1);
+    return fds;
+  }();
+  const google::protobuf::Reflection* refl = p.GetReflection();
   PruneParams params;
-  if (p.has_beam_width()) params.beam_width = p.beam_width();
-  if (p.has_max_nodes()) params.max_nodes = p.max_nodes();
-  if (p.has_ngram_weight()) params.ngram_weight = p.ngram_weight();
-  if (p.has_eos_token_id()) params.eos_token_id = p.eos_token_id();
-  params.ngram_on_first_level = p.ngram_on_first_level();
-  params.level_weights.assign(p.level_weights().begin(), p.level_weights().end());
-  params.logit_weights.assign(p.logit_weights().begin(), p.logit_weights().end());
+  for (uint32_t i = 0; i < kPruneFieldCount; ++i) {
+    const google::protobuf::FieldDescriptor* fd = fields[i];
+    const PruneField& f = kPruneFields[i];
+    if (f.weights) {
+      const int n = refl->FieldSize(p, fd);
+      std::vector<float>& w = params.*f.weights;
+      w.resize(static_cast<size_t>(n));
+      for (int j = 0; j < n; ++j) w[static_cast<size_t>(j)] = refl->GetRepeatedFloat(p, fd, j);
+      continue;
+    }
+    if (!refl->HasField(p, fd)) continue;
+    if (f.integer) params.*f.integer = refl->GetUInt32(p, fd);
+    else if (f.weight) params.*f.weight = refl->GetFloat(p, fd);
+    else if (f.token) params.*f.token = refl->GetInt64(p, fd);
+    else params.*f.flag = refl->GetBool(p, fd);
+  }
   return params;
 }
 
