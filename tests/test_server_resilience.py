@@ -141,8 +141,10 @@ def test_a_call_given_up_frees_its_worker_at_once(sample_trie: Path, how: str) -
         waited = time.monotonic() - t0
         ev = _second_call(s, "PruneTree")
     assert waited < 0.1 + min(0.3, untimed / 3), (waited, untimed)
-    want = CODES.DEADLINE_EXCEEDED if how == "deadline" else CODES.CANCELLED
-    assert ev["code"] == want.value[0] and "trees" in ev["message"], ev
+    # The client's own deadline may reach the server as a cancellation
+    # (RST_STREAM) just before the server's copy of it passes.
+    want = {CODES.DEADLINE_EXCEEDED, CODES.CANCELLED} if how == "deadline" else {CODES.CANCELLED}
+    assert ev["code"] in {c.value[0] for c in want} and "trees" in ev["message"], ev
     assert ev["seconds"] < 0.1 + 0.15, ev  # the worker was freed within the engine's check interval
 
 
