@@ -31,11 +31,7 @@ inline std::string propose_params_bytes(const GivenProposeParams& g) {
 // The request's head: everything but its contexts.
 inline std::string propose_tree_head(const std::string& index, const std::string& fingerprint,
                                      const GivenProposeParams& params) {
-  std::string out;
-  if (!index.empty()) put_bytes(out, 1, index);
-  if (!fingerprint.empty()) put_bytes(out, 2, fingerprint);
-  put_bytes(out, 3, propose_params_bytes(params));
-  return out;
+  return tree_request_head(index, fingerprint, propose_params_bytes(params));
 }
 
 // ProposeTreeRequest's field 4 holding one context's ids (sfixed64, packed;

@@ -51,10 +51,7 @@ inline std::string prune_params_bytes(const GivenPruneParams& g) {
 // The request's head: everything but its inputs.
 inline std::string prune_tree_head(const std::string& index, const std::string& fingerprint,
                                    const GivenPruneParams& params, bool with_scores) {
-  std::string out;
-  if (!index.empty()) put_bytes(out, 1, index);
-  if (!fingerprint.empty()) put_bytes(out, 2, fingerprint);
-  put_bytes(out, 3, prune_params_bytes(params));
+  std::string out = tree_request_head(index, fingerprint, prune_params_bytes(params));
   if (with_scores) put_varint_field(out, 5, 1);
   return out;
 }

@@ -55,6 +55,17 @@ inline void put_bytes(std::string& out, uint32_t field, const std::string& bytes
   out.append(bytes);
 }
 
+// The head every tree request shares: index (field 1) and tokenizer
+// fingerprint (2) when set, and its params message (3), always written.
+inline std::string tree_request_head(const std::string& index, const std::string& fingerprint,
+                                     const std::string& params) {
+  std::string out;
+  if (!index.empty()) put_bytes(out, 1, index);
+  if (!fingerprint.empty()) put_bytes(out, 2, fingerprint);
+  put_bytes(out, 3, params);
+  return out;
+}
+
 // A varint field (int64 values as protobuf writes them: two's complement, 10 bytes when negative).
 inline void put_varint_field(std::string& out, uint32_t field, uint64_t v) {
   put_varint(out, field << 3 | kVarint);
