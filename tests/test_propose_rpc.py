@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +327,10 @@ def test_metrics_and_log(sample_trie: Path, contexts: list[np.ndarray]) -> None:
         with pytest.raises(grpc.RpcError):
             c.propose([])
         text = metrics_text(port)
+        # The log lines come through the server's stderr, read by another thread: wait for all three.
+        deadline = time.monotonic() + 10
+        while sum(ev.get("event") == "call" for ev in s.events) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
         calls = [ev for ev in s.events if ev.get("event") == "call"]
     nodes = sum(len(t.tokens) - 1 for t in [one, *many])
     assert 'ngram_requests_total{code="OK",method="ProposeTree"} 2' in text
