@@ -232,9 +232,8 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
          ca: str | None, cert: str | None, key: str | None, server_name: str | None, prompt: str | None,
          prompt_file: Any, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
          seed: int | None, tokenizer: str | None, device: str, dtype: str, max_nodes: int | None, topk: int,
-         beam_width: int, ngram_weight: float, max_depth: int, max_branch: int, min_prob: float, backoff: float,
-         corpus: bool, lookup: bool, lookup_weight: float, lookup_min_match: int, eos_spec: str,
-         search_context: str, sampling_order: str, compare: bool, as_json: bool, log_lattices: str | None) -> None:
+         beam_width: int, ngram_weight: float, eos_spec: str, search_context: str, sampling_order: str,
+         compare: bool, as_json: bool, log_lattices: str | None, **proposal_options: Any) -> None:
     """Speculative decoding of a prompt with MODEL (a transformers causal LM
     folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
     trees in process (--trie) or on a trie host (--target); or, with
@@ -328,10 +327,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
         stop_eos = search_eos = int(eos_spec)
     if max_nodes is None:  # the default is the mode's: DART's, or the engine's for proposals
         max_nodes = (_PROPOSE if proposals else _PRUNE)["max_nodes"].default
-    propose_params = dict(max_nodes=max_nodes,
-                          max_depth=max_depth, max_branch=max_branch, min_prob=min_prob, backoff=backoff,
-                          corpus=corpus, lookup=lookup, lookup_weight=lookup_weight,
-                          lookup_min_match=lookup_min_match)
+    propose_params = {"max_nodes": max_nodes, **{name: proposal_options[name] for name in PROPOSAL_ONLY}}
     params = dict(topk=topk, beam_width=beam_width, max_nodes=max_nodes, ngram_weight=ngram_weight,
                   eos_token_id=search_eos)
     try:

@@ -182,7 +182,7 @@ regenerate.
   by name (`dart-generate`: the DART options with `--drafter none` and the
   proposal options without it, the host options without `--target`;
   `ngram-eval`: the DART options with `--proposals`, `--sources` and
-  `--backoff` without it, the synthetic-lattice options with `--lattices`
+  `--discount` without it, the synthetic-lattice options with `--lattices`
   or `--proposals`; `ngram-query --trie`: the host options).
 - **Old spellings keep working for now**, each with one warning line on
   stderr naming the new one (`ngram-query: -t is deprecated: use

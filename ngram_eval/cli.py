@@ -122,7 +122,7 @@ def _old_json_file(args: list[str]) -> list[str]:
 JSON_FILE = Deprecation("--json FILE", "--json", None, note=" (the JSON on stdout instead of the table: --json > FILE)")
 #: Options that apply only to one kind of evaluation (their parameter names).
 DART_ONLY = ("beam_width", "ngram_weight", "threads")
-PROPOSALS_ONLY = ("sources", "backoff")
+PROPOSALS_ONLY = ("sources", "discount")
 SYNTHETIC_ONLY = ("steps", "depth", "topk", "hit", "decay", "true_bonus", "noise", "seed")
 _PRUNE = {p.name: p for p in PRUNE_PARAMS}
 _PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
@@ -145,7 +145,7 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 @click.option("--proposals", is_flag=True,
               help="Evaluate the tries' own draft trees (NgramIndex.propose: no drafter, no lattices) on --text, "
                    "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md). Uses --max-nodes, --sources "
-                   "and --backoff; the lattice options are refused.")
+                   "and --discount; the lattice options are refused.")
 @param_list_option(_PRUNE["max_nodes"], default=None,
                    show_default=f"{_PRUNE['max_nodes'].default}; {','.join(map(str, PROPOSAL_MAX_NODES))} "
                                 "with --proposals",
@@ -157,7 +157,7 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
               help="--proposals: which continuations to propose, comma-separated: both (trie and the document "
                    "so far), corpus (trie only), lookup (the document only; prompt lookup alone is always "
                    "reported).")
-@param_list_option(_PROPOSE["backoff"], help_prefix="Grid, --proposals:")
+@param_list_option(_PROPOSE["discount"], help_prefix="Grid, --proposals:")
 @click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
               help="Synthetic lattices: how many to draw (positions sampled uniformly).")
 @click.option("--depth", default=8, show_default=True, type=click.IntRange(1, LIMITS["max_depth"]),
@@ -183,7 +183,7 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 @click.pass_context
 def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...],
          tokenizer: str | None, text_field: str, proposals: bool, max_nodes: list[int] | None, beam_width: list[int],
-         ngram_weight: list[float], sources: list[str], backoff: list[float], steps: int, depth: int, topk: int,
+         ngram_weight: list[float], sources: list[str], discount: list[float], steps: int, depth: int, topk: int,
          hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int, as_json: bool,
          json_file: str | None, plot_out: str | None, quiet: bool) -> None:
     """Replays draft lattices through each TRIE's DART pruning and reports the
@@ -238,7 +238,7 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
     _check_tries(tries, tok, texts)
     if proposals:
         out = Output(as_json, json_file, plot_out)
-        _evaluate_proposals(tries, texts, tokenizer, text_field, sources, backoff, max_nodes, out, say)
+        _evaluate_proposals(tries, texts, tokenizer, text_field, sources, discount, max_nodes, out, say)
         return
     info: dict[str, Any]
     if lattices:
@@ -270,7 +270,7 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
 
 
 def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenizer: str, text_field: str,
-                        sources: list[str], backoff: list[float], max_nodes: list[int], out: Output,
+                        sources: list[str], discount: list[float], max_nodes: list[int], out: Output,
                         say: Any) -> None:
     from indexer.shards import ShardError
 
@@ -279,7 +279,7 @@ def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenize
     except (ShardError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     say(f"{len(docs)} documents ({nbytes:,} bytes, {sum(len(d) for d in docs):,} tokens)")
-    settings = [ProposeSetting(n, src, b) for n, src, b in itertools.product(max_nodes, sources, backoff)]
+    settings = [ProposeSetting(n, src, b) for n, src, b in itertools.product(max_nodes, sources, discount)]
     try:
         result = evaluate_proposals(list(tries), docs, settings, progress=say)
     except ValueError as e:

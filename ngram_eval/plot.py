@@ -119,12 +119,12 @@ def plot_proposals(result: dict[str, Any], out: str | os.PathLike[str]) -> None:
     for t in result["tries"]:
         series: dict[tuple[str, Any], list[tuple[int, float]]] = {}
         for r in t["rows"]:
-            series.setdefault((r["sources"], r["backoff"]), []).append((r["max_nodes"], r["tokens_per_step"]))
-        for (sources, backoff), pts in series.items():
+            series.setdefault((r["sources"], r["discount"]), []).append((r["max_nodes"], r["tokens_per_step"]))
+        for (sources, discount), pts in series.items():
             pts.sort()
             label = f"{Path(t['path']).name} (order {t['order']}), {sources}"
-            if backoff is not None:
-                label += f", backoff {backoff:g}"
+            if discount is not None:
+                label += f", discount {discount:g}"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", markersize=4, label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("nodes per tree (root excluded)")

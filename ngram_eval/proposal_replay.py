@@ -33,12 +33,12 @@ SOURCES = {"both": {}, "corpus": {"lookup": False}, "lookup": {"corpus": False}}
 class ProposeSetting:
     max_nodes: int
     sources: str = "both"
-    backoff: float | None = None  # None: the engine's default
+    discount: float | None = None  # None: the engine's default
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"max_nodes": self.max_nodes, **SOURCES[self.sources]}
-        if self.backoff is not None:
-            p["backoff"] = self.backoff
+        if self.discount is not None:
+            p["discount"] = self.discount
         return p
 
 
@@ -176,10 +176,10 @@ def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], setting
         index = NgramIndex.open(path)
         rows = []
         for s in settings:
-            progress(f"{path}: {s.max_nodes} nodes, {s.sources}" + (f", backoff {s.backoff}" if s.backoff is not None else ""))
+            progress(f"{path}: {s.max_nodes} nodes, {s.sources}" + (f", discount {s.discount}" if s.discount is not None else ""))
             rep = replay(index, docs, s.params()).as_dict()
             base = lookup[s.max_nodes]["tokens_per_step"]
-            rows.append({"max_nodes": s.max_nodes, "sources": s.sources, "backoff": s.backoff, **rep,
+            rows.append({"max_nodes": s.max_nodes, "sources": s.sources, "discount": s.discount, **rep,
                          "vs_lookup": rep["tokens_per_step"] / base if base else None,
                          "vs_lookup_chain": rep["tokens_per_step"] / best_chain["tokens_per_step"]
                          if best_chain["tokens_per_step"] else None})
@@ -201,7 +201,7 @@ def format_proposals(result: dict[str, Any]) -> str:
                  chain["tokens"], ", ".join(f"{r['tokens_per_step']:.3f}" for r in chain["by_min_n"].values()),
                  ", ".join(chain["by_min_n"]), chain["vllm_default"]["min_n"], chain["vllm_default"]["max_n"],
                  chain["vllm_default"]["tokens_per_step"]),
-             "", f"{'trie':<28} {'order':>5} {'nodes':>5} {'sources':<7} {'backoff':>7} {'tok/step':>8} "
+             "", f"{'trie':<28} {'order':>5} {'nodes':>5} {'sources':<7} {'discount':>7} {'tok/step':>8} "
                  f"{'vs chain':>8} {'vs tree':>7} {'trees/s':>8}"]
     best = chain["best"]["tokens_per_step"]
     for nodes, rep in result["lookup_alone"].items():
@@ -211,8 +211,8 @@ def format_proposals(result: dict[str, Any]) -> str:
     for t in result["tries"]:
         name = t["path"] if len(t["path"]) <= 28 else "..." + t["path"][-25:]
         for r in t["rows"]:
-            backoff = f"{r['backoff'] if r['backoff'] is not None else DEFAULTS['backoff']:g}"
-            lines.append(f"{name:<28} {t['order']:>5} {r['max_nodes']:>5} {r['sources']:<7} {backoff:>7} "
+            discount = f"{r['discount'] if r['discount'] is not None else DEFAULTS['discount']:g}"
+            lines.append(f"{name:<28} {t['order']:>5} {r['max_nodes']:>5} {r['sources']:<7} {discount:>7} "
                          f"{r['tokens_per_step']:>8.3f} {r['vs_lookup_chain'] or 0:>8.2f} {r['vs_lookup'] or 0:>7.2f} "
                          f"{r['trees_per_second'] or 0:>8.0f}")
     return "\n".join(lines)

@@ -70,8 +70,6 @@ PROPOSE_PARAMS: tuple[Param, ...] = (
           "Continuations considered per node."),
     Param("min_prob", float, PROPOSE_DEFAULTS["min_prob"], *_UNIT,
           "Nodes whose path probability is below this are not kept."),
-    Param("backoff", float, PROPOSE_DEFAULTS["backoff"], *_UNIT,
-          "The weight of a context one token shorter."),
     Param("corpus", bool, PROPOSE_DEFAULTS["corpus"], None, None,
           "Continuations from the trie."),
     Param("lookup", bool, PROPOSE_DEFAULTS["lookup"], None, None,
@@ -80,6 +78,12 @@ PROPOSE_PARAMS: tuple[Param, ...] = (
           "Prompt lookup's probabilities are scaled by this."),
     Param("lookup_min_match", int, PROPOSE_DEFAULTS["lookup_min_match"], 1, PROPOSE_LIMITS["max_match"],
           "The shortest suffix prompt lookup matches."),
+    Param("discount", float, PROPOSE_DEFAULTS["discount"], *_UNIT,
+          "Taken from each corpus count and given to the next shorter suffix."),
+    Param("lookup_decay", float, PROPOSE_DEFAULTS["lookup_decay"], *_UNIT,
+          "A prompt-lookup match of m tokens weighs 1 - lookup_decay^m."),
+    Param("lookup_prior", float, PROPOSE_DEFAULTS["lookup_prior"], *_UNIT,
+          "n prompt-lookup occurrences weigh n / (n + lookup_prior)."),
 )
 
 #: DART's drafter keeps this many candidates per lattice level (K), its production setting. The same

@@ -34,10 +34,12 @@ def propose(trie: _engine.Trie, context: Any, **params: Any) -> PrunedTree:
     context: int [N] (N >= 1), the whole sequence so far; its last token is
     the root. Keyword parameters (DEFAULTS): max_nodes (nodes kept, root
     excluded), max_depth, max_branch (continuations considered per node),
-    min_prob (path-probability floor), backoff (weight of a suffix one token
-    shorter), corpus / lookup (the trie's and the context's own
-    continuations; either may be turned off), lookup_weight,
-    lookup_min_match (the shortest suffix matched in the context); and
+    min_prob (path-probability floor), corpus / lookup (the trie's and the
+    context's own continuations; either may be turned off), lookup_weight,
+    lookup_min_match (the shortest suffix matched in the context), discount
+    (taken from each corpus count for the next shorter suffix), lookup_decay
+    (a match of m tokens weighs 1 - lookup_decay^m), lookup_prior (n
+    occurrences weigh n / (n + lookup_prior)); and
     timeout: seconds (None: no limit), after which the engine stops soon
     (it checks every few dozen nodes) and raises TimeoutError, no tree
     returned.

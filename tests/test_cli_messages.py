@@ -364,10 +364,10 @@ def test_npz_that_cannot_be_read_is_a_local_file_error(tmp_path: Path) -> None:
      "Invalid value for '-k': 99999999999 is not in the range 1<=x<=4294967295."),
     (["prune", "--npz", __file__, "--max-nodes", "5000"],
      "Invalid value for '--max-nodes': 5000 is not in the range 0<=x<=4096."),
-    (["propose", "--context", "1", "--backoff", "1.5"],
-     "Invalid value for '--backoff': 1.5 is not in the range 0.0<=x<=1.0."),
+    (["propose", "--context", "1", "--discount", "1.5"],
+     "Invalid value for '--discount': 1.5 is not in the range 0.0<=x<=1.0."),
     (["--deadline-ms", "0", "info"], "Invalid value for '--deadline-ms': 0.0 is not in the range x>0."),
-], ids=["k", "max-nodes", "backoff", "deadline"])
+], ids=["k", "max-nodes", "discount", "deadline"])
 def test_out_of_range_values_name_their_flag(args: list[str], message: str) -> None:
     r = CliRunner().invoke(query_main, ["--target", DEAD, *args])
     assert r.exit_code == 2 and message in r.stderr, r.stderr

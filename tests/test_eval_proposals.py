@@ -86,13 +86,13 @@ def test_cli_proposals_table_and_json(sample_trie: Path, tmp_path: Path) -> None
       "4"], "Error: --beam-width, --threads: only without --proposals (DART pruning)"),
     (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--steps", "10"],
      "Error: --steps: only without --proposals (synthetic lattices)"),
-    (["--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--backoff", "0.2"],
-     "Error: --backoff: only with --proposals"),
+    (["--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--discount", "0.2"],
+     "Error: --discount: only with --proposals"),
     # ranges are the parser's, naming the flag: nothing is built first
     (["--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--max-nodes", "60,99999"],
      "Invalid value for '--max-nodes': 99999 is not in the range 0<=x<=4096."),
-    (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--backoff", "0.5,2"],
-     "Invalid value for '--backoff': 2.0 is not in the range 0.0<=x<=1.0."),
+    (["--proposals", "--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--discount", "0.5,2"],
+     "Invalid value for '--discount': 2.0 is not in the range 0.0<=x<=1.0."),
     (["--text", str(SAMPLE_CORPUS), "--tokenizer", str(SAMPLE_TOKENIZER), "--ngram-weight", "nan"],
      "Invalid value for '--ngram-weight': 'nan' is not a finite number."),
 ])

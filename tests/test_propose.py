@@ -56,20 +56,27 @@ def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int,
     continuation of every node scored from the raw counts, the tree chosen
     one node at a time as docs/PROPOSALS.md says."""
     p = {**DEFAULTS, **given}
-    weights = [F(1)]
-    for _ in range(16):
-        weights.append(F(weights[-1] * F(p["backoff"])))
     n = len(context)
+    d, branch = F(p["discount"]), p["max_branch"]
+
+    def most_frequent(counts: dict[int, int]) -> list[tuple[int, int]]:
+        return sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))[:branch]
 
     def corpus_scores(seq: list[int]) -> dict[int, np.float32]:
+        """Interpolated absolute discounting, longest suffix first."""
         L = min(data.order - 1, len(seq))
         out: dict[int, np.float32] = {}
+        weight = F(1)
         for ln in range(L, 0, -1):
             s = tuple(seq[-ln:])
-            inv = F(1) / F(data.counts.get(s, 0)) if data.counts.get(s) else None
-            for w, c in data.after.get(s, {}).items():
-                sc = F(F(F(c) * inv) * weights[L - ln])
-                out[w] = max(out.get(w, F(0)), sc)
+            after = data.after.get(s)
+            if not after:
+                continue
+            inv = F(1) / F(data.counts[s])
+            for w, c in most_frequent(after):
+                own = F(F(F(c) - d) * inv) if F(c) > d else F(0)
+                out[w] = F(out.get(w, F(0)) + F(weight * own))
+            weight = F(weight * F(F(d * F(len(after))) * inv))
         return out
 
     # The document source: where the context's longest suffix match ends.
@@ -85,23 +92,27 @@ def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int,
         root_occ = [i for i in range(n - 1) if lens[i] == best][-LIMITS["max_occurrences"]:]
 
     def doc_scores(path: tuple[int, ...]) -> dict[int, np.float32]:
-        d = len(path)
-        occ = [i + d for i in root_occ if i + d <= n - 2 and tuple(context[i + 1:i + 1 + d]) == path]
+        depth = len(path)
+        occ = [i + depth for i in root_occ if i + depth <= n - 2 and tuple(context[i + 1:i + 1 + depth]) == path]
         if not occ:
             return {}
-        nxt = Counter(context[j + 1] for j in occ)
-        inv = F(1) / F(len(occ))
-        return {w: F(F(F(c) * inv) * F(p["lookup_weight"])) for w, c in nxt.items()}
+        decayed = F(1)
+        for _ in range(best + depth):  # the match grows by one token a level
+            decayed = F(decayed * F(p["lookup_decay"]))
+        m = F(len(occ))
+        evidence = F(F(F(p["lookup_weight"]) * F(m / F(m + F(p["lookup_prior"])))) * F(F(1) - decayed))
+        inv = F(1) / m
+        return {w: F(F(F(c) * inv) * evidence) for w, c in most_frequent(Counter(context[j + 1] for j in occ))}
+
+    def combine(c: np.float32, dc: np.float32) -> np.float32:
+        return F(F(1) - F(F(F(1) - c) * F(F(1) - dc))) if c > 0 and dc > 0 else max(c, dc)
 
     def children(path: tuple[int, ...]) -> list[tuple[int, np.float32]]:
-        scores: dict[int, np.float32] = {}
-        if p["corpus"]:
-            scores = corpus_scores(list(context) + list(path))
-        if p["lookup"]:
-            for w, s in doc_scores(path).items():
-                scores[w] = max(scores.get(w, F(0)), s)
+        corpus = corpus_scores(list(context) + list(path)) if p["corpus"] else {}
+        document = doc_scores(path) if p["lookup"] else {}
+        scores = {w: combine(corpus.get(w, F(0)), document.get(w, F(0))) for w in corpus.keys() | document.keys()}
         ranked = sorted(scores.items(), key=lambda ws: (-ws[1], ws[0]))
-        return [(w, s) for w, s in ranked[:p["max_branch"]] if s > 0]
+        return [(w, s) for w, s in ranked if s > 0][:branch]
 
     chosen = [(context[-1], -1, 0, F(1), ())]  # token, parent, depth, prob, path
     kids: dict[int, list] = {}
@@ -159,8 +170,9 @@ PARAMS = [
     {},
     {"max_nodes": 16, "max_depth": 3},
     {"max_nodes": 200, "max_depth": 12, "max_branch": 3, "min_prob": 0.0},
-    {"backoff": 1.0, "max_branch": 32, "max_nodes": 120},
-    {"backoff": 0.0},
+    {"discount": 1.0, "max_branch": 32, "max_nodes": 120},
+    {"discount": 0.0, "lookup_decay": 1.0},
+    {"discount": 0.3, "lookup_decay": 0.0, "lookup_prior": 0.0, "max_depth": 16},
     {"lookup": False},
     {"corpus": False, "lookup_min_match": 1},
     {"lookup_weight": 0.3, "lookup_min_match": 3, "min_prob": 0.01},
@@ -263,13 +275,22 @@ def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     c = Corpus(seed=1, order=3, vocab=20, docs=3, length=10)
     index = NgramIndex.open(c.write(tmp_path / "t.ngt", 1))
     ctx = [1, 2, 3, 4, 5, 6, 9, 9, 1, 2, 3]
-    tree = index.propose(ctx, corpus=False, max_nodes=10)
+    raw = {"lookup_prior": 0.0, "lookup_decay": 0.0}  # the shares alone, as prompt lookup counts them
+    tree = index.propose(ctx, corpus=False, max_nodes=10, **raw)
     # "1 2 3" occurred before, followed by 4 5 6 9 9 1 2 3: one chain, each step certain.
     assert tree.tokens.tolist() == [3, 4, 5, 6, 9, 9, 1, 2, 3]  # max_depth 8
     assert tree.parents.tolist() == [-1, 0, 1, 2, 3, 4, 5, 6, 7]
     assert tree.scores.tolist() == [1.0] * 9
+    # By default a step weighs its evidence: one occurrence n / (n + 1) = 1/2,
+    # a match of m tokens 1 - 0.5^m; the match grows a token each step.
+    tree = index.propose(ctx, corpus=False, max_nodes=3)
+    want = [F(1)]
+    for m in (3, 4, 5):
+        want.append(F(want[-1] * F(F(0.5) * F(1 - 0.5 ** m))))
+    assert tree.tokens.tolist() == [3, 4, 5, 6] and tree.scores.tolist() == [float(w) for w in want]
     # Two earlier matches that differ split the probability.
-    tree = index.propose([7, 1, 8, 7, 1, 9, 7, 1], corpus=False, max_nodes=2, max_depth=1, lookup_min_match=2)
+    tree = index.propose([7, 1, 8, 7, 1, 9, 7, 1], corpus=False, max_nodes=2, max_depth=1, lookup_min_match=2,
+                         **raw)
     assert tree.tokens.tolist() == [1, 8, 9] and tree.scores.tolist() == [1.0, 0.5, 0.5]
     # A match shorter than lookup_min_match proposes nothing.
     assert index.propose([5, 1, 6, 1], corpus=False, lookup_min_match=2).tokens.tolist() == [1]
@@ -287,7 +308,8 @@ def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     (lambda t: t.propose([1], max_branch=0), "max_branch = 0: must be in 1..32"),
     (lambda t: t.propose([1], lookup_min_match=33), "lookup_min_match = 33: must be in 1..32"),
     (lambda t: t.propose([1], min_prob=float("nan")), "min_prob = nan: must be in [0, 1]"),
-    (lambda t: t.propose([1], backoff=1.5), "backoff = 1.5: must be in [0, 1]"),
+    (lambda t: t.propose([1], discount=1.5), "discount = 1.5: must be in [0, 1]"),
+    (lambda t: t.propose([1], lookup_prior=-1.0), "lookup_prior = -1: must be in [0, 1]"),
     (lambda t: t.propose([1], lookup_weight=-0.1), "lookup_weight = -0.1: must be in [0, 1]"),
     (lambda t: t.propose([1], max_nodes=True), "max_nodes must be an integer, got True"),
     (lambda t: t.propose([1], lookup=1), "lookup must be True or False, got 1"),
@@ -307,8 +329,9 @@ def test_unknown_keyword_is_a_type_error(tries: dict) -> None:
 
 def test_limits_and_defaults_are_the_engines() -> None:
     assert LIMITS["max_nodes"] == 4096 and LIMITS["max_depth"] == 64 and LIMITS["max_branch"] == 32
-    assert DEFAULTS == {"max_nodes": 64, "max_depth": 8, "max_branch": 8, "min_prob": 1e-4, "backoff": 0.4,
-                        "corpus": True, "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 1}
+    assert DEFAULTS == {"max_nodes": 64, "max_depth": 8, "max_branch": 8, "min_prob": 1e-4, "corpus": True,
+                        "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 1, "discount": 0.75,
+                        "lookup_decay": 0.5, "lookup_prior": 1.0}
     assert list(itertools.islice(DEFAULTS, 1)) == ["max_nodes"]
 
 

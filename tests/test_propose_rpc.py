@@ -38,7 +38,7 @@ PARAMS = [
     {"max_nodes": 16, "max_depth": 4},
     {"lookup": False},
     {"corpus": False},
-    {"max_branch": 2, "min_prob": 0.01, "backoff": 0.2},
+    {"max_branch": 2, "min_prob": 0.01, "discount": 0.2},
     {"lookup_weight": 0.5, "lookup_min_match": 1, "max_nodes": 200},
     {"max_nodes": 0},
     {"max_depth": 1, "max_branch": 32},
@@ -156,8 +156,8 @@ def test_async_client(server: ServerProcess, sample_trie: Path, contexts: list[n
             for got, want in zip(await c.propose_batch(contexts), idx.propose_batch(contexts)):
                 assert_trees_equal(got, want)
             with pytest.raises(grpc.RpcError) as e:
-                await c.propose([1, 2], backoff=2.0)
-            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "backoff" in e.value.details()
+                await c.propose([1, 2], discount=2.0)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "discount" in e.value.details()
 
     asyncio.run(run())
 
@@ -166,7 +166,8 @@ def test_request_bytes_are_protobufs(server: ServerProcess, contexts: list[np.nd
     """The client's hand-written request is the message protobuf writes, and
     the server answers a request protobuf wrote with the same trees."""
     with server.client(index="sample", tokenizer_fingerprint="fp") as c:
-        params = {"max_nodes": 9, "backoff": 0.25, "lookup": False, "lookup_min_match": 3}
+        params = {"max_nodes": 9, "discount": 0.25, "lookup": False, "lookup_min_match": 3, "lookup_decay": 0.3,
+                  "lookup_prior": 0.5}
         sent = [*contexts, np.zeros(0, np.int64), [2**62, -5]]
         raw = c.propose_tree_request(sent, **params)
         want = pb.ProposeTreeRequest(index="sample", tokenizer_fingerprint="fp", params=pb.ProposeParams(**params),
@@ -213,10 +214,13 @@ BAD = [
     (_req([1, 2], max_branch=0), "contexts[0]: max_branch = 0"),
     (_req([1, 2], max_branch=LIMITS["max_branch"] + 1), "contexts[0]: max_branch = 33"),
     (_req([1, 2], min_prob=1.5), "contexts[0]: min_prob = 1.5"),
-    (_req([1, 2], backoff=float("nan")), "contexts[0]: backoff = nan"),
+    (_req([1, 2], discount=float("nan")), "contexts[0]: discount = nan"),
     (_req([1, 2], lookup_weight=-1.0), "contexts[0]: lookup_weight = -1"),
     (_req([1, 2], lookup_min_match=0), "contexts[0]: lookup_min_match = 0"),
     (_req([1, 2], lookup_min_match=33), "contexts[0]: lookup_min_match = 33"),
+    (_req([1, 2], lookup_prior=2.0), "contexts[0]: lookup_prior = 2"),
+    # the former scoring's parameter, set by an older client
+    (_req([1, 2], backoff=0.4), "params.backoff: no longer a parameter; proposals interpolate"),
     # the server's limits, lowered by its flags
     (_req([1], [1], [1], [1]), "contexts: 4 trees, the server's limit is 3 (--max-batch)"),
     (_req([1, 2], list(range(17))), "contexts[1].context: 17 tokens, the server's limit is 16 (--max-propose-context)"),
@@ -281,8 +285,8 @@ def test_client_side_errors(server: ServerProcess) -> None:
             c.propose([1, 2], max_nodes=True)
         with pytest.raises(ValueError, match="lookup must be True or False"):
             c.propose([1, 2], lookup=1)
-        with pytest.raises(ValueError, match="backoff must be a number"):
-            c.propose([1, 2], backoff="0.5")
+        with pytest.raises(ValueError, match="discount must be a number"):
+            c.propose([1, 2], discount="0.5")
         with pytest.raises(ValueError, match=r"max_depth = 36893488147419103232: must be 0\.\.64"):
             c.propose([1, 2], max_depth=2**65)
         with pytest.raises(ValueError, match="context"):
@@ -290,7 +294,7 @@ def test_client_side_errors(server: ServerProcess) -> None:
         with pytest.raises(ValueError, match=r"^contexts\[1\]: context"):
             c.propose_batch([[1, 2], [1.5, 2.0]])
         # numpy scalars convert as Python numbers do
-        t = c.propose([1, 2], max_nodes=np.int64(3), backoff=np.float32(0.5))
+        t = c.propose([1, 2], max_nodes=np.int64(3), discount=np.float32(0.5))
         assert len(t.tokens) <= 4
 
 
@@ -460,10 +464,14 @@ def test_query_propose_console_script(server: ServerProcess, sample_trie: Path) 
     assert json.loads(r.stdout)["trees"][0]["tokens"] == want.tokens.tolist()
 
 
-def test_parameter_table_is_the_wire_order() -> None:
+def test_parameter_table_is_the_wire_message() -> None:
     """The engine's one table of propose's parameters (kProposeFields, in
-    PROPOSE_DEFAULTS' order) numbers them as ProposeParams does: field i + 1."""
+    PROPOSE_DEFAULTS' order) is ProposeParams' fields in number order, but
+    the former `backoff`, which the wire keeps only to refuse it (the
+    codec's bytes are checked against protobuf's own encoder in
+    test_request_bytes_are_protobufs)."""
     from ngram_service import proposals
 
-    fields = pb.ProposeParams.DESCRIPTOR.fields_by_number
-    assert [fields[i + 1].name for i in range(len(fields))] == list(proposals.DEFAULTS)
+    fields = sorted(pb.ProposeParams.DESCRIPTOR.fields, key=lambda f: f.number)
+    assert [f.name for f in fields if not f.GetOptions().deprecated] == list(proposals.DEFAULTS)
+    assert [f.name for f in fields if f.GetOptions().deprecated] == ["backoff"]

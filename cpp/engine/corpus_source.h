@@ -1,10 +1,12 @@
-// A proposal's corpus source: a node's continuations from the trie. With L
-// = min(order - 1, length of the node's sequence), every stored suffix s of
-// length l = L, L-1, ..., 1 that has continuations gives a continuation w
-// the score backoff^(L-l) * count(s+w) / count(s); w takes its best score
-// over the lengths. Only each run's `branch` most frequent can be among the
-// node's `branch` best, and a length whose best possible score cannot reach
-// them is not read. docs/PROPOSALS.md is the specification.
+// A proposal's corpus source: a node's continuations from the trie, by
+// interpolated absolute discounting. With L = min(order - 1, length of the
+// node's sequence), the stored suffixes s of length l = L, L-1, ..., 1 that
+// have continuations are read longest first; each gives each of its run's
+// `branch` most frequent continuations w the score max(count(s+w) - d, 0) /
+// count(s) times its weight, and the next shorter suffix d * N(s) / count(s)
+// of its own weight (N(s): s's distinct continuations); the longest's weight
+// is 1. w's score is the sum of what it is given. docs/PROPOSALS.md is the
+// specification.
 //
 // The source also places each node's suffixes in the trie (a row of
 // entries per node, `positions[row + len]`), as far as its parent's runs
@@ -20,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "best_continuations.h"
+#include "continuation_scores.h"
 #include "run_bounds.h"
 #include "run_top_cache.h"
 #include "trie_format.h"
@@ -48,7 +50,6 @@ struct CorpusScratch {
   RunTop local_top[kMaxOrder];         // a long run's list when the cache is full, by suffix length
   std::vector<int32_t> run_next;       // a long run's tokens, read whole once
   std::vector<uint64_t> run_counts, run_counts_sorted;  // and its counts
-  float weights[kMaxOrder];            // backoff ** d
   // The lists this thread has found in a trie's RunTopCache (whose entries
   // never move), direct-mapped by key: most nodes read the same few long
   // runs, and the cache's lock costs more than the rest of the read.
@@ -75,13 +76,11 @@ class CorpusSource {
 
   // index: the owner of the trie's RunTopCache and RunBounds (nullptr for a
   // trie that has no runs).
-  CorpusSource(const Trie& trie, const TrieIndex* index, float backoff, uint32_t branch, CorpusScratch& s)
+  CorpusSource(const Trie& trie, const TrieIndex* index, float discount, uint32_t branch, CorpusScratch& s)
       : trie_(trie), index_(index), bounds_(index ? &index->run_bounds() : nullptr), s_(s),
-        max_len_(trie.order() - 1), branch_(branch) {
+        max_len_(trie.order() - 1), branch_(branch), discount_(discount) {
     s_.positions.clear();
     s_.top_refs.clear();
-    s_.weights[0] = 1.0f;
-    for (uint32_t d = 1; d < kMaxOrder; ++d) s_.weights[d] = s_.weights[d - 1] * backoff;
   }
 
   // The longest suffix the trie conditions on.
@@ -110,34 +109,39 @@ class CorpusSource {
     }
   }
 
-  // A bound of every continuation's corpus score at a prepared node: for
-  // each stored suffix, its run's largest continuation probability (the
-  // largest child count over the suffix's count, by the float operations
-  // that score it, rounded up in RunBounds) times the suffix's weight.
+  // A bound of every continuation's corpus score at a prepared node: the
+  // sum, in the scores' order and by their float operations, of each stored
+  // suffix's weight times its run's largest continuation probability (the
+  // largest child count over the suffix's count, rounded up in RunBounds).
   float bound(uint32_t row, const int32_t* tail, uint32_t L) {
-    float b = 0.0f;
+    float b = 0.0f, weight = 1.0f;
     for (uint32_t len = L; len >= 1; --len) {
       const uint64_t at = s_.positions[row + len];
       if (at == kAbsent) continue;
+      uint64_t lo, hi;
+      trie_.children(len, at, &lo, &hi);
+      if (lo >= hi) continue;
+      const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
       float ratio;
       if (bounds_->covers(len)) {
         uint16_t slot = bounds_->load(len, at);
         if (slot == RunBounds::kUnknown) {
-          slot = RunBounds::encode(run_ratio(len, at, tail + (L - len)));
+          slot = RunBounds::encode(run_ratio(len, at, lo, hi, inv, tail + (L - len)));
           bounds_->store(len, at, slot);
         }
         ratio = RunBounds::decode(slot);
       } else {
-        ratio = run_ratio(len, at, tail + (L - len));
+        ratio = run_ratio(len, at, lo, hi, inv, tail + (L - len));
       }
-      b = std::max(b, ratio * s_.weights[L - len]);
+      b += weight * ratio;
+      weight *= shorter_weight(lo, hi, inv);
     }
     return b;
   }
 
-  // Scores a prepared node's continuations into best (L >= 1), and notes
+  // Scores a prepared node's continuations into scores (L >= 1), and notes
   // how each run was read, for its children's hints (family_hints).
-  void score(uint32_t row, const int32_t* tail, uint32_t L, BestContinuations& best);
+  void score(uint32_t row, const int32_t* tail, uint32_t L, ContinuationScores& scores);
 
   // The hints of the family of children children[first, end) (their
   // tokens set, best first) of the node just scored with suffix length L;
@@ -186,7 +190,14 @@ class CorpusSource {
   }
 
   const RunTop& long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi, const int32_t* suffix);
-  float run_ratio(uint32_t len, uint64_t at, const int32_t* suffix);
+  float run_ratio(uint32_t len, uint64_t at, uint64_t lo, uint64_t hi, float inv, const int32_t* suffix);
+  // The share a suffix with children [lo, hi) and 1 / count `inv` leaves
+  // to the next shorter one: d * N / count.
+  float shorter_weight(uint64_t lo, uint64_t hi, float inv) const {
+    return discount_ * static_cast<float>(hi - lo) * inv;
+  }
+  // A continuation's own score at a suffix: max(count - d, 0) / count(s).
+  float discounted(float count, float inv) const { return count > discount_ ? (count - discount_) * inv : 0.0f; }
   uint64_t shared_hint(uint32_t len) const;
   uint64_t hint_for(int32_t tok, uint32_t len) const;
 
@@ -196,6 +207,7 @@ class CorpusSource {
   CorpusScratch& s_;
   const uint32_t max_len_;
   const uint32_t branch_;
+  const float discount_;
 };
 
 // A long run's most frequent continuations: from the trie's cache, else read
@@ -243,11 +255,10 @@ const RunTop& CorpusSource<Trie>::long_run_top(uint32_t len, uint64_t node, uint
   std::sort(picked, picked + n, [&](uint32_t a, uint32_t b) {
     return more_frequent(counts[a], toks[a], counts[b], toks[b]);
   });
-  const float inv = 1.0f / static_cast<float>(trie_.count(len, node));
   top.size = n;
   top.lo = lo;
   for (uint32_t j = 0; j < n; ++j) {
-    top.entries[j] = {toks[picked[j]], static_cast<float>(counts[picked[j]]) * inv};
+    top.entries[j] = {toks[picked[j]], static_cast<float>(counts[picked[j]])};
     top.offset[j] = picked[j];
   }
   if (const RunTop* kept = cache.insert(len, node, top)) {
@@ -258,8 +269,9 @@ const RunTop& CorpusSource<Trie>::long_run_top(uint32_t len, uint64_t node, uint
 }
 
 template <class Trie>
-void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, BestContinuations& best) {
+void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, ContinuationScores& scores) {
   CorpusScratch& s = s_;
+  float weight = 1.0f;
   for (uint32_t len = L; len >= 1; --len) {
     s.run_read[len] = RunRead::kNone;
     const uint64_t at = s.positions[row + len];
@@ -267,16 +279,15 @@ void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, Be
     uint64_t lo, hi;
     trie_.children(len, at, &lo, &hi);
     if (lo >= hi) continue;
-    const float w = s.weights[L - len];
-    // No score of this suffix or a shorter one exceeds w: once all the
-    // kept best do, none of theirs can enter.
-    if (best.full_above(w)) {
-      for (uint32_t l = len; l >= 1; --l) s.run_read[l] = RunRead::kLater;  // not read
+    // A weight of 0 (a discount of 0 gives one) leaves nothing to the
+    // shorter suffixes: their runs are not read.
+    if (weight == 0.0f) {
+      for (uint32_t l = len; l >= 1; --l) s.run_read[l] = RunRead::kLater;
       return;
     }
+    const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
     const int32_t* suffix = tail + (L - len);
     if (hi - lo < RunTopCache::kMinRun) {
-      const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
       TopCounts top;
       const bool copied = trie_.for_each_in_run(suffix, len, lo, hi, s.run_tokens[len],
                                                 [&](int32_t tok, uint64_t c) { top.offer(c, tok, branch_); });
@@ -286,7 +297,8 @@ void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, Be
       } else {       // a chosen child searches the run again (find_next)
         s.run_read[len] = RunRead::kLater;
       }
-      for (uint32_t j = 0; j < top.size; ++j) best.offer(top.tokens[j], static_cast<float>(top.counts[j]) * inv * w);
+      for (uint32_t j = 0; j < top.size; ++j)
+        scores.add_corpus(top.tokens[j], weight * discounted(static_cast<float>(top.counts[j]), inv));
     } else {
       const RunTop& top = long_run_top(len, at, lo, hi, suffix);
       s.run_read[len] = RunRead::kTop;
@@ -300,26 +312,25 @@ void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, Be
       }
       const uint32_t n = std::min(top.size, branch_);
       for (uint32_t j = 0; j < n; ++j)
-        if (!best.offer(top.entries[j].token, top.entries[j].ratio * w)) break;  // sorted
+        scores.add_corpus(top.entries[j].token, weight * discounted(top.entries[j].count, inv));
     }
+    weight *= shorter_weight(lo, hi, inv);
   }
 }
 
 // The largest probability a continuation of the stored suffix (entry at of
-// level len) has: its most frequent child's count times 1 / its count, as
-// score computes a score; 0 without children.
+// level len, children [lo, hi), 1 / its count inv) has: its most frequent
+// child's count times inv, as score computes a score.
 template <class Trie>
-float CorpusSource<Trie>::run_ratio(uint32_t len, uint64_t at, const int32_t* suffix) {
-  uint64_t lo, hi;
-  trie_.children(len, at, &lo, &hi);
-  if (lo >= hi) return 0.0f;
+float CorpusSource<Trie>::run_ratio(uint32_t len, uint64_t at, uint64_t lo, uint64_t hi, float inv,
+                                    const int32_t* suffix) {
   if (hi - lo >= RunTopCache::kMinRun) {
     const RunTop& top = long_run_top(len, at, lo, hi, suffix);  // what an expansion reads
-    return top.size > 0 ? top.entries[0].ratio : 0.0f;
+    return top.size > 0 ? top.entries[0].count * inv : 0.0f;
   }
   uint64_t m = 0;
   for (uint64_t i = lo; i < hi; ++i) m = std::max<uint64_t>(m, trie_.count(len + 1, i));
-  return static_cast<float>(m) * (1.0f / static_cast<float>(trie_.count(len, at)));
+  return static_cast<float>(m) * inv;
 }
 
 // Where the continuations of the node just scored lie in level len + 1,

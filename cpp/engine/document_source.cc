@@ -43,6 +43,7 @@ DocumentSource::Matches DocumentSource::root() {
     }
   std::reverse(occurrences_.begin() + m.begin, occurrences_.end());
   m.size = kept;
+  m.match = best;
   return m;
 }
 
@@ -55,6 +56,7 @@ DocumentSource::Matches DocumentSource::child(const Matches& parent, int32_t tok
     if (i + 1 < n_ && ctx_[i] == token) occurrences_.push_back(static_cast<uint32_t>(i));
   }
   m.size = static_cast<uint32_t>(occurrences_.size()) - m.begin;
+  m.match = m.size > 0 ? parent.match + 1 : 0;
   return m;
 }
 
@@ -72,21 +74,28 @@ void DocumentSource::for_each_next_token(const Matches& m, F f) {
   }
 }
 
+float DocumentSource::evidence(const Matches& m) const {
+  float decayed = 1.0f;  // decay^match, by repeated products
+  for (uint32_t k = 0; k < m.match && decayed > 0.0f; ++k) decayed *= decay_;
+  const float n = static_cast<float>(m.size);
+  return weight_ * (n / (n + prior_)) * (1.0f - decayed);
+}
+
 float DocumentSource::bound(const Matches& m) {
   if (m.size == 0) return 0.0f;
   uint64_t most = 0;
   for_each_next_token(m, [&](int32_t, uint64_t c) { most = std::max(most, c); });
   const float inv = 1.0f / static_cast<float>(m.size);
-  return static_cast<float>(most) * inv * weight_;
+  return static_cast<float>(most) * inv * evidence(m);
 }
 
-void DocumentSource::score(const Matches& m, BestContinuations& best) {
+void DocumentSource::score(const Matches& m, ContinuationScores& scores) {
   if (m.size == 0) return;
   TopCounts top;
   for_each_next_token(m, [&](int32_t tok, uint64_t c) { top.offer(c, tok, cap_); });
   const float inv = 1.0f / static_cast<float>(m.size);
-  for (uint32_t j = 0; j < top.size; ++j)
-    best.offer(top.tokens[j], static_cast<float>(top.counts[j]) * inv * weight_);
+  const float w = evidence(m);
+  for (uint32_t j = 0; j < top.size; ++j) scores.set_document(top.tokens[j], static_cast<float>(top.counts[j]) * inv * w);
 }
 
 }  // namespace ngram

@@ -2,7 +2,8 @@
 // candidate with the highest path probability is chosen next, until
 // max_nodes are chosen or none is left; a node's continuations come from
 // the corpus source (corpus_source.h) and the document source
-// (document_source.h), each continuation taking the larger of its scores.
+// (document_source.h), a continuation's two scores combined as
+// ContinuationScores::combine says.
 // A chosen node is expanded only once its path probability times a bound
 // of its continuations' scores reaches the best candidate's.
 // docs/PROPOSALS.md is the specification (tie rules, node order).
@@ -13,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "best_continuations.h"
+#include "continuation_scores.h"
 #include "corpus_source.h"
 #include "document_source.h"
 #include "draft_tree.h"
@@ -83,7 +84,7 @@ struct SearchScratch {
   std::vector<float> expand_key;       // by node: its probability times its continuations' bound
   std::vector<int32_t> tail;           // the sequence's last order-1 tokens at the node
   std::vector<uint32_t> order, place;  // output order: chosen index by output index, and back
-  BestContinuations best;              // the node being expanded's
+  ContinuationScores scores;           // the node being expanded's
 };
 
 // The scratch of one proposing thread: the search's and its sources'.
@@ -105,9 +106,10 @@ class ProposalSearch {
   // trie with no runs).
   ProposalSearch(const Trie& trie, const TrieIndex* index, const int64_t* context, uint64_t n,
                  const ProposeParams& p, ProposeState& ws, const Interrupt& stop)
-      : corpus_(trie, index, p.backoff, static_cast<uint32_t>(p.max_branch), ws.corpus), document_(ws.document),
+      : corpus_(trie, index, p.discount, static_cast<uint32_t>(p.max_branch), ws.corpus), document_(ws.document),
         ws_(ws.search), ctx_(context), n_(n), p_(p), stop_(stop), branch_(static_cast<uint32_t>(p.max_branch)) {
-    document_.start(context, n, static_cast<uint32_t>(p.lookup_min_match), p.lookup_weight, branch_);
+    document_.start(context, n, static_cast<uint32_t>(p.lookup_min_match), p.lookup_weight, p.lookup_decay,
+                    p.lookup_prior, branch_);
   }
 
   void run(DraftTree& out);
@@ -204,13 +206,15 @@ void ProposalSearch<Trie>::prepare(uint32_t v) {
 }
 
 // A bound of every continuation's score at node v (after prepare(v)): the
-// larger of the sources' bounds.
+// sources' bounds combined, or either alone, whichever is larger (a
+// continuation's score is one of the three, each increasing in its
+// sources' scores).
 template <class Trie>
 float ProposalSearch<Trie>::bound(uint32_t v) {
   const Node& node = ws_.nodes[v];
-  float b = corpus_.bound(node.corpus, ws_.tail.data(), corpus_len(node.depth));
-  if (p_.lookup && node.document.size > 0) b = std::max(b, document_.bound(node.document));
-  return b;
+  const float c = corpus_.bound(node.corpus, ws_.tail.data(), corpus_len(node.depth));
+  const float d = p_.lookup && node.document.size > 0 ? document_.bound(node.document) : 0.0f;
+  return std::max({c, d, ContinuationScores::combine(c, d)});
 }
 
 template <class Trie>
@@ -219,15 +223,16 @@ void ProposalSearch<Trie>::expand(uint32_t v) {
   const uint32_t depth = ws.nodes[v].depth;
   const uint32_t L = fill_tail(v);
 
-  ws.best.clear(branch_);
-  if (L > 0) corpus_.score(ws.nodes[v].corpus, ws.tail.data(), L, ws.best);
-  if (p_.lookup) document_.score(ws.nodes[v].document, ws.best);
+  ws.scores.clear();
+  if (L > 0) corpus_.score(ws.nodes[v].corpus, ws.tail.data(), L, ws.scores);
+  if (p_.lookup) document_.score(ws.nodes[v].document, ws.scores);
   const float prob = ws.nodes[v].prob;
   const uint32_t first = static_cast<uint32_t>(ws.children.size());
-  for (uint32_t j = 0; j < ws.best.size(); ++j) {
-    const float child = prob * ws.best.score(j);
+  const uint32_t kept = ws.scores.select(branch_);
+  for (uint32_t j = 0; j < kept; ++j) {
+    const float child = prob * ws.scores.score(j);
     if (!(child >= p_.min_prob) || child <= 0.0f) break;  // the rest score no higher
-    ws.children.push_back({ws.best.token(j), child, 0});
+    ws.children.push_back({ws.scores.token(j), child, 0});
   }
   const uint32_t end = static_cast<uint32_t>(ws.children.size());
   if (first == end) return;

@@ -27,16 +27,20 @@ struct ProposeParams {
   int64_t max_depth = 8;
   int64_t max_branch = 8;      // each node's best continuations considered
   float min_prob = 1e-4f;      // nodes whose path probability is below are not kept
-  float backoff = 0.4f;        // a suffix one token shorter weighs this much less
   bool corpus = true;          // continuations from the trie
   bool lookup = true;          // continuations from the sequence's own earlier occurrences
   float lookup_weight = 1.0f;  // the document source's probabilities are scaled by this
   int64_t lookup_min_match = 1;  // the shortest suffix the document source matches
+  float discount = 0.75f;      // taken from each count and given to the next shorter suffix
+  float lookup_decay = 0.5f;   // a document match of m tokens weighs 1 - lookup_decay^m
+  float lookup_prior = 1.0f;   // n document occurrences weigh n / (n + lookup_prior)
 };
 
-// One parameter of a proposal: its name, its member (an integer, a float in
+// One parameter of a proposal: its field number in the wire's ProposeParams
+// (proto/ngram/v1/ngram.proto), its name, its member (an integer, a float in
 // [0, 1], or a flag), an integer's range, and what it means.
 struct ProposeField {
+  uint32_t field;
   const char* name;
   int64_t ProposeParams::*integer;
   float ProposeParams::*unit;
@@ -45,24 +49,32 @@ struct ProposeField {
   const char* help;
 };
 
-// Every parameter, in the order of their field numbers in the wire's
-// ProposeParams (proto/ngram/v1/ngram.proto: kProposeFields[i] is field
-// i + 1): the one table that the checks, the bindings' conversion and
-// defaults, and the request codec read.
+// Every parameter: the one table that the checks, the bindings' conversion
+// and defaults, and both ends of the wire read. Field 5, `backoff`, was the
+// weight of the scoring before the interpolation (docs/PROPOSALS.md); the
+// host refuses it by name.
 inline constexpr ProposeField kProposeFields[] = {
-    {"max_nodes", &ProposeParams::max_nodes, nullptr, nullptr, 0, ProposeLimits::kMaxNodes, "nodes kept, root excluded"},
-    {"max_depth", &ProposeParams::max_depth, nullptr, nullptr, 0, ProposeLimits::kMaxDepth, "deepest node"},
-    {"max_branch", &ProposeParams::max_branch, nullptr, nullptr, 1, ProposeLimits::kMaxBranch,
-     "continuations considered per node"},
-    {"min_prob", nullptr, &ProposeParams::min_prob, nullptr, 0, 0, "path-probability floor"},
-    {"backoff", nullptr, &ProposeParams::backoff, nullptr, 0, 0, "weight of a suffix one token shorter"},
-    {"corpus", nullptr, nullptr, &ProposeParams::corpus, 0, 0, "the trie's continuations"},
-    {"lookup", nullptr, nullptr, &ProposeParams::lookup, 0, 0, "the context's own earlier continuations"},
-    {"lookup_weight", nullptr, &ProposeParams::lookup_weight, nullptr, 0, 0,
+    {1, "max_nodes", &ProposeParams::max_nodes, nullptr, nullptr, 0, ProposeLimits::kMaxNodes,
+     "nodes kept, root excluded"},
+    {2, "max_depth", &ProposeParams::max_depth, nullptr, nullptr, 0, ProposeLimits::kMaxDepth, "deepest node"},
+    {3, "max_branch", &ProposeParams::max_branch, nullptr, nullptr, 1, ProposeLimits::kMaxBranch,
+     "continuations considered per node, and per suffix of the corpus"},
+    {4, "min_prob", nullptr, &ProposeParams::min_prob, nullptr, 0, 0, "path-probability floor"},
+    {6, "corpus", nullptr, nullptr, &ProposeParams::corpus, 0, 0, "the trie's continuations"},
+    {7, "lookup", nullptr, nullptr, &ProposeParams::lookup, 0, 0, "the context's own earlier continuations"},
+    {8, "lookup_weight", nullptr, &ProposeParams::lookup_weight, nullptr, 0, 0,
      "scales the document's probabilities"},
-    {"lookup_min_match", &ProposeParams::lookup_min_match, nullptr, nullptr, 1, ProposeLimits::kMaxMatch,
+    {9, "lookup_min_match", &ProposeParams::lookup_min_match, nullptr, nullptr, 1, ProposeLimits::kMaxMatch,
      "shortest suffix the document source matches"},
+    {10, "discount", nullptr, &ProposeParams::discount, nullptr, 0, 0,
+     "taken from each corpus count, given to the shorter suffix"},
+    {11, "lookup_decay", nullptr, &ProposeParams::lookup_decay, nullptr, 0, 0,
+     "a document match of m tokens weighs 1 - lookup_decay^m"},
+    {12, "lookup_prior", nullptr, &ProposeParams::lookup_prior, nullptr, 0, 0,
+     "n document occurrences weigh n / (n + lookup_prior)"},
 };
+// The wire field that held the scoring's former parameter, refused by name.
+inline constexpr uint32_t kRemovedBackoffField = 5;
 inline constexpr uint32_t kProposeFieldCount = sizeof(kProposeFields) / sizeof(kProposeFields[0]);
 
 // Throws InvalidArgument naming the field at fault: integers or floats

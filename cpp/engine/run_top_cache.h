@@ -20,15 +20,14 @@
 namespace ngram {
 
 // The first kTop continuations of one run by count descending, then token
-// ascending: each one's token and probability after the run's context,
-// float(count) * (1 / float(context's count)) as proposals score it, and
-// its index in the run's level (lo + offset). The first entries, which
-// proposals read most, share a cache line.
+// ascending: each one's token and count (as the float proposals score it
+// from), and its index in the run's level (lo + offset). The first entries,
+// which proposals read most, share a cache line.
 struct alignas(64) RunTop {
   static constexpr uint32_t kTop = 32;
   struct Entry {
     int32_t token;
-    float ratio;
+    float count;
   };
   Entry entries[kTop];
   uint32_t size = 0;

@@ -74,7 +74,7 @@ void bind_propose(py::module_& m) {
   static const char* propose_doc =
       "A draft tree of the corpus' and the context's likeliest continuations of `context` (int [N], N >= 1; its "
       "last token is the root), as a PrunedTree whose scores are path probabilities. Keywords: max_nodes, "
-      "max_depth, max_branch, min_prob, backoff, corpus, lookup, lookup_weight, lookup_min_match "
+      "max_depth, max_branch, min_prob, corpus, lookup, lookup_weight, lookup_min_match, discount, lookup_decay, lookup_prior "
       "(PROPOSE_DEFAULTS; docs/PROPOSALS.md), and timeout (seconds, None: no limit; TimeoutError once it "
       "passes). ValueError naming the field for bad input.";
   m.def("propose", propose, py::arg("trie"), py::arg("context"), propose_doc);

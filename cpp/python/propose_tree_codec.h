@@ -14,16 +14,16 @@
 namespace ngram_py::wire {
 
 // ProposeParams (always written): the given fields only, so that the host's
-// defaults fill the rest; field i + 1 is kProposeFields[i].
+// defaults fill the rest; kProposeFields[i] is field kProposeFields[i].field.
 inline std::string propose_params_bytes(const GivenProposeParams& g) {
   const ngram::ProposeParams& p = g.values;
   std::string out;
   for (uint32_t i = 0; i < ngram::kProposeFieldCount; ++i) {
     if (!g.has(i)) continue;
     const ngram::ProposeField& f = ngram::kProposeFields[i];
-    if (f.integer) put_varint_field(out, i + 1, static_cast<uint64_t>(p.*f.integer));
-    else if (f.unit) put_float_field(out, i + 1, p.*f.unit);
-    else put_varint_field(out, i + 1, p.*f.flag);
+    if (f.integer) put_varint_field(out, f.field, static_cast<uint64_t>(p.*f.integer));
+    else if (f.unit) put_float_field(out, f.field, p.*f.unit);
+    else put_varint_field(out, f.field, p.*f.flag);
   }
   return out;
 }

@@ -473,6 +473,9 @@ Status NgramServiceImpl::propose_tree(const v1::ProposeTreeRequest& req, v1::Pro
   if (Status st = resolve(req.index(), req.tokenizer_fingerprint(), &idx); !st.ok()) return st;
   const TrieIndex& t = *idx->trie;
 
+  if (req.params().has_backoff())
+    return invalid("params.backoff: no longer a parameter; proposals interpolate the corpus' suffixes "
+                   "(params.discount, docs/PROPOSALS.md)");
   const ProposeParams params = propose_params_of(req.params());  // unset fields: the engine's defaults
   // The server's lowered limits; a value outside the engine's range is the
   // engine's to refuse, with its own message.

@@ -36,14 +36,13 @@ PruneParams prune_params_of(const v1::PruneParams& p) {
 }
 
 ProposeParams propose_params_of(const v1::ProposeParams& p) {
-  // Field i + 1 is kProposeFields[i] (propose_params.h): the one table.
+  // kProposeFields (propose_params.h) is the one table, with each field's number.
   const google::protobuf::Descriptor* desc = p.GetDescriptor();
   const google::protobuf::Reflection* refl = p.GetReflection();
   ProposeParams params;
-  for (uint32_t i = 0; i < kProposeFieldCount; ++i) {
-    const google::protobuf::FieldDescriptor* fd = desc->FindFieldByNumber(static_cast<int>(i) + 1);
+  for (const ProposeField& f : kProposeFields) {
+    const google::protobuf::FieldDescriptor* fd = desc->FindFieldByNumber(static_cast<int>(f.field));
     if (!refl->HasField(p, fd)) continue;
-    const ProposeField& f = kProposeFields[i];
     if (f.integer) params.*f.integer = refl->GetInt64(p, fd);
     else if (f.unit) params.*f.unit = refl->GetFloat(p, fd);
     else params.*f.flag = refl->GetBool(p, fd);

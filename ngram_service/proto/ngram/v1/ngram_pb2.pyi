@@ -155,7 +155,7 @@ class PruneTreeResponse(_message.Message):
     def __init__(self, trees: _Optional[_Iterable[_Union[PrunedTreeNodes, _Mapping]]] = ...) -> None: ...
 
 class ProposeParams(_message.Message):
-    __slots__ = ("max_nodes", "max_depth", "max_branch", "min_prob", "backoff", "corpus", "lookup", "lookup_weight", "lookup_min_match")
+    __slots__ = ("max_nodes", "max_depth", "max_branch", "min_prob", "backoff", "corpus", "lookup", "lookup_weight", "lookup_min_match", "discount", "lookup_decay", "lookup_prior")
     MAX_NODES_FIELD_NUMBER: _ClassVar[int]
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MAX_BRANCH_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,9 @@ class ProposeParams(_message.Message):
     LOOKUP_FIELD_NUMBER: _ClassVar[int]
     LOOKUP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     LOOKUP_MIN_MATCH_FIELD_NUMBER: _ClassVar[int]
+    DISCOUNT_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_DECAY_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_PRIOR_FIELD_NUMBER: _ClassVar[int]
     max_nodes: int
     max_depth: int
     max_branch: int
@@ -174,7 +177,10 @@ class ProposeParams(_message.Message):
     lookup: bool
     lookup_weight: float
     lookup_min_match: int
-    def __init__(self, max_nodes: _Optional[int] = ..., max_depth: _Optional[int] = ..., max_branch: _Optional[int] = ..., min_prob: _Optional[float] = ..., backoff: _Optional[float] = ..., corpus: _Optional[bool] = ..., lookup: _Optional[bool] = ..., lookup_weight: _Optional[float] = ..., lookup_min_match: _Optional[int] = ...) -> None: ...
+    discount: float
+    lookup_decay: float
+    lookup_prior: float
+    def __init__(self, max_nodes: _Optional[int] = ..., max_depth: _Optional[int] = ..., max_branch: _Optional[int] = ..., min_prob: _Optional[float] = ..., backoff: _Optional[float] = ..., corpus: _Optional[bool] = ..., lookup: _Optional[bool] = ..., lookup_weight: _Optional[float] = ..., lookup_min_match: _Optional[int] = ..., discount: _Optional[float] = ..., lookup_decay: _Optional[float] = ..., lookup_prior: _Optional[float] = ...) -> None: ...
 
 class ProposeInput(_message.Message):
     __slots__ = ("context",)
