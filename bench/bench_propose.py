@@ -2,7 +2,8 @@
 cut from held-out documents, one thread, for each trie and representation.
 
     python bench/bench_propose.py --text HELDOUT.jsonl --tokenizer TOK TRIE... \\
-        [--contexts 3000] [--passes 5] [--max-nodes 64] [--out bench/results/propose.json]
+        [--contexts 3000] [--passes 5] [--max-nodes 64] [--settings '[{}, {"max_branch": 16}]']
+        [--out bench/results/propose.json]
 
 Each context is the document up to a uniformly drawn position (at most its
 last 2,048 tokens). A pass proposes one tree for every context; the first
@@ -11,7 +12,8 @@ bound is computed and kept, cpp/engine/run_bounds.h, and each long run is
 read whole once and its list kept, cpp/engine/run_top_cache.h), later
 passes find them kept (warm: a long-running host's steady state). Times are this
 thread's CPU time (time.thread_time), so that other work on a shared machine
-inflates them less; the passes of every (trie, mode) are interleaved.
+inflates them less; the passes of every (trie, mode, setting) are
+interleaved, so that settings compare as ratios within one run.
 "batched/s" is the same contexts through propose_batch on one thread, --batch
 contexts a call (what a host or LocalProposer does with a batch): the
 per-call cost of Python and the bindings shared. Prints
@@ -61,45 +63,54 @@ def main() -> None:
     ap.add_argument("--modes", default="mmap,ram")
     ap.add_argument("--batch", type=int, default=64,
                     help="also time propose_batch on one thread, this many contexts a call (0: not)")
+    ap.add_argument("--settings", default="[{}]",
+                    help="JSON list of propose keyword dicts, each timed beside the others ({}: the defaults)")
     ap.add_argument("--out", default="bench/results/propose.json")
     a = ap.parse_args()
+    settings = json.loads(a.settings)
+    if not isinstance(settings, list) or not all(isinstance(x, dict) for x in settings):
+        ap.error(f"--settings: a JSON list of objects, got {a.settings!r}")
     docs, _ = load_documents([a.text], a.tokenizer)
     ctxs = contexts(docs, a.contexts)
-    runs = {(t, m): NgramIndex.open(t, mode=m) for t in a.tries for m in a.modes.split(",")}
-    times: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
-    batched: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
-    nodes: dict[tuple[str, str], int] = {}
-    chunks = [ctxs[i:i + a.batch] for i in range(0, len(ctxs), a.batch)]
+    opened = {(t, m): NgramIndex.open(t, mode=m) for t in a.tries for m in a.modes.split(",")}
+    runs = {(t, m, i): index for (t, m), index in opened.items() for i in range(len(settings))}
+    times: dict[tuple[str, str, int], list[float]] = {k: [] for k in runs}
+    batched: dict[tuple[str, str, int], list[float]] = {k: [] for k in runs}
+    nodes: dict[tuple[str, str, int], int] = {}
+    chunks = [ctxs[i:i + a.batch] for i in range(0, len(ctxs), a.batch)] if a.batch else []
     for p in range(a.passes):
         for key, index in runs.items():
+            params = {"max_nodes": a.max_nodes, **settings[key[2]]}
             t0 = time.thread_time()
             made = 0
             for c in ctxs:
-                made += len(index.propose(c, max_nodes=a.max_nodes).tokens) - 1
+                made += len(index.propose(c, **params).tokens) - 1
             times[key].append(time.thread_time() - t0)
             nodes[key] = made
             if a.batch:  # the engine's thread runs in this one (threads=1): its time is this thread's
                 t0 = time.thread_time()
                 for chunk in chunks:
-                    index.propose_batch(chunk, threads=1, max_nodes=a.max_nodes)
+                    index.propose_batch(chunk, threads=1, **params)
                 batched[key].append(time.thread_time() - t0)
         print(f"pass {p + 1}/{a.passes} done", file=sys.stderr)
     rows = []
     print(f"{len(ctxs)} contexts from {len(docs)} documents, {a.max_nodes} nodes, one thread, CPU time")
-    print(f"{'trie':<32} {'mode':<5} {'order':>5} {'cold trees/s':>12} {'warm trees/s':>12} {'us/tree':>8} "
-          f"{'batched/s':>10} {'nodes/tree':>10}")
-    for (trie, mode), ts in times.items():
+    print(f"{'trie':<24} {'mode':<5} {'order':>5} {'setting':<22} {'cold trees/s':>12} {'warm trees/s':>12} "
+          f"{'us/tree':>8} {'batched/s':>10} {'nodes/tree':>10}")
+    for (trie, mode, i), ts in times.items():
         cold = len(ctxs) / ts[0]
         warm = len(ctxs) / statistics.median(ts[1:]) if len(ts) > 1 else cold
-        bt = batched[(trie, mode)]
+        bt = batched[(trie, mode, i)]
         warm_batched = len(ctxs) / statistics.median(bt[1:] if len(bt) > 1 else bt) if bt else None
-        row = {"trie": trie, "mode": mode, "order": runs[(trie, mode)].order, "cold_trees_per_second": cold,
+        row = {"trie": trie, "mode": mode, "order": runs[(trie, mode, i)].order, "setting": settings[i],
+               "cold_trees_per_second": cold,
                "warm_trees_per_second": warm, "us_per_tree_warm": 1e6 / warm,
                "warm_batched_trees_per_second": warm_batched, "batch": a.batch,
-               "nodes_per_tree": nodes[(trie, mode)] / len(ctxs), "pass_seconds": ts,
+               "nodes_per_tree": nodes[(trie, mode, i)] / len(ctxs), "pass_seconds": ts,
                "goal_met": warm >= GOAL_TREES_PER_SECOND}
         rows.append(row)
-        print(f"{Path(trie).name:<32} {mode:<5} {row['order']:>5} {cold:>12.0f} {warm:>12.0f} "
+        label = json.dumps(settings[i], separators=(",", ":"))[1:-1] or "defaults"
+        print(f"{Path(trie).name:<24} {mode:<5} {row['order']:>5} {label:<22} {cold:>12.0f} {warm:>12.0f} "
               f"{row['us_per_tree_warm']:>8.1f} {warm_batched or 0:>10.0f} {row['nodes_per_tree']:>10.1f}")
     out = {"contexts": len(ctxs), "max_nodes": a.max_nodes, "passes": a.passes, "rows": rows,
            "goal_trees_per_second": GOAL_TREES_PER_SECOND, "machine": platform.processor() or platform.machine(),

@@ -1,26 +1,30 @@
 """Proposal scoring variants, teacher forced on held-out text: a Python
-model of the engine's proposal search (cpp/engine/propose.cc) in which the
-continuation scores can be changed, to choose a scoring by measurement
-before it is written in C++ (issue 42).
+model of the engine's proposal search (cpp/engine/proposal_search.h) in
+which the continuation scores can be changed, used to choose the engine's
+scoring by measurement before it was written in C++ (issue 42; the table
+is in CHANGELOG.md, 2026-11-28).
 
     python bench/proposal_scoring_study.py TRIE HELDOUT.jsonl TOKENIZER \
         --variants '[{"corpus": "max"}, {"corpus": "abs", "d": 0.75, "doc": "disc", "mix": "noisy"}]'
 
 HELDOUT.jsonl: bench/heldout_split.py's held-out documents (--docs-per-source
 of each source, the first --max-positions tokens of each). A variant is a
-dict: "corpus" is "max" (today's engine: each stored suffix's ratio times
-backoff ** (L - l), the best over lengths; "beta" shrinks a ratio by
-count / (count + beta)), "wb" (Witten-Bell interpolation), "abs"
-(interpolated absolute discounting, "d") or "mkn" (modified Kneser-Ney
-discounts "ds" for counts 1, 2, 3+, raw counts at every order); "doc" is
-"max" (today's: the share of the matches followed by w, times
+dict: "corpus" is "max" (the engine's scoring before 2026-11-28: each
+stored suffix's ratio times backoff ** (L - l), the best over lengths;
+"beta" shrinks a ratio by count / (count + beta)), "wb" (Witten-Bell
+interpolation), "abs" (interpolated absolute discounting, "d": the
+engine's scoring now, but that here each suffix gives its 64 most
+frequent continuations, the engine its max_branch) or "mkn" (modified
+Kneser-Ney discounts "ds" for counts 1, 2, 3+, raw counts at every order);
+"doc" is "max" (the former: the share of the matches followed by w, times
 lookup_weight) or "disc" (that share times n / (n + alpha) x (1 - gamma **
-m): n matches of length m); "mix" is "max" (today's) or "noisy"
-(1 - (1 - p_corpus)(1 - p_doc)); and the engine's max_nodes, max_depth,
-max_branch, min_prob, lookup, min_match. With {"corpus": "max"} the
-replay equals the engine's (ngram-eval --proposals) to the last digit on
-the same documents. Slow (Python): a dozen documents take tens of seconds
-a variant. Prints tokens per step for each variant.
+m): n matches of length m; the engine's now); "mix" is "max" (the former)
+or "noisy" (1 - (1 - p_corpus)(1 - p_doc); the engine's now); and the
+engine's max_nodes, max_depth, max_branch, min_prob, lookup, min_match.
+With {"corpus": "max"} the replay equalled the former engine's (ngram-eval
+--proposals) to the last digit on the same documents. Slow (Python): a
+dozen documents take tens of seconds a variant. Prints tokens per step for
+each variant.
 """
 from __future__ import annotations
 

@@ -278,7 +278,7 @@ def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     raw = {"lookup_prior": 0.0, "lookup_decay": 0.0}  # the shares alone, as prompt lookup counts them
     tree = index.propose(ctx, corpus=False, max_nodes=10, **raw)
     # "1 2 3" occurred before, followed by 4 5 6 9 9 1 2 3: one chain, each step certain.
-    assert tree.tokens.tolist() == [3, 4, 5, 6, 9, 9, 1, 2, 3]  # max_depth 8
+    assert tree.tokens.tolist() == [3, 4, 5, 6, 9, 9, 1, 2, 3]  # to the context's end
     assert tree.parents.tolist() == [-1, 0, 1, 2, 3, 4, 5, 6, 7]
     assert tree.scores.tolist() == [1.0] * 9
     # By default a step weighs its evidence: one occurrence n / (n + 1) = 1/2,
@@ -329,7 +329,7 @@ def test_unknown_keyword_is_a_type_error(tries: dict) -> None:
 
 def test_limits_and_defaults_are_the_engines() -> None:
     assert LIMITS["max_nodes"] == 4096 and LIMITS["max_depth"] == 64 and LIMITS["max_branch"] == 32
-    assert DEFAULTS == {"max_nodes": 64, "max_depth": 8, "max_branch": 8, "min_prob": 1e-4, "corpus": True,
+    assert DEFAULTS == {"max_nodes": 64, "max_depth": 16, "max_branch": 16, "min_prob": 1e-4, "corpus": True,
                         "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 1, "discount": 0.75,
                         "lookup_decay": 0.5, "lookup_prior": 1.0}
     assert list(itertools.islice(DEFAULTS, 1)) == ["max_nodes"]

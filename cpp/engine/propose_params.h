@@ -24,8 +24,8 @@ struct ProposeLimits {
 // them (PROPOSE_DEFAULTS) and the server leaves unset fields at these values.
 struct ProposeParams {
   int64_t max_nodes = 64;
-  int64_t max_depth = 8;
-  int64_t max_branch = 8;      // each node's best continuations considered
+  int64_t max_depth = 16;
+  int64_t max_branch = 16;     // each node's best continuations considered
   float min_prob = 1e-4f;      // nodes whose path probability is below are not kept
   bool corpus = true;          // continuations from the trie
   bool lookup = true;          // continuations from the sequence's own earlier occurrences
