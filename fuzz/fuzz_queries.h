@@ -138,7 +138,11 @@ inline void fuzz_propose(const ngram::TrieIndex& t, Bytes& in) {
   if (set & 2) params.max_depth = in.take<int8_t>();
   if (set & 4) params.max_branch = in.take<int8_t>();
   if (set & 8) params.min_prob = in.take<float>();
-  if (set & 16) params.backoff = in.take<uint8_t>() / 255.0f;
+  if (set & 16) {
+    params.discount = in.take<uint8_t>() / 255.0f;
+    params.lookup_decay = in.take<uint8_t>() / 255.0f;
+    params.lookup_prior = in.take<uint8_t>() / 255.0f;
+  }
   if (set & 32) params.lookup_min_match = in.take<int8_t>();
   params.corpus = !(set & 64);
   params.lookup = !(set & 128);
@@ -150,7 +154,7 @@ inline void fuzz_propose(const ngram::TrieIndex& t, Bytes& in) {
   }
   const size_t m = tree.tokens.size();
   if (m == 0 || m > static_cast<size_t>(params.max_nodes) + 1) fail("propose: node count");
-  if (tree.parents[0] != -1 || tree.tokens[0] != ctx.back()) fail("propose: root");
+  if (tree.parents[0] != -1 || tree.tokens[0] != ctx.back() || tree.scores[0] != 1.0f) fail("propose: root");
   for (size_t i = 1; i < m; ++i) {
     if (tree.parents[i] < 0 || static_cast<size_t>(tree.parents[i]) >= i) fail("propose: parent after child");
     if (!(tree.scores[i] <= tree.scores[tree.parents[i]]) || !(tree.scores[i] >= params.min_prob))

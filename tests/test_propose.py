@@ -105,7 +105,7 @@ def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int,
         return {w: F(F(F(c) * inv) * evidence) for w, c in most_frequent(Counter(context[j + 1] for j in occ))}
 
     def combine(c: np.float32, dc: np.float32) -> np.float32:
-        return F(F(1) - F(F(F(1) - c) * F(F(1) - dc))) if c > 0 and dc > 0 else max(c, dc)
+        return min(F(1), F(F(1) - F(F(F(1) - c) * F(F(1) - dc))) if c > 0 and dc > 0 else max(c, dc))
 
     def children(path: tuple[int, ...]) -> list[tuple[int, np.float32]]:
         corpus = corpus_scores(list(context) + list(path)) if p["corpus"] else {}

@@ -66,8 +66,11 @@ class ContinuationScores {
 
   // A token's score from its two (docs/PROPOSALS.md): where both are above
   // 0, the chance that either is right, 1 - (1 - c)(1 - d); else the one
-  // there is. Increasing in each, as the search's bound needs.
-  static float combine(float c, float d) { return c > 0.0f && d > 0.0f ? 1.0f - (1.0f - c) * (1.0f - d) : std::max(c, d); }
+  // there is; at most 1 (a sum of float products may round past it).
+  // Increasing in each, as the search's bound needs.
+  static float combine(float c, float d) {
+    return std::min(1.0f, c > 0.0f && d > 0.0f ? 1.0f - (1.0f - c) * (1.0f - d) : std::max(c, d));
+  }
 
   // Keeps the `cap` best continuations whose score is above 0, best first
   // (by `better`); returns how many.
