@@ -52,6 +52,17 @@ def contexts(docs: list[np.ndarray], n: int, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+def parse_settings(ap: argparse.ArgumentParser, text: str) -> list[dict]:
+    """--settings: a JSON list of propose keyword dicts, else a usage error."""
+    try:
+        settings = json.loads(text)
+    except json.JSONDecodeError as e:
+        ap.error(f"--settings: not JSON ({e})")
+    if not isinstance(settings, list) or not all(isinstance(x, dict) for x in settings):
+        ap.error(f"--settings: a JSON list of objects, got {text!r}")
+    return settings
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tries", nargs="+")
@@ -67,9 +78,7 @@ def main() -> None:
                     help="JSON list of propose keyword dicts, each timed beside the others ({}: the defaults)")
     ap.add_argument("--out", default="bench/results/propose.json")
     a = ap.parse_args()
-    settings = json.loads(a.settings)
-    if not isinstance(settings, list) or not all(isinstance(x, dict) for x in settings):
-        ap.error(f"--settings: a JSON list of objects, got {a.settings!r}")
+    settings = parse_settings(ap, a.settings)
     docs, _ = load_documents([a.text], a.tokenizer)
     ctxs = contexts(docs, a.contexts)
     opened = {(t, m): NgramIndex.open(t, mode=m) for t in a.tries for m in a.modes.split(",")}

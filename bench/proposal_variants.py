@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_propose import parse_settings  # noqa: E402
 from ngram_eval.proposal_replay import replay  # noqa: E402
 from ngram_eval.synthetic import load_documents  # noqa: E402
 from ngram_service import NgramIndex  # noqa: E402
@@ -35,9 +36,7 @@ def main() -> None:
     ap.add_argument("--settings", default="[{}]", help="JSON list of propose keyword dicts")
     ap.add_argument("--out", default="bench/results/proposal_variants.json")
     a = ap.parse_args()
-    settings = json.loads(a.settings)
-    if not isinstance(settings, list) or not all(isinstance(x, dict) for x in settings):
-        ap.error(f"--settings: a JSON list of objects, got {a.settings!r}")
+    settings = parse_settings(ap, a.settings)
     docs, _ = load_documents([a.text], a.tokenizer)
     print(f"{len(docs)} documents, {sum(len(d) for d in docs):,} tokens, teacher forced", flush=True)
     rows = []
