@@ -397,17 +397,23 @@ class NgramClient(_ClientBase):
         return self._call(self._topk(context, k), timeout)
 
     def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
-              **params: Any) -> tree.PrunedTree:
-        """One draft lattice -> its PrunedTree; see NgramIndex.prune (same parameters)."""
-        return self._call(self._prune_one(prefix, topk_tokens, topk_probs, params), timeout)
+              beam_width: int | None = None, max_nodes: int | None = None, ngram_weight: float | None = None,
+              level_weights: Any = None, logit_weights: Any = None, eos_token_id: int | None = None,
+              ngram_on_first_level: bool | None = None) -> tree.PrunedTree:
+        """One draft lattice -> its PrunedTree; see NgramIndex.prune (same
+        parameters; None, the default of each: the host's default, the
+        engine's table)."""
+        return self._call(self._prune_one(prefix, topk_tokens, topk_probs, tree.prune_keywords(locals())), timeout)
 
     def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
-                    **params: Any) -> list[tree.PrunedTree]:
+                    beam_width: int | None = None, max_nodes: int | None = None, ngram_weight: float | None = None,
+                    level_weights: Any = None, logit_weights: Any = None, eos_token_id: int | None = None,
+                    ngram_on_first_level: bool | None = None) -> list[tree.PrunedTree]:
         """All sequences of a decoding step in one call: requests are
         (prefix, topk_tokens, topk_probs) tuples or dicts with those keys;
-        see NgramIndex.prune_batch. ``threads`` is accepted for compatibility
-        (the host decides)."""
-        return self._call(self._prune_many(requests, params), timeout)
+        see NgramIndex.prune_batch (None: the host's default). ``threads``
+        is accepted for compatibility (the host decides)."""
+        return self._call(self._prune_many(requests, tree.prune_keywords(locals())), timeout)
 
     def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.PrunedTree:
         """A draft tree of the corpus' and the context's likeliest
@@ -465,12 +471,18 @@ class AsyncNgramClient(_ClientBase):
         return await self._call(self._topk(context, k), timeout)
 
     async def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
-                    **params: Any) -> tree.PrunedTree:
+                    beam_width: int | None = None, max_nodes: int | None = None, ngram_weight: float | None = None,
+                    level_weights: Any = None, logit_weights: Any = None, eos_token_id: int | None = None,
+                    ngram_on_first_level: bool | None = None) -> tree.PrunedTree:
+        params = tree.prune_keywords(locals())
         return await self._call(self._prune_one(prefix, topk_tokens, topk_probs, params), timeout)
 
     async def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
-                          **params: Any) -> list[tree.PrunedTree]:
-        return await self._call(self._prune_many(requests, params), timeout)
+                          beam_width: int | None = None, max_nodes: int | None = None,
+                          ngram_weight: float | None = None, level_weights: Any = None, logit_weights: Any = None,
+                          eos_token_id: int | None = None,
+                          ngram_on_first_level: bool | None = None) -> list[tree.PrunedTree]:
+        return await self._call(self._prune_many(requests, tree.prune_keywords(locals())), timeout)
 
     async def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.PrunedTree:
         return await self._call(self._propose_one(context, params), timeout)

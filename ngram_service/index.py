@@ -12,7 +12,7 @@ import numpy as np
 
 from ngram_service import _engine
 from ngram_service._engine import TrieFormatError
-from ngram_service.tree import PrunedTree
+from ngram_service.tree import FIELD_DEFAULTS, PrunedTree, prune_keywords
 
 #: A zstd-compressed trie's first bytes (``ngram-build --compress``): the engine's definition.
 ZSTD_MAGIC: bytes = _engine.ZSTD_MAGIC
@@ -35,10 +35,15 @@ class ConditionalProbs(Protocol):
 
 
 class Prune(Protocol):
-    """``NgramIndex.prune``'s signature (the engine's method)."""
+    """``NgramIndex.prune``'s signature (the engine's method, whose own
+    signature text is the engine table's: ``help(idx.prune)``)."""
 
-    def __call__(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
-                 **params: Any) -> PrunedTree: ...
+    def __call__(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, beam_width: int = FIELD_DEFAULTS["beam_width"],
+                 max_nodes: int = FIELD_DEFAULTS["max_nodes"], ngram_weight: float = FIELD_DEFAULTS["ngram_weight"],
+                 level_weights: Any = FIELD_DEFAULTS["level_weights"], logit_weights: Any = FIELD_DEFAULTS["logit_weights"],
+                 eos_token_id: int | None = FIELD_DEFAULTS["eos_token_id"],
+                 ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"],
+                 timeout: float | None = None) -> PrunedTree: ...
 
 
 class Propose(Protocol):
@@ -71,9 +76,10 @@ class NgramIndex:
     float32(count(s))) and matched = len(s); a candidate never seen after any
     suffix gets 0 and 0.
 
-    ``prune(prefix, topk_tokens, topk_probs, *, timeout=None, **params)``:
-    DART tree pruning of one draft lattice, a PrunedTree; parameters and
-    errors as ``ngram_service.tree.prune``.
+    ``prune(prefix, topk_tokens, topk_probs, *, beam_width=20, ...,
+    timeout=None)``: DART tree pruning of one draft lattice, a PrunedTree;
+    parameters (the engine's table, kPruneFields) and errors as
+    ``ngram_service.tree.prune``.
 
     ``propose(context, *, timeout=None, **params)``: a draft tree grown from
     the trie and the context alone (no drafter), a PrunedTree whose scores
@@ -147,10 +153,13 @@ class NgramIndex:
         return TopK(tokens, probs, counts, matched)
 
     def prune_batch(self, requests: Any, *, threads: int | None = None, timeout: float | None = None,
-                    **params: Any) -> list[PrunedTree]:
+                    beam_width: int = FIELD_DEFAULTS["beam_width"], max_nodes: int = FIELD_DEFAULTS["max_nodes"],
+                    ngram_weight: float = FIELD_DEFAULTS["ngram_weight"], level_weights: Any = FIELD_DEFAULTS["level_weights"],
+                    logit_weights: Any = FIELD_DEFAULTS["logit_weights"], eos_token_id: int | None = FIELD_DEFAULTS["eos_token_id"],
+                    ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"]) -> list[PrunedTree]:
         """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch.
         timeout: seconds (None: no limit); TimeoutError, and no trees, once it passes."""
-        return _engine.prune_batch(self._t, requests, threads=threads, timeout=timeout, **params)
+        return _engine.prune_batch(self._t, requests, threads=threads, timeout=timeout, **prune_keywords(locals()))
 
     def propose_batch(self, contexts: Any, *, threads: int | None = None, timeout: float | None = None,
                       **params: Any) -> list[PrunedTree]:

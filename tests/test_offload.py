@@ -143,6 +143,25 @@ def test_request_bytes_are_the_protobuf_request() -> None:
         assert np.array_equal(np.array(got.probs, dtype=np.float32), np.concatenate(prs))
 
 
+def test_lattice_batch_prune_defaults_are_the_engine_table_s(sample_trie: Path) -> None:
+    """LatticeBatch.prune with its parameters left out, or given as None, prunes with the engine's
+    defaults: the trees NgramIndex.prune_batch gives the same fitted lattices."""
+    idx = NgramIndex.open(sample_trie)
+    logits, d2t, contexts = batch_case(4, 3, vocab=idx.vocab_size)
+    ids, probs = device_lattices(logits, d2t, 9)
+    packed = np.concatenate((ids.astype(np.int32), probs.view(np.int32)), axis=-1)
+    served = np.flatnonzero(_engine.LatticeBatch(contexts, packed, idx.order, idx.vocab_size).depths > 0)
+    lat = _engine.LatticeBatch([contexts[i] for i in served], np.ascontiguousarray(packed[served]), idx.order,
+                               idx.vocab_size)
+    want = idx.prune_batch([reference_fit(contexts[i], ids[i], probs[i], idx.order, idx.vocab_size)
+                            for i in served])
+    for params in ({}, dict.fromkeys(row["name"] for row in _engine.PRUNE_FIELDS)):
+        trees = _engine.TreeBatch(lat.batch)
+        lat.prune(idx.engine, trees, **params)
+        for g, w in zip(DraftTrees.unpack(trees.pack(), torch.device("cpu")), want):
+            assert_tree_equals(g, w)
+
+
 def test_packed_lattices_refuse_what_they_cannot_read() -> None:
     good = np.zeros((2, 3, 8), dtype=np.int32)
     with pytest.raises(ValueError, match="int32 array"):

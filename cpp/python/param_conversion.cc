@@ -76,7 +76,7 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
       weights(h ? h : py::none(), f.name, p.*f.weights);
       continue;
     }
-    if (!h) continue;
+    if (!h || h.is_none()) continue;  // not given: the table's default
     if (f.integer) {
       p.*f.integer = integer(h, f.name, integer_range(i));
     } else if (f.weight) {
@@ -87,7 +87,6 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
       }
       p.*f.weight = static_cast<float>(w);
     } else if (f.token) {
-      if (h.is_none()) continue;
       if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr()))
         throw InvalidArgument(std::string(f.name) + " must be an integer or None, got " + std::string(py::repr(h)));
       p.*f.token = integer(h, f.name, "-1 (none) or in [0, vocab_size)");
@@ -99,13 +98,27 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
   }
 }
 
-ngram::PruneParams make_params(const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
-                               const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos,
-                               const py::handle& ngram_on_first_level) {
-  ngram::PruneParams p;
-  load_prune_params({beam_width, max_nodes, ngram_weight, level_weights, logit_weights, eos, ngram_on_first_level},
-                    p);
-  return p;
+PruneParamHandles prune_handles(PyObject* const* args, size_t first) {
+  PruneParamHandles h;
+  for (size_t i = 0; i < h.size(); ++i) h[i] = args[first + i];
+  return h;
+}
+
+// A default as Python writes it in a signature.
+static std::string default_text(const PruneField& f, const PruneParams& d) {
+  if (f.integer) return std::to_string(d.*f.integer);
+  if (f.weight) return number_text(d.*f.weight);
+  if (f.flag) return d.*f.flag ? "True" : "False";
+  return "None";  // a weight per level (DART's), the token (the trie's)
+}
+
+std::string prune_call_doc(const std::string& name, const std::string& lead, const std::string& trail,
+                           const std::string& doc) {
+  const PruneParams defaults;
+  std::string s = name + "(" + lead + (lead.empty() ? "*" : ", *");
+  for (const PruneField& f : kPruneFields) s += std::string(", ") + f.name + "=" + default_text(f, defaults);
+  if (!trail.empty()) s += ", " + trail;
+  return s + ")\n--\n\n" + doc;
 }
 
 GivenPruneParams given_prune_params(const py::handle& params) {
@@ -176,6 +189,70 @@ py::dict propose_params_dict(const ProposeParams& p, bool as_written) {
     else out[f.name] = p.*f.flag;
   }
   return out;
+}
+
+}  // namespace ngram_py
+
+namespace ngram_py {
+
+namespace {
+
+py::dict field_row(const char* name, const py::handle& type, const py::object& value, const py::object& low,
+                   const py::object& high, const char* help) {
+  py::dict row;
+  row["name"] = name;
+  row["type"] = type;
+  row["default"] = value;
+  row["low"] = low;
+  row["high"] = high;
+  row["help"] = help;
+  return row;
+}
+
+py::tuple prune_fields() {
+  const PruneParams d;
+  const py::object none = py::none(), max_weight = py::float_(PruneLimits::kMaxWeight), zero = py::float_(0.0);
+  py::tuple rows(kPruneFieldCount);
+  for (uint32_t i = 0; i < kPruneFieldCount; ++i) {
+    const PruneField& f = kPruneFields[i];
+    if (f.integer)
+      rows[i] = field_row(f.name, py::type::of(py::int_()), py::int_(d.*f.integer), py::int_(f.lo), py::int_(f.hi),
+                          f.help);
+    else if (f.weight)
+      rows[i] = field_row(f.name, py::type::of(py::float_()), py::float_(written(d.*f.weight)), zero, max_weight,
+                          f.help);
+    else if (f.weights)  // None: DART's weights
+      rows[i] = field_row(f.name, py::type::of(py::list()), none, zero, max_weight, f.help);
+    else if (f.token)  // None: the trie's EOS; the upper bound is the trie's vocabulary
+      rows[i] = field_row(f.name, py::type::of(py::int_()), none, py::int_(f.lo), none, f.help);
+    else
+      rows[i] = field_row(f.name, py::type::of(py::bool_()), py::bool_(d.*f.flag), none, none, f.help);
+  }
+  return rows;
+}
+
+py::tuple propose_fields() {
+  const ProposeParams d;
+  py::tuple rows(kProposeFieldCount);
+  for (uint32_t i = 0; i < kProposeFieldCount; ++i) {
+    const ProposeField& f = kProposeFields[i];
+    if (f.integer)
+      rows[i] = field_row(f.name, py::type::of(py::int_()), py::int_(d.*f.integer), py::int_(f.lo), py::int_(f.hi),
+                          f.help);
+    else if (f.unit)  // check_unit's range (checks.h)
+      rows[i] = field_row(f.name, py::type::of(py::float_()), py::float_(written(d.*f.unit)), py::float_(0.0),
+                          py::float_(1.0), f.help);
+    else
+      rows[i] = field_row(f.name, py::type::of(py::bool_()), py::bool_(d.*f.flag), py::none(), py::none(), f.help);
+  }
+  return rows;
+}
+
+}  // namespace
+
+void bind_param_tables(py::module_& m) {
+  m.attr("PRUNE_FIELDS") = prune_fields();
+  m.attr("PROPOSE_FIELDS") = propose_fields();
 }
 
 }  // namespace ngram_py
