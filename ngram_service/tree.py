@@ -13,16 +13,27 @@ or ``NoTrie(vocab_size)``.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ngram_service import _engine
 
-__all__ = ["DEFAULTS", "FIELD_DEFAULTS", "LIMITS", "NoTrie", "PrunedTree", "fit_lattice", "prune", "prune_batch",
+__all__ = ["DEFAULTS", "FIELD_DEFAULTS", "LIMITS", "DraftTree", "NoTrie", "fit_lattice", "prune", "prune_batch",
            "prune_keywords", "prune_params"]
 
-#: A draft tree: numpy views of the engine's output (see docs/PRUNING.md).
-PrunedTree = _engine.PrunedTree
+#: The draft tree: numpy views of the engine's one tree (cpp/engine/draft_tree.h; docs/PRUNING.md), what
+#: prune, propose and the clients return. ``dart_client.DraftTree`` is the same tree as tensors on a device.
+DraftTree = _engine.DraftTree
+
+
+def __getattr__(name: str) -> Any:
+    # PrunedTree: the draft tree's name until it had one name everywhere.
+    if name == "PrunedTree":
+        warnings.warn("ngram_service.tree.PrunedTree is deprecated: use ngram_service.tree.DraftTree",
+                      DeprecationWarning, stacklevel=2)
+        return DraftTree
+    raise AttributeError(f"module 'ngram_service.tree' has no attribute {name!r}")
 
 #: No trie: ``NoTrie(vocab_size)`` where a search takes a trie prunes by the
 #: drafter alone (ids in [0, vocab_size), every n-gram lookup finding
@@ -65,7 +76,7 @@ def prune(trie: _engine.Trie | NoTrie, prefix: Any, topk_tokens: Any, topk_probs
           beam_width: int = FIELD_DEFAULTS["beam_width"], max_nodes: int = FIELD_DEFAULTS["max_nodes"],
           ngram_weight: float = FIELD_DEFAULTS["ngram_weight"], level_weights: Any = FIELD_DEFAULTS["level_weights"],
           logit_weights: Any = FIELD_DEFAULTS["logit_weights"], eos_token_id: int | None = FIELD_DEFAULTS["eos_token_id"],
-          ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"], timeout: float | None = None) -> PrunedTree:
+          ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"], timeout: float | None = None) -> DraftTree:
     """DART tree pruning of one draft lattice.
 
     prefix: int [P] (P >= 1; its last order-1 tokens matter, its last token is
@@ -94,7 +105,7 @@ def prune_batch(trie: _engine.Trie | NoTrie, requests: Iterable[Any], *, threads
                 max_nodes: int = FIELD_DEFAULTS["max_nodes"], ngram_weight: float = FIELD_DEFAULTS["ngram_weight"],
                 level_weights: Any = FIELD_DEFAULTS["level_weights"], logit_weights: Any = FIELD_DEFAULTS["logit_weights"],
                 eos_token_id: int | None = FIELD_DEFAULTS["eos_token_id"],
-                ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"]) -> list[PrunedTree]:
+                ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"]) -> list[DraftTree]:
     """Prunes many lattices on ``threads`` threads (None: all cores), the GIL
     released. Each request is a dict with keys prefix, topk_tokens,
     topk_probs or a tuple of those three; the parameters (as in ``prune``)

@@ -367,6 +367,29 @@ def test_draft_trees_stack_equals_the_packed_batch(sample_trie: Path) -> None:
     assert torch.equal(trees.tokens, held) and again.tokens.data_ptr() != trees.tokens.data_ptr()
 
 
+def test_draft_trees_stack_keeps_a_tree_s_own_leaf_order() -> None:
+    """A tree made elsewhere (DART's tree_search orders its leaves otherwise than the engine) keeps its
+    retrieve rows' order through stack, which the engine packs; rows that are not its paths are refused."""
+    from dart_client import DraftTree
+
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    made = DraftTree(torch.tensor([4, 3, 1, 2]), torch.tensor([[0, 1, 3], [0, 2, -1]]), mask, torch.tensor([0, 1, 1, 2]))
+    small = DraftTree(torch.tensor([7, 8]), torch.tensor([[0, 1]]), torch.tensor([[1, 0], [1, 1]], dtype=torch.bool),
+                      torch.tensor([0, 1]))
+    got = DraftTrees.stack([made, small])
+    assert got.retrieve_indices.tolist() == [[[0, 1, 3], [0, 2, -1]], [[0, 1, -1], [-1, -1, -1]]]
+    assert got.parents.tolist() == [[-1, 0, 0, 1], [-1, 0, -1, -1]] and got.n_nodes == [4, 2]
+    for g, want in zip(got, (made, small)):
+        for name in ("draft_tokens", "retrieve_indices", "tree_mask", "tree_position_ids", "parents"):
+            assert torch.equal(getattr(g, name), getattr(want, name)), name
+    wrong = DraftTree(made.draft_tokens, torch.tensor([[0, 1, 3]]), mask, made.tree_position_ids)
+    with pytest.raises(ValueError, match="retrieve_indices: shape"):
+        DraftTrees.stack([wrong])
+    wrong = DraftTree(made.draft_tokens, torch.tensor([[0, 1, 3], [0, 1, 3]]), mask, made.tree_position_ids)
+    with pytest.raises(ValueError, match="not the tree's root-to-leaf paths"):
+        DraftTrees.stack([wrong])
+
+
 # ---- on a GPU -----------------------------------------------------------------------------
 
 @pytest.mark.cuda

@@ -256,13 +256,13 @@ padding node marks only itself).)")
              for (size_t i = 0; i < out.trees.size(); ++i) {
                const py::handle t = trees[i];
                const TreeObject* obj = bound_object<TreeObject>(t.ptr());
-               if (!obj) throw py::type_error("trees[" + std::to_string(i) + "] is not a PrunedTree");
+               if (!obj) throw py::type_error("trees[" + std::to_string(i) + "] is not a DraftTree");
                out.trees[i] = *obj->tree;
                out.filled[i] = 1;
              }
              return out;
            }, py::arg("trees"),
-           "A batch of the engine's trees (PrunedTree objects, copied), ready to pack.")
+           "A batch of the engine's trees (DraftTree objects, copied), ready to pack.")
       .def("__len__", [](const TreeBatch& t) { return t.trees.size(); })
       .def("decode",
            [](TreeBatch& out, const py::buffer& data, const py::handle& rows) {

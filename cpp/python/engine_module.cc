@@ -211,8 +211,8 @@ PYBIND11_MODULE(_engine, m) {
   add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
   bind_batches(m);
   bind_prune(m);  // after Trie, whose method prune becomes
-  bind_propose(m);  // after Trie and PrunedTree
-  bind_codecs(m);   // after PrunedTree
+  bind_propose(m);  // after Trie and DraftTree
+  bind_codecs(m);   // after DraftTree
   ngram_py::bind_param_tables(m);
 
   // The version-1 writer (TrieV1Writer), as Python has always named it.

@@ -1,11 +1,12 @@
 // Bindings of DART tree pruning (see cpp/engine/prune_tree.h): Python objects
 // converted to the engine's types, the GIL released while the engine works,
-// the tree returned as a PrunedTree whose arrays view the engine's output.
+// the tree returned as a DraftTree whose arrays view the engine's output.
 // The engine checks every value and limit; this file only converts.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -129,10 +130,35 @@ PyObject* prune_params_fastcall(PyObject*, PyObject* const* in, Py_ssize_t nargs
   });
 }
 
+// Replaces the encoded tree's retrieve rows by `rows` when they are the same
+// rows in another order (a tree made elsewhere keeps its own leaf order);
+// InvalidArgument otherwise.
+void keep_leaf_order(DraftTree& t, const I32Array& rows) {
+  const size_t width = t.retrieve_width;
+  if (rows.ndim() != 2 || static_cast<size_t>(rows.shape(0)) != t.n_leaves || static_cast<size_t>(rows.shape(1)) != width)
+    throw InvalidArgument("retrieve_indices: shape " + shape_str(rows) + ", the tree's leaves and depth need [" +
+                          std::to_string(t.n_leaves) + ", " + std::to_string(width) + "]");
+  std::vector<std::vector<int32_t>> given(t.n_leaves), encoded(t.n_leaves);
+  for (size_t r = 0; r < t.n_leaves; ++r) {
+    given[r].assign(rows.data() + r * width, rows.data() + (r + 1) * width);
+    encoded[r].assign(t.retrieve_indices.begin() + static_cast<std::ptrdiff_t>(r * width),
+                      t.retrieve_indices.begin() + static_cast<std::ptrdiff_t>((r + 1) * width));
+  }
+  std::vector<std::vector<int32_t>> sorted_given = given;
+  std::sort(sorted_given.begin(), sorted_given.end());
+  std::sort(encoded.begin(), encoded.end());
+  if (sorted_given != encoded)
+    throw InvalidArgument("retrieve_indices: not the tree's root-to-leaf paths (each leaf once, -1 padded)");
+  for (size_t r = 0; r < t.n_leaves; ++r) std::copy(given[r].begin(), given[r].end(), t.retrieve_indices.begin() + static_cast<std::ptrdiff_t>(r * width));
+}
+
 }  // namespace
 
 void bind_prune(py::module_& m) {
-  py::class_<TreeObject, std::unique_ptr<TreeObject>>(m, "PrunedTree", R"(A draft tree of 1 + n nodes; node 0 is the root (the prefix's last token).
+  py::class_<TreeObject, std::unique_ptr<TreeObject>>(m, "DraftTree", R"(A draft tree of 1 + n nodes; node 0 is the root (the prefix's last token).
+
+The engine's one tree (cpp/engine/draft_tree.h): what prune, propose and the
+clients' decoders return.
 
 Nodes are ordered by depth, within one depth by score descending (ties in the
 order the search generated them); every parent precedes its children. The
@@ -168,13 +194,14 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       }, "The token path (root excluded) of every node, in node order; () for the root.")
       .def("__repr__", [](const TreeObject& obj) {
         const DraftTree& t = *obj.tree;
-        return "PrunedTree(nodes=" + std::to_string(t.size() - 1) + ", depth=" + std::to_string(t.retrieve_width - 1) +
+        return "DraftTree(nodes=" + std::to_string(t.size() - 1) + ", depth=" + std::to_string(t.retrieve_width - 1) +
                ", leaves=" + std::to_string(t.n_leaves) + ")";
       });
 
   m.def(
       "encode_tree",
-      [](const py::handle& tokens, const py::handle& parents, const py::handle& scores) {
+      [](const py::handle& tokens, const py::handle& parents, const py::handle& scores,
+         const py::handle& retrieve_indices) {
         I32Array tok = integers<int32_t>(tokens, "tokens"), par = integers<int32_t>(parents, "parents");
         if (tok.ndim() != 1 || par.ndim() != 1) throw InvalidArgument("tree: tokens and parents must be 1-D");
         auto obj = new_tree();
@@ -186,15 +213,20 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
           if (sc.ndim() != 1) throw InvalidArgument("tree: scores must be 1-D");
           tr->scores.assign(sc.data(), sc.data() + sc.shape(0));
         }
+        I32Array rows;
+        if (!retrieve_indices.is_none()) rows = integers<int32_t>(retrieve_indices, "retrieve_indices");
         {
           py::gil_scoped_release nogil;
           encode_tree(*tr);
         }
+        if (!retrieve_indices.is_none()) keep_leaf_order(*tr, rows);
         return obj;
       },
-      py::arg("tokens"), py::arg("parents"), py::arg("scores") = py::none(),
-      "A PrunedTree from its node tokens and parents (node 0 the root, parents before children), encoded as "
-      "prune encodes its trees; scores None (or of another length): zeros.");
+      py::arg("tokens"), py::arg("parents"), py::arg("scores") = py::none(), py::arg("retrieve_indices") = py::none(),
+      "A DraftTree from its node tokens and parents (node 0 the root, parents before children), encoded as "
+      "prune encodes its trees; scores None (or of another length): zeros. retrieve_indices: the tree's own "
+      "rows when it was made elsewhere (DART's tree_search orders its leaves otherwise), kept in their order; "
+      "ValueError unless they are the tree's root-to-leaf paths, each once.");
 
   py::class_<NoTrie>(m, "NoTrie", R"(No trie: a vocabulary of ids and nothing stored (cpp/engine/no_trie.h).
 
