@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -209,43 +210,51 @@ py::dict field_row(const char* name, const py::handle& type, const py::object& v
   return row;
 }
 
-py::tuple prune_fields() {
-  const PruneParams d;
-  const py::object none = py::none(), max_weight = py::float_(PruneLimits::kMaxWeight), zero = py::float_(0.0);
-  py::tuple rows(kPruneFieldCount);
-  for (uint32_t i = 0; i < kPruneFieldCount; ++i) {
-    const PruneField& f = kPruneFields[i];
-    if (f.integer)
-      rows[i] = field_row(f.name, py::type::of(py::int_()), py::int_(d.*f.integer), py::int_(f.lo), py::int_(f.hi),
-                          f.help);
-    else if (f.weight)
-      rows[i] = field_row(f.name, py::type::of(py::float_()), py::float_(written(d.*f.weight)), zero, max_weight,
-                          f.help);
-    else if (f.weights)  // None: DART's weights
-      rows[i] = field_row(f.name, py::type::of(py::list()), none, zero, max_weight, f.help);
-    else if (f.token)  // None: the trie's EOS; the upper bound is the trie's vocabulary
-      rows[i] = field_row(f.name, py::type::of(py::int_()), none, py::int_(f.lo), none, f.help);
-    else
-      rows[i] = field_row(f.name, py::type::of(py::bool_()), py::bool_(d.*f.flag), none, none, f.help);
+py::dict integer_row(const char* name, int64_t value, int64_t lo, int64_t hi, const char* help) {
+  return field_row(name, py::type::of(py::int_()), py::int_(value), py::int_(lo), py::int_(hi), help);
+}
+
+// A float's default as the decimal it was written as.
+py::dict real_row(const char* name, float value, double lo, double hi, const char* help) {
+  return field_row(name, py::type::of(py::float_()), py::float_(written(value)), py::float_(lo), py::float_(hi), help);
+}
+
+py::dict flag_row(const char* name, bool value, const char* help) {
+  return field_row(name, py::type::of(py::bool_()), py::bool_(value), py::none(), py::none(), help);
+}
+
+// A table's rows: its integers and flags alike for both tables, the rest by `other`.
+template <class Field, size_t N, class Params, class Other>
+py::tuple table_rows(const Field (&table)[N], const Params& d, Other other) {
+  py::tuple rows(N);
+  for (size_t i = 0; i < N; ++i) {
+    const Field& f = table[i];
+    if (f.integer) rows[i] = integer_row(f.name, d.*f.integer, f.lo, f.hi, f.help);
+    else if (f.flag) rows[i] = flag_row(f.name, d.*f.flag, f.help);
+    else rows[i] = other(f);
   }
   return rows;
 }
 
+py::tuple prune_fields() {
+  const PruneParams d;
+  return table_rows(kPruneFields, d, [&d](const PruneField& f) -> py::dict {
+    if (f.weight) return real_row(f.name, d.*f.weight, 0.0, PruneLimits::kMaxWeight, f.help);
+    if (f.weights)  // None: DART's weights
+      return field_row(f.name, py::type::of(py::list()), py::none(), py::float_(0.0),
+                       py::float_(PruneLimits::kMaxWeight), f.help);
+    // the token: None, the trie's EOS; its upper bound is the trie's vocabulary
+    return field_row(f.name, py::type::of(py::int_()), py::none(), py::int_(f.lo), py::none(), f.help);
+  });
+}
+
 py::tuple propose_fields() {
   const ProposeParams d;
-  py::tuple rows(kProposeFieldCount);
-  for (uint32_t i = 0; i < kProposeFieldCount; ++i) {
-    const ProposeField& f = kProposeFields[i];
-    if (f.integer)
-      rows[i] = field_row(f.name, py::type::of(py::int_()), py::int_(d.*f.integer), py::int_(f.lo), py::int_(f.hi),
-                          f.help);
-    else if (f.unit)  // check_unit's range (checks.h)
-      rows[i] = field_row(f.name, py::type::of(py::float_()), py::float_(written(d.*f.unit)), py::float_(0.0),
-                          py::float_(1.0), f.help);
-    else
-      rows[i] = field_row(f.name, py::type::of(py::bool_()), py::bool_(d.*f.flag), py::none(), py::none(), f.help);
-  }
-  return rows;
+  return table_rows(kProposeFields, d, [&d](const ProposeField& f) -> py::dict {
+    if (f.unit) return real_row(f.name, d.*f.unit, 0.0, 1.0, f.help);  // check_unit's range (checks.h)
+    // A kind of member added to ProposeField needs its row here.
+    throw std::logic_error(std::string("PROPOSE_FIELDS: no row for ") + f.name + "'s kind");
+  });
 }
 
 }  // namespace

@@ -107,13 +107,7 @@ PyObject* prune_batch_fastcall(PyObject*, PyObject* const* in, Py_ssize_t nargsf
         prune_tree_batch(t, inputs, params, static_cast<uint32_t>(n_threads), out, deadline.interrupt());
       });
     });
-    py::list res(out.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      auto obj = new_tree();
-      *obj->tree = std::move(out[i]);
-      res[i] = py::cast(std::move(obj));
-    }
-    return res.release().ptr();
+    return tree_list(out).release().ptr();
   });
 }
 

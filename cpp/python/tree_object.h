@@ -42,4 +42,15 @@ struct TreeObject {
 
 inline std::unique_ptr<TreeObject> new_tree() { return std::make_unique<TreeObject>(); }
 
+// A batch's trees (moved out of `trees`) as a list of Python DraftTrees, in order.
+inline py::list tree_list(std::vector<DraftTree>& trees) {
+  py::list out(trees.size());
+  for (size_t i = 0; i < trees.size(); ++i) {
+    auto obj = new_tree();
+    *obj->tree = std::move(trees[i]);
+    out[i] = py::cast(std::move(obj));
+  }
+  return out;
+}
+
 }  // namespace ngram_py
