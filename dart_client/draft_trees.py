@@ -1,4 +1,5 @@
-"""The draft tree on the GPU worker: one tree (DraftTree, the shapes of
+"""The draft tree on the GPU worker: one tree (DraftTree: the engine's
+``ngram_service.tree.DraftTree`` as tensors on a device, in the shapes of
 DART's ``tree_search``), a batch of them (DraftTrees: the padded tensors a
 batched verification forward reads), and the staging that brings the
 engine's trees there (TreeStaging: one array in the engine's packed layout,
@@ -121,24 +122,24 @@ class DraftTrees(Sequence[DraftTree]):
 
     @classmethod
     def stack(cls, trees: Sequence[DraftTree]) -> DraftTrees:
-        """A batch of trees made one at a time (a pruner without prune_batch)."""
+        """A batch of trees made one at a time (a pruner or proposer called
+        once per sequence), on the first tree's device: the engine packs
+        them in its one layout and ``unpack`` reads them, as every batch is
+        read. A tree is its tokens and parents (its mask and depths follow
+        from them) and keeps its own leaf order (``retrieve_indices``);
+        ValueError when those rows are not its root-to-leaf paths."""
         if isinstance(trees, DraftTrees):
             return trees
-        sizes = np.array([[t.n_nodes for t in trees], [t.retrieve_indices.shape[0] for t in trees],
-                          [t.retrieve_indices.shape[1] for t in trees]], dtype=np.int64)
-        b, (n, leaves, width) = len(trees), sizes.max(axis=1).tolist()
-        dev = trees[0].draft_tokens.device
-        tok = torch.zeros(b, n, dtype=torch.int64, device=dev)
-        pos = torch.zeros(b, n, dtype=torch.int64, device=dev)
-        par = torch.full((b, n), -1, dtype=torch.int64, device=dev)
-        ret = torch.full((b, leaves, width), -1, dtype=torch.int64, device=dev)
-        mask = torch.eye(n, dtype=torch.bool, device=dev).repeat(b, 1, 1)
-        for i, t in enumerate(trees):
-            k, (r, w) = t.n_nodes, t.retrieve_indices.shape
-            tok[i, :k], pos[i, :k] = t.draft_tokens, t.tree_position_ids
-            assert t.parents is not None
-            par[i, :k], ret[i, :r, :w], mask[i, :k, :k] = t.parents, t.retrieve_indices, t.tree_mask
-        return cls(tok, pos, par, ret, mask, sizes)
+        host = []
+        for t in trees:
+            assert t.parents is not None  # __post_init__ reads them from the mask when not given
+            host.append(_engine.encode_tree(t.draft_tokens.cpu().numpy(), t.parents.cpu().numpy(), None,
+                                            t.retrieve_indices.cpu().numpy()))
+        device = trees[0].draft_tokens.device
+        packed = tree_batch(host).pack()
+        if device.type == "cpu":
+            return cls.unpack(packed, device)
+        return cls.unpack(packed, device, torch.from_numpy(packed[0][:packed[1]]).to(device))
 
 
 class TreeStaging:
@@ -177,6 +178,6 @@ class TreeStaging:
 
 
 def tree_batch(trees: Sequence[Any]) -> Any:
-    """Engine trees (PrunedTree, one per sequence) as an ``_engine.TreeBatch``,
+    """Engine trees (``ngram_service.tree.DraftTree``, one per sequence) as an ``_engine.TreeBatch``,
     for TreeStaging."""
     return _engine.TreeBatch.of(list(trees))

@@ -93,7 +93,7 @@ class _ProposerBase:
     vocab_size: int = 0
 
     def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming) -> list[Any]:
-        """The engine's trees (PrunedTree), one per context."""
+        """The engine's trees (``ngram_service.tree.DraftTree``), one per context."""
         raise NotImplementedError
 
     def __call__(self, tokens: Any, device: Any = "cpu") -> DraftTree:

@@ -90,7 +90,6 @@ class _Rows(NamedTuple):
 
     rows: np.ndarray | None  # int64 row indices; None: every row
     params: dict[str, Any]
-    depth: int  # the depth the weights are cut to (0: no weights given)
 
 
 class _PrunerBase:
@@ -231,7 +230,7 @@ class _PrunerBase:
         lattice's depth), and the rows the trie cannot serve (None: none)."""
         weighted = self.params["level_weights"] is not None or self.params["logit_weights"] is not None
         if among is None and not weighted and lat.served == lat.batch:  # the common case, without numpy
-            return [_Rows(None, self._params_for(ngram_weight, eos), 0)], None
+            return [_Rows(None, self._params_for(ngram_weight, eos))], None
         depths = lat.depths
         sel = np.arange(lat.batch) if among is None else among
         ok = depths[sel] > 0
@@ -239,8 +238,8 @@ class _PrunerBase:
         if not rows.size:
             return [], unserved
         if not weighted:
-            return [_Rows(rows, self._params_for(ngram_weight, eos), 0)], unserved
-        return [_Rows(rows[depths[rows] == d], self._params_for(ngram_weight, eos, int(d)), int(d))
+            return [_Rows(rows, self._params_for(ngram_weight, eos))], unserved
+        return [_Rows(rows[depths[rows] == d], self._params_for(ngram_weight, eos, int(d)))
                 for d in np.unique(depths[rows])], unserved
 
     def _no_ngram(self, contexts: list[Any], packed: np.ndarray, trees: Any, rows: np.ndarray, eos: int) -> None:
@@ -342,7 +341,6 @@ class RemotePruner(HostLink, _PrunerBase):
     def __init__(self, targets: str | Sequence[str], **kwargs: Any) -> None:
         host = HostLink.take_keywords(kwargs)
         super().__init__(**kwargs)
-        self._heads: dict[tuple[int, int], bytes] = {}  # PruneTreeRequest heads by (weights' depth, EOS id)
         self._connect(targets, **host)
 
     def _context_order(self) -> int:
@@ -369,10 +367,8 @@ class RemotePruner(HostLink, _PrunerBase):
         trees = _engine.TreeBatch(lat.batch)
         groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
         for g in groups:
-            head = self._heads.get((g.depth, self.eos_token_id))
-            if head is None:
-                head = self._heads[(g.depth, self.eos_token_id)] = self.client.prune_tree_head(g.params)
-            req = lat.request(head, g.rows)
+            # The engine's codec writes the head each call: beside the RPC, a cache of heads saves nothing.
+            req = lat.request(self.client.prune_tree_head(g.params), g.rows)
             t1 = time.perf_counter()
             resp = self.client.prune_tree_bytes(req, timeout=self.deadline)
             t2 = time.perf_counter()

@@ -22,7 +22,7 @@ import numpy as np
 
 from dart_client.lattice_log import LatticeSet
 from ngram_service import NgramIndex
-from ngram_service.tree import DEFAULTS, NoTrie, PrunedTree, fit_lattice, prune_batch
+from ngram_service.tree import DEFAULTS, NoTrie, DraftTree, fit_lattice, prune_batch
 
 __all__ = ["PruneSetting", "ReplayResult", "accepted_length", "accepted_lengths", "hit_rates", "prune_lattices",
            "replay"]
@@ -56,7 +56,7 @@ class ReplayResult:
         return 1e6 * self.prune_s / max(1, len(self.accepted))
 
 
-def accepted_length(tree: PrunedTree, continuation: Sequence[int]) -> int:
+def accepted_length(tree: DraftTree, continuation: Sequence[int]) -> int:
     """One tree, walked node by node: the reference for ``accepted_lengths``."""
     cont = [int(t) for t in continuation]
     children: dict[tuple[int, int], int] = {}
@@ -71,7 +71,7 @@ def accepted_length(tree: PrunedTree, continuation: Sequence[int]) -> int:
     return min(accepted + 1, len(cont))
 
 
-def accepted_lengths(trees: Sequence[PrunedTree], continuations: Sequence[np.ndarray]) -> np.ndarray:
+def accepted_lengths(trees: Sequence[DraftTree], continuations: Sequence[np.ndarray]) -> np.ndarray:
     """``accepted_length`` of many trees at once, depth by depth over all
     nodes (parents precede children, so a node matches when its parent
     matched and its token is the continuation's token at its depth)."""
@@ -110,7 +110,7 @@ def _fit(prefix: np.ndarray, toks: Any, probs: Any, index: NgramIndex) -> tuple[
     return fit_lattice(prefix, toks, probs, index.order, index.vocab_size)
 
 
-def _prune_into(trees: list[PrunedTree | None], trie: Any, reqs: list[Any], rows: list[int],
+def _prune_into(trees: list[DraftTree | None], trie: Any, reqs: list[Any], rows: list[int],
                 params: dict[str, Any], threads: int, source: str, row_offset: int) -> float:
     """trees[rows[i]] = the tree of reqs[i]; returns the engine's seconds."""
     seconds = 0.0
@@ -129,14 +129,14 @@ def _prune_into(trees: list[PrunedTree | None], trie: Any, reqs: list[Any], rows
 
 
 def prune_lattices(index: NgramIndex, lattices: LatticeSet, setting: PruneSetting = PruneSetting(), *,
-                   threads: int = 1, row_offset: int = 0) -> tuple[list[PrunedTree], float]:
+                   threads: int = 1, row_offset: int = 0) -> tuple[list[DraftTree], float]:
     """Every lattice's tree, in order (the engine's prune_batch, requests
     fitted to the trie's ids as dart_client's pruner fits them: a root the
     trie does not know is pruned without the n-gram, on no trie); seconds
     spent in the engine. A bad lattice raises ValueError naming its row (+
     row_offset)."""
     params = dict(beam_width=setting.beam_width, max_nodes=setting.max_nodes, ngram_weight=setting.ngram_weight)
-    trees: list[PrunedTree | None] = [None] * len(lattices)
+    trees: list[DraftTree | None] = [None] * len(lattices)
     reqs, where, unknown_root = [], [], []
     for i in range(len(lattices)):
         fitted = _fit(lattices.prefixes[i], lattices.topk_tokens[i], lattices.topk_probs[i], index)

@@ -45,10 +45,11 @@ class FiniteFloatRange(click.FloatRange):
 
 
 def param_type(p: Param) -> click.ParamType:
-    """The click type of a parameter: its range, checked by the parser."""
+    """The click type of a parameter's value (of each, for a list): its
+    range, checked by the parser."""
     if p.type is int:
         return click.IntRange(p.low, p.high)  # type: ignore[arg-type]
-    if p.type is float:
+    if p.type in (float, list):  # a list holds a weight per level
         return FiniteFloatRange(p.low, p.high)
     raise TypeError(f"{p.name}: no range type for {p.type.__name__}")
 
@@ -58,11 +59,14 @@ def _with_prefix(prefix: str, text: str) -> str:
 
 
 def param_option(p: Param, *, help_prefix: str = "", default: Any = ..., show_default: Any = True) -> Decorator:
-    """The option of one parameter: its flag (``--x/--no-x`` for a switch),
-    range, the engine's default unless ``default`` is given, and help
-    (after ``help_prefix``, e.g. "DART:")."""
+    """The option of one parameter: its flag (``--x/--no-x`` for a switch, a
+    comma-separated list for a weight per level), range, the engine's
+    default unless ``default`` is given, and help (after ``help_prefix``,
+    e.g. "DART:")."""
     value = p.default if default is ... else default
     help_text = _with_prefix(help_prefix, p.help)
+    if p.type is list:
+        return param_list_option(p, help_prefix=help_prefix, default=value, show_default=show_default)
     if p.type is bool:
         return click.option(f"{p.flag}/--no-{p.flag[2:]}", p.name, default=value, show_default=show_default,
                             help=help_text)
@@ -72,10 +76,11 @@ def param_option(p: Param, *, help_prefix: str = "", default: Any = ..., show_de
 
 def param_list_option(p: Param, *, help_prefix: str = "", default: Sequence[Any] | None = (),
                       show_default: Any = True) -> Decorator:
-    """A comma-separated list of a parameter's values (a grid to try), each
-    in the parameter's range; the option's value is the list. ``default``:
-    the values when not given (empty: the parameter's default; None: None,
-    a default the command chooses, described by ``show_default``)."""
+    """A comma-separated list of a parameter's values (a grid to try, or a
+    list parameter's value), each in the parameter's range; the option's
+    value is the list. ``default``: the values when not given (empty: the
+    parameter's default; None: None, a default the command or the engine
+    chooses, described by ``show_default`` or the help)."""
     kind = param_type(p)
 
     def parse(ctx: click.Context, param: click.Parameter, text: str | None) -> list[Any] | None:

@@ -334,7 +334,7 @@ class _ClientBase:
             lambda r: _trees(r, len(contexts), "contexts", "ProposeTreeResponse")
 
 
-def _trees(response: bytes, n: int, sent: str, what: str = "PruneTreeResponse") -> list[tree.PrunedTree]:
+def _trees(response: bytes, n: int, sent: str, what: str = "PruneTreeResponse") -> list[tree.DraftTree]:
     """A response's n trees, decoded and encoded by the engine (depths, mask,
     retrieve rows); another count: ValueError."""
     trees = _engine.decode_trees(response, what, "lattices" if what == "PruneTreeResponse" else "contexts")
@@ -397,19 +397,25 @@ class NgramClient(_ClientBase):
         return self._call(self._topk(context, k), timeout)
 
     def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
-              **params: Any) -> tree.PrunedTree:
-        """One draft lattice -> its PrunedTree; see NgramIndex.prune (same parameters)."""
-        return self._call(self._prune_one(prefix, topk_tokens, topk_probs, params), timeout)
+              beam_width: int | None = None, max_nodes: int | None = None, ngram_weight: float | None = None,
+              level_weights: Any = None, logit_weights: Any = None, eos_token_id: int | None = None,
+              ngram_on_first_level: bool | None = None) -> tree.DraftTree:
+        """One draft lattice -> its DraftTree; see NgramIndex.prune (same
+        parameters; None, the default of each: the host's default, the
+        engine's table)."""
+        return self._call(self._prune_one(prefix, topk_tokens, topk_probs, tree.prune_keywords(locals())), timeout)
 
     def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
-                    **params: Any) -> list[tree.PrunedTree]:
+                    beam_width: int | None = None, max_nodes: int | None = None, ngram_weight: float | None = None,
+                    level_weights: Any = None, logit_weights: Any = None, eos_token_id: int | None = None,
+                    ngram_on_first_level: bool | None = None) -> list[tree.DraftTree]:
         """All sequences of a decoding step in one call: requests are
         (prefix, topk_tokens, topk_probs) tuples or dicts with those keys;
-        see NgramIndex.prune_batch. ``threads`` is accepted for compatibility
-        (the host decides)."""
-        return self._call(self._prune_many(requests, params), timeout)
+        see NgramIndex.prune_batch (None: the host's default). ``threads``
+        is accepted for compatibility (the host decides)."""
+        return self._call(self._prune_many(requests, tree.prune_keywords(locals())), timeout)
 
-    def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.PrunedTree:
+    def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.DraftTree:
         """A draft tree of the corpus' and the context's likeliest
         continuations of ``context`` (int [N], the whole sequence so far);
         see NgramIndex.propose (same parameters, defaults and tree; scores
@@ -418,7 +424,7 @@ class NgramClient(_ClientBase):
         return self._call(self._propose_one(context, params), timeout)
 
     def propose_batch(self, contexts: Any, *, timeout: float | None = None, threads: int | None = None,
-                      **params: Any) -> list[tree.PrunedTree]:
+                      **params: Any) -> list[tree.DraftTree]:
         """propose for many contexts in one call, one parameter set; see
         NgramIndex.propose_batch (an invalid context is INVALID_ARGUMENT
         prefixed ``contexts[i]:``). ``threads`` is accepted for
@@ -465,16 +471,22 @@ class AsyncNgramClient(_ClientBase):
         return await self._call(self._topk(context, k), timeout)
 
     async def prune(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
-                    **params: Any) -> tree.PrunedTree:
+                    beam_width: int | None = None, max_nodes: int | None = None, ngram_weight: float | None = None,
+                    level_weights: Any = None, logit_weights: Any = None, eos_token_id: int | None = None,
+                    ngram_on_first_level: bool | None = None) -> tree.DraftTree:
+        params = tree.prune_keywords(locals())
         return await self._call(self._prune_one(prefix, topk_tokens, topk_probs, params), timeout)
 
     async def prune_batch(self, requests: Any, *, timeout: float | None = None, threads: int | None = None,
-                          **params: Any) -> list[tree.PrunedTree]:
-        return await self._call(self._prune_many(requests, params), timeout)
+                          beam_width: int | None = None, max_nodes: int | None = None,
+                          ngram_weight: float | None = None, level_weights: Any = None, logit_weights: Any = None,
+                          eos_token_id: int | None = None,
+                          ngram_on_first_level: bool | None = None) -> list[tree.DraftTree]:
+        return await self._call(self._prune_many(requests, tree.prune_keywords(locals())), timeout)
 
-    async def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.PrunedTree:
+    async def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.DraftTree:
         return await self._call(self._propose_one(context, params), timeout)
 
     async def propose_batch(self, contexts: Any, *, timeout: float | None = None, threads: int | None = None,
-                            **params: Any) -> list[tree.PrunedTree]:
+                            **params: Any) -> list[tree.DraftTree]:
         return await self._call(self._propose_many(contexts, params), timeout)

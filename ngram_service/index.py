@@ -12,7 +12,7 @@ import numpy as np
 
 from ngram_service import _engine
 from ngram_service._engine import TrieFormatError
-from ngram_service.tree import PrunedTree
+from ngram_service.tree import FIELD_DEFAULTS, DraftTree, prune_keywords
 
 #: A zstd-compressed trie's first bytes (``ngram-build --compress``): the engine's definition.
 ZSTD_MAGIC: bytes = _engine.ZSTD_MAGIC
@@ -35,16 +35,21 @@ class ConditionalProbs(Protocol):
 
 
 class Prune(Protocol):
-    """``NgramIndex.prune``'s signature (the engine's method)."""
+    """``NgramIndex.prune``'s signature (the engine's method, whose own
+    signature text is the engine table's: ``help(idx.prune)``)."""
 
-    def __call__(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, timeout: float | None = None,
-                 **params: Any) -> PrunedTree: ...
+    def __call__(self, prefix: Any, topk_tokens: Any, topk_probs: Any, *, beam_width: int = FIELD_DEFAULTS["beam_width"],
+                 max_nodes: int = FIELD_DEFAULTS["max_nodes"], ngram_weight: float = FIELD_DEFAULTS["ngram_weight"],
+                 level_weights: Any = FIELD_DEFAULTS["level_weights"], logit_weights: Any = FIELD_DEFAULTS["logit_weights"],
+                 eos_token_id: int | None = FIELD_DEFAULTS["eos_token_id"],
+                 ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"],
+                 timeout: float | None = None) -> DraftTree: ...
 
 
 class Propose(Protocol):
     """``NgramIndex.propose``'s signature (the engine's method)."""
 
-    def __call__(self, context: Any, *, timeout: float | None = None, **params: Any) -> PrunedTree: ...
+    def __call__(self, context: Any, *, timeout: float | None = None, **params: Any) -> DraftTree: ...
 
 
 class NgramIndex:
@@ -71,12 +76,13 @@ class NgramIndex:
     float32(count(s))) and matched = len(s); a candidate never seen after any
     suffix gets 0 and 0.
 
-    ``prune(prefix, topk_tokens, topk_probs, *, timeout=None, **params)``:
-    DART tree pruning of one draft lattice, a PrunedTree; parameters and
-    errors as ``ngram_service.tree.prune``.
+    ``prune(prefix, topk_tokens, topk_probs, *, beam_width=20, ...,
+    timeout=None)``: DART tree pruning of one draft lattice, a DraftTree;
+    parameters (the engine's table, kPruneFields) and errors as
+    ``ngram_service.tree.prune``.
 
     ``propose(context, *, timeout=None, **params)``: a draft tree grown from
-    the trie and the context alone (no drafter), a PrunedTree whose scores
+    the trie and the context alone (no drafter), a DraftTree whose scores
     are path probabilities; parameters and errors as
     ``ngram_service.proposals.propose``.
     """
@@ -147,13 +153,16 @@ class NgramIndex:
         return TopK(tokens, probs, counts, matched)
 
     def prune_batch(self, requests: Any, *, threads: int | None = None, timeout: float | None = None,
-                    **params: Any) -> list[PrunedTree]:
+                    beam_width: int = FIELD_DEFAULTS["beam_width"], max_nodes: int = FIELD_DEFAULTS["max_nodes"],
+                    ngram_weight: float = FIELD_DEFAULTS["ngram_weight"], level_weights: Any = FIELD_DEFAULTS["level_weights"],
+                    logit_weights: Any = FIELD_DEFAULTS["logit_weights"], eos_token_id: int | None = FIELD_DEFAULTS["eos_token_id"],
+                    ngram_on_first_level: bool = FIELD_DEFAULTS["ngram_on_first_level"]) -> list[DraftTree]:
         """Many prune requests on all cores, GIL released; see ngram_service.tree.prune_batch.
         timeout: seconds (None: no limit); TimeoutError, and no trees, once it passes."""
-        return _engine.prune_batch(self._t, requests, threads=threads, timeout=timeout, **params)
+        return _engine.prune_batch(self._t, requests, threads=threads, timeout=timeout, **prune_keywords(locals()))
 
     def propose_batch(self, contexts: Any, *, threads: int | None = None, timeout: float | None = None,
-                      **params: Any) -> list[PrunedTree]:
+                      **params: Any) -> list[DraftTree]:
         """Many proposals on all cores, GIL released; see ngram_service.proposals.propose_batch.
         timeout: seconds (None: no limit); TimeoutError, and no trees, once it passes."""
         return _engine.propose_batch(self._t, contexts, threads=threads, timeout=timeout, **params)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ngram_service import _engine
-from ngram_service.tree import PrunedTree
+from ngram_service.tree import DraftTree
 
 __all__ = ["DEFAULTS", "LIMITS", "propose", "propose_batch", "propose_lookup", "propose_params"]
 
@@ -28,7 +28,7 @@ LIMITS = {name: getattr(_engine.ProposeLimits, name) for name in
 DEFAULTS: dict[str, Any] = dict(_engine.PROPOSE_DEFAULTS)
 
 
-def propose(trie: _engine.Trie, context: Any, **params: Any) -> PrunedTree:
+def propose(trie: _engine.Trie, context: Any, **params: Any) -> DraftTree:
     """A draft tree of the likeliest continuations of ``context``.
 
     context: int [N] (N >= 1), the whole sequence so far; its last token is
@@ -53,7 +53,7 @@ def propose(trie: _engine.Trie, context: Any, **params: Any) -> PrunedTree:
 
 
 def propose_batch(trie: _engine.Trie, contexts: Iterable[Any], *, threads: int | None = None,
-                  timeout: float | None = None, **params: Any) -> list[PrunedTree]:
+                  timeout: float | None = None, **params: Any) -> list[DraftTree]:
     """propose for many contexts on ``threads`` threads (None: all cores),
     the GIL released; one set of parameters for all. An invalid context
     raises ValueError prefixed ``contexts[i]:``. timeout: seconds for the
@@ -62,7 +62,7 @@ def propose_batch(trie: _engine.Trie, contexts: Iterable[Any], *, threads: int |
     return _engine.propose_batch(trie, contexts, threads=threads, timeout=timeout, **params)
 
 
-def propose_lookup(context: Any, vocab_size: int, **params: Any) -> PrunedTree:
+def propose_lookup(context: Any, vocab_size: int, **params: Any) -> DraftTree:
     """Prompt lookup alone, with no trie: ``propose``'s tree from the
     context's own earlier occurrences (ids in [0, vocab_size)), the same
     keywords (``corpus`` is ignored), ``timeout`` included. What a client

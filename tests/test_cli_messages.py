@@ -266,8 +266,12 @@ def test_local_trie_prints_what_the_host_prints(host: Any, sample_trie: Path, tm
     topk_probs = np.array([[0.4, 0.3, 0.2, 0.1], [0.5, 0.2, 0.2, 0.1]], dtype=np.float32)
     npz = tmp_path / "lattice.npz"
     np.savez(npz, prefix=prefix, topk_tokens=topk_tokens, topk_probs=topk_probs)
+    # every row of the engine's prune table is an option: the weights per level as lists
+    weighted = ["--level-weights", "1,0.5", "--logit-weights", "0.25,2", "--eos-token-id", "-1",
+                "--ngram-on-first-level"]
     for cmd in (["info"], ["topk", "--context", ",".join(map(str, prefix.tolist())), "-k", "5"],
-                ["prune", "--npz", str(npz), "--beam-width", "4", "--max-nodes", "6"]):
+                ["prune", "--npz", str(npz), "--beam-width", "4", "--max-nodes", "6"],
+                ["prune", "--npz", str(npz), *weighted]):
         hc, hout, herr = query("--target", host.target, *cmd)
         lc, lout, lerr = query("--trie", str(sample_trie), *cmd)
         assert hc == 0 and lc == 0, (herr, lerr)
@@ -275,6 +279,10 @@ def test_local_trie_prints_what_the_host_prints(host: Any, sample_trie: Path, tm
             assert {k: v for k, v in lout.items() if k in hout} == hout
         else:
             assert lout == hout, cmd
+    want = idx.prune(prefix, topk_tokens, topk_probs, level_weights=[1, 0.5], logit_weights=[0.25, 2],
+                     eos_token_id=-1, ngram_on_first_level=True)
+    assert lout["tokens"] == want.tokens.tolist() and lout["scores"] == want.scores.tolist()
+    assert lout["scores"] != query("--trie", str(sample_trie), "prune", "--npz", str(npz))[1]["scores"]
 
 
 def test_trie_refuses_host_options(sample_trie: Path) -> None:

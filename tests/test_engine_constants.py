@@ -32,7 +32,8 @@ def test_prune_defaults_everywhere_are_the_engine_s() -> None:
 
     assert (pruner.DART_BEAM_WIDTH, pruner.DART_MAX_NODES, pruner.DART_NGRAM_WEIGHT) == tuple(DEFAULTS.values())
     assert PruneSetting().as_dict() == DEFAULTS
-    assert {p.name: p.default for p in PRUNE_PARAMS} == DEFAULTS  # the table every command builds its options from
+    # the table every command builds its options from
+    assert {p.name: p.default for p in PRUNE_PARAMS if p.name in DEFAULTS} == DEFAULTS
     assert params.DART_TOPK == pruner.DART_TOPK  # the commands' copy, importable without torch
     generate = _defaults(dart_generate)
     # max_nodes: None, the mode's default (DART's, or the proposals' with --drafter none)
@@ -49,7 +50,9 @@ def test_query_help_states_the_engine_s_defaults() -> None:
 
     text = " ".join(CliRunner().invoke(ngram_query, ["prune", "--help"]).output.split())
     for p in PRUNE_PARAMS:
-        assert f"[default: {p.default}; " in text, p.name
+        if p.name in DEFAULTS:
+            assert f"[default: {p.default}; " in text, p.name
+        assert p.flag in text, p.name  # every parameter of the engine's table is an option
 
 
 def test_prune_without_parameters_uses_the_exported_defaults(sample_trie: Path) -> None:
@@ -89,3 +92,22 @@ def test_maximum_order_is_the_engine_s(tmp_path: Path) -> None:
         assert str(e) == f"--order must be in 1..{_engine.MAX_ORDER}, got {_engine.MAX_ORDER + 1}"
     else:
         raise AssertionError("an order above the engine's maximum was accepted")
+
+
+def test_the_parameter_tables_are_the_engine_s() -> None:
+    """ngram_service.params is the engine's tables, row for row: names, defaults, ranges, help."""
+    from ngram_service.params import PROPOSE_PARAMS
+    from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
+    from ngram_service.proposals import LIMITS as PROPOSE_LIMITS
+
+    for table, rows in ((PRUNE_PARAMS, _engine.PRUNE_FIELDS), (PROPOSE_PARAMS, _engine.PROPOSE_FIELDS)):
+        assert [(p.name, p.type, p.default, p.low, p.high) for p in table] == [
+            (r["name"], r["type"], r["default"], r["low"], r["high"]) for r in rows]
+        assert all(p.help.endswith(".") and p.help[0].isupper() for p in table)
+    assert {p.name: p.default for p in PROPOSE_PARAMS} == PROPOSE_DEFAULTS
+    by_name = {p.name: p for p in PRUNE_PARAMS}
+    assert (by_name["beam_width"].high, by_name["max_nodes"].high) == (LIMITS["max_beam_width"], LIMITS["max_nodes"])
+    assert by_name["ngram_weight"].high == LIMITS["max_weight"] and by_name["eos_token_id"].low == -1
+    assert {p.name: p.high for p in PROPOSE_PARAMS if p.type is int} == {
+        "max_nodes": PROPOSE_LIMITS["max_nodes"], "max_depth": PROPOSE_LIMITS["max_depth"],
+        "max_branch": PROPOSE_LIMITS["max_branch"], "lookup_min_match": PROPOSE_LIMITS["max_match"]}

@@ -3,11 +3,15 @@
 (in any byte order), the same answers by every route."""
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
 from conftest import GOLDEN
 from ngram_service import NgramIndex, _engine
+from ngram_service import tree as tree_module
+from ngram_service.client import AsyncNgramClient, NgramClient
 from ngram_service.tree import prune as tree_prune
 
 
@@ -90,3 +94,58 @@ def test_any_byte_order_and_layout(golden) -> None:
     for args in ((prefix.astype(">i4"), toks.astype(">i8"), probs.astype(">f4")),
                  (prefix, np.asfortranarray(toks), np.asfortranarray(probs))):
         assert same_tree(idx.prune(*args, **swapped), want_tree)
+
+
+# ---- prune's parameters: named, from the engine's table ------------------------------
+
+FIELDS = [row["name"] for row in _engine.PRUNE_FIELDS]
+
+
+def _keywords(f) -> dict[str, object]:
+    """The table's parameters among f's keyword-only ones, in order, with their defaults."""
+    ps = inspect.signature(f).parameters.values()
+    return {p.name: p.default for p in ps if p.kind is p.KEYWORD_ONLY and p.name in FIELDS}
+
+
+def test_prune_signatures_name_every_parameter_of_the_engine_table(golden) -> None:
+    """help() and IDEs show prune's parameters by name with the engine's defaults (None for a client:
+    the host's), and no route takes **kwargs."""
+    idx = golden[0]
+    defaults = {row["name"]: row["default"] for row in _engine.PRUNE_FIELDS}
+    in_process = (tree_module.prune, tree_module.prune_batch, tree_module.prune_params, NgramIndex.prune_batch,
+                  idx.prune, idx.prune_batch, _engine.prune, _engine.prune_batch, _engine.prune_params,
+                  _engine.LatticeBatch.prune)
+    for f in in_process:
+        assert _keywords(f) == defaults, f
+    for f in (NgramClient.prune, NgramClient.prune_batch, AsyncNgramClient.prune, AsyncNgramClient.prune_batch):
+        assert _keywords(f) == dict.fromkeys(FIELDS), f
+    for f in in_process + (NgramClient.prune, NgramClient.prune_batch):
+        assert all(p.kind is not p.VAR_KEYWORD for p in inspect.signature(f).parameters.values()), f
+    assert tree_module.DEFAULTS == {k: defaults[k] for k in tree_module.DEFAULTS}
+
+
+@pytest.mark.parametrize("call", [
+    lambda idx, r: idx.prune(*r, beam=4),
+    lambda idx, r: idx.prune_batch([r], beam=4),
+    lambda idx, r: tree_module.prune(idx.engine, *r, beam=4),
+    lambda idx, r: tree_module.prune_batch(idx.engine, [r], beam=4),
+    lambda idx, r: tree_module.prune_params(beam=4),
+    lambda idx, r: NgramClient("127.0.0.1:1").prune(*r, beam=4),
+])
+def test_an_unknown_prune_keyword_is_a_type_error_naming_it(golden, call) -> None:
+    idx, reqs, _ = golden
+    with pytest.raises(TypeError, match="unexpected keyword argument 'beam'"):
+        call(idx, reqs[0])
+
+
+def test_none_is_the_default_everywhere(golden) -> None:
+    """A parameter given as None is its default from the engine's table, by every in-process route."""
+    idx, reqs, _ = golden
+    nones = dict.fromkeys(FIELDS)
+    want = [idx.prune(*r) for r in reqs]
+    for r, w in zip(reqs, want):
+        assert same_tree(idx.prune(*r, **nones), w)
+        assert same_tree(tree_module.prune(idx.engine, *r, **nones), w)
+    for got in (idx.prune_batch(reqs, **nones), tree_module.prune_batch(idx.engine, reqs, **nones)):
+        assert all(same_tree(g, w) for g, w in zip(got, want))
+    assert tree_module.prune_params(**nones) == tree_module.prune_params()

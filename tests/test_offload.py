@@ -143,6 +143,25 @@ def test_request_bytes_are_the_protobuf_request() -> None:
         assert np.array_equal(np.array(got.probs, dtype=np.float32), np.concatenate(prs))
 
 
+def test_lattice_batch_prune_defaults_are_the_engine_table_s(sample_trie: Path) -> None:
+    """LatticeBatch.prune with its parameters left out, or given as None, prunes with the engine's
+    defaults: the trees NgramIndex.prune_batch gives the same fitted lattices."""
+    idx = NgramIndex.open(sample_trie)
+    logits, d2t, contexts = batch_case(4, 3, vocab=idx.vocab_size)
+    ids, probs = device_lattices(logits, d2t, 9)
+    packed = np.concatenate((ids.astype(np.int32), probs.view(np.int32)), axis=-1)
+    served = np.flatnonzero(_engine.LatticeBatch(contexts, packed, idx.order, idx.vocab_size).depths > 0)
+    lat = _engine.LatticeBatch([contexts[i] for i in served], np.ascontiguousarray(packed[served]), idx.order,
+                               idx.vocab_size)
+    want = idx.prune_batch([reference_fit(contexts[i], ids[i], probs[i], idx.order, idx.vocab_size)
+                            for i in served])
+    for params in ({}, dict.fromkeys(row["name"] for row in _engine.PRUNE_FIELDS)):
+        trees = _engine.TreeBatch(lat.batch)
+        lat.prune(idx.engine, trees, **params)
+        for g, w in zip(DraftTrees.unpack(trees.pack(), torch.device("cpu")), want):
+            assert_tree_equals(g, w)
+
+
 def test_packed_lattices_refuse_what_they_cannot_read() -> None:
     good = np.zeros((2, 3, 8), dtype=np.int32)
     with pytest.raises(ValueError, match="int32 array"):
@@ -346,6 +365,29 @@ def test_draft_trees_stack_equals_the_packed_batch(sample_trie: Path) -> None:
     held = trees.tokens.clone()
     again = pr.prune_batch(logits, d2t, contexts)
     assert torch.equal(trees.tokens, held) and again.tokens.data_ptr() != trees.tokens.data_ptr()
+
+
+def test_draft_trees_stack_keeps_a_tree_s_own_leaf_order() -> None:
+    """A tree made elsewhere (DART's tree_search orders its leaves otherwise than the engine) keeps its
+    retrieve rows' order through stack, which the engine packs; rows that are not its paths are refused."""
+    from dart_client import DraftTree
+
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    made = DraftTree(torch.tensor([4, 3, 1, 2]), torch.tensor([[0, 1, 3], [0, 2, -1]]), mask, torch.tensor([0, 1, 1, 2]))
+    small = DraftTree(torch.tensor([7, 8]), torch.tensor([[0, 1]]), torch.tensor([[1, 0], [1, 1]], dtype=torch.bool),
+                      torch.tensor([0, 1]))
+    got = DraftTrees.stack([made, small])
+    assert got.retrieve_indices.tolist() == [[[0, 1, 3], [0, 2, -1]], [[0, 1, -1], [-1, -1, -1]]]
+    assert got.parents.tolist() == [[-1, 0, 0, 1], [-1, 0, -1, -1]] and got.n_nodes == [4, 2]
+    for g, want in zip(got, (made, small)):
+        for name in ("draft_tokens", "retrieve_indices", "tree_mask", "tree_position_ids", "parents"):
+            assert torch.equal(getattr(g, name), getattr(want, name)), name
+    wrong = DraftTree(made.draft_tokens, torch.tensor([[0, 1, 3]]), mask, made.tree_position_ids)
+    with pytest.raises(ValueError, match="retrieve_indices: shape"):
+        DraftTrees.stack([wrong])
+    wrong = DraftTree(made.draft_tokens, torch.tensor([[0, 1, 3], [0, 1, 3]]), mask, made.tree_position_ids)
+    with pytest.raises(ValueError, match="not the tree's root-to-leaf paths"):
+        DraftTrees.stack([wrong])
 
 
 # ---- on a GPU -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from conftest import GOLDEN
 
 from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
 from ngram_service import NgramIndex
-from ngram_service.tree import LIMITS, PrunedTree
+from ngram_service.tree import LIMITS, DraftTree
 
 F = np.float32
 _libm = ctypes.CDLL(ctypes.util.find_library("m"))
@@ -113,7 +113,7 @@ def reference(prefix, levels_tok, levels_p, *, beam_width=20, max_nodes=60, ngra
     return [(n[3], n[4]) for n in kept]
 
 
-def check_encoding(tree: PrunedTree, prefix) -> None:
+def check_encoding(tree: DraftTree, prefix) -> None:
     """tokens/parents/depths are a tree in the documented order; mask and
     retrieve rows are its DART encoding."""
     n = len(tree.tokens)
@@ -147,7 +147,7 @@ def check_encoding(tree: PrunedTree, prefix) -> None:
         assert row.tolist() == chain + [-1] * (ri.shape[1] - len(chain))
 
 
-def assert_same(tree: PrunedTree, ref, prefix) -> None:
+def assert_same(tree: DraftTree, ref, prefix) -> None:
     check_encoding(tree, prefix)
     assert tree.paths()[1:] == [p for p, _ in ref]
     assert np.array_equal(tree.scores[1:], np.array([s for _, s in ref], dtype=F))
@@ -495,3 +495,17 @@ def test_batch_errors_name_the_request(small: NgramIndex) -> None:
         small.prune_batch([good], threads=-1)
     with pytest.raises(ValueError, match=r"beam_width = 0"):
         small.prune_batch([good], beam_width=0)
+
+
+def test_the_draft_tree_has_one_name() -> None:
+    """prune, propose and the wire decoder return one type, DraftTree; PrunedTree, its old name, still
+    names it with a DeprecationWarning."""
+    import ngram_service.tree as tree_module
+    from ngram_service import _engine
+
+    assert DraftTree is _engine.DraftTree and not hasattr(_engine, "PrunedTree")
+    with pytest.warns(DeprecationWarning, match="PrunedTree is deprecated: use ngram_service.tree.DraftTree"):
+        assert tree_module.PrunedTree is DraftTree
+    t = _engine.encode_tree([5, 6, 7], [-1, 0, 1])
+    assert type(t) is DraftTree and repr(t) == "DraftTree(nodes=2, depth=2, leaves=1)"
+    assert type(_engine.propose_lookup([1, 2, 1], 3)) is DraftTree

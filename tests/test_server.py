@@ -311,6 +311,9 @@ CASES = [
     ("PruneTree", _prune(_lattice(tokens=[10, 10, 11, 12, 13, 14])), "inputs[0]"),
     ("PruneTree", _prune(_lattice(prefix=[1, 10**9])), "prefix"),
     ("PruneTree", _prune(_lattice(), ngram_weight=-1.0), "ngram_weight"),
+    # the wire's int64 carries a negative integer to the engine's check, and its message
+    ("PruneTree", _prune(_lattice(), beam_width=-1), "beam_width = -1: must be 1..1024"),
+    ("PruneTree", _prune(_lattice(), max_nodes=-5), "max_nodes = -5: must be 0..4096"),
 ]
 
 

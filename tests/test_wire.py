@@ -113,3 +113,32 @@ def test_parameter_table_is_the_wire_order() -> None:
     names = [fields[i + 1].name for i in range(len(fields))]
     assert names == list(prune_params())
     assert list(DEFAULTS) == [n for n in names if n in DEFAULTS]
+
+
+def test_prune_integers_are_int64_as_the_table_holds_them(host: RecordingHost) -> None:
+    """beam_width and max_nodes are int64 on the wire (they were uint32): every value a uint32 held is
+    encoded to the same bytes, and a negative one is sent to the host's check, not refused by the codec."""
+    from google.protobuf import descriptor_pb2
+
+    for name in ("beam_width", "max_nodes"):
+        assert pb.PruneParams.DESCRIPTOR.fields_by_name[name].type == descriptor_pb2.FieldDescriptorProto.TYPE_INT64
+    for v in (0, 1, 20, 127, 128, 4096, 2**31, 2**32 - 1):
+        as_uint32 = b"\x08" + _varint(v)  # field 1, varint: what a uint32 beam_width of v was
+        assert pb.PruneParams(beam_width=v).SerializeToString() == as_uint32
+    with host.client() as c:
+        c.prune_batch([([1], [[2]], [[0.5]])], beam_width=-1, max_nodes=2**33)
+    [data] = host.requests
+    sent = pb.PruneTreeRequest.FromString(data).params
+    assert (sent.beam_width, sent.max_nodes) == (-1, 2**33)
+    # the head, byte for byte protobuf's (fields 1-3 and 5 before the inputs)
+    assert data.startswith(pb.PruneTreeRequest(params=pb.PruneParams(beam_width=-1, max_nodes=2**33),
+                                               with_scores=True).SerializeToString())
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)

@@ -57,19 +57,19 @@ struct PruneField {
 // request codec and the server read.
 inline constexpr PruneField kPruneFields[] = {
     {"beam_width", &PruneParams::beam_width, nullptr, nullptr, nullptr, nullptr, 1, PruneLimits::kMaxBeamWidth,
-     "extensions kept per level"},
+     "the search's beam (extensions kept per level)"},
     {"max_nodes", &PruneParams::max_nodes, nullptr, nullptr, nullptr, nullptr, 0, PruneLimits::kMaxNodes,
-     "nodes kept, root excluded"},
+     "nodes kept in a tree, the root excluded"},
     {"ngram_weight", nullptr, &PruneParams::ngram_weight, nullptr, nullptr, nullptr, 0, 0,
-     "weight of the n-gram score against the drafter's"},
+     "the n-gram term's weight in a node's score (0: the drafter alone)"},
     {"level_weights", nullptr, nullptr, &PruneParams::level_weights, nullptr, nullptr, 0, 0,
-     "one per level; empty: (l+1)**-0.7"},
+     "a weight per level on a node's score increment (unset: DART's (l+1)**-0.7)"},
     {"logit_weights", nullptr, nullptr, &PruneParams::logit_weights, nullptr, nullptr, 0, 0,
-     "one per level; empty: 0.9**l"},
+     "a weight per level on the drafter's term (unset: DART's 0.9**l)"},
     {"eos_token_id", nullptr, nullptr, nullptr, &PruneParams::eos_token_id, nullptr, -1, 0,
-     "extensions ending in it rank last; -1: none; unset: the trie's"},
+     "extensions ending in this token rank last (-1: no such rule; unset: the trie's EOS)"},
     {"ngram_on_first_level", nullptr, nullptr, nullptr, nullptr, &PruneParams::ngram_on_first_level, 0, 0,
-     "score level 0 with the n-grams too"},
+     "score level 0 with the n-gram term too (DART's production build does not)"},
 };
 inline constexpr uint32_t kPruneFieldCount = sizeof(kPruneFields) / sizeof(kPruneFields[0]);
 

@@ -154,6 +154,45 @@ uint8_t* writable_bytes(const py::handle& h, uint64_t& size) {
   return reinterpret_cast<uint8_t*>(a->data);
 }
 
+// LatticeBatch.prune(trie, out, rows=None, *, <prune's keywords>, threads=0).
+PyObject* lattice_batch_prune(PyObject* self, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
+  constexpr size_t kArgs = 3 + kPruneFieldCount + 1;
+  static const Signature<kArgs> signature(
+      "prune", prune_call_names(std::array<const char*, 3>{"trie", "out", "rows"}, std::array<const char*, 1>{"threads"}),
+      3, 2);
+  PyObject* args[kArgs];
+  if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
+  return translate_exceptions([&]() -> PyObject* {
+    const LatticeBatch* lattices = bound_object<LatticeBatch>(self);
+    TreeBatch* out = bound_object<TreeBatch>(args[1]);
+    if (!lattices) throw py::type_error("LatticeBatch.prune: self is not a LatticeBatch");
+    if (!out) throw py::type_error("LatticeBatch.prune: out must be a TreeBatch");
+    const LatticeBatch& L = *lattices;
+    if (out->trees.size() != L.size()) throw InvalidArgument("the tree batch's size is not the lattices'");
+    const std::vector<uint32_t> r = rows_of(args[2] ? py::handle(args[2]) : py::none(), L.size());
+    PruneParams params;
+    load_prune_params(prune_handles(args, 3), params);
+    const py::handle threads = args[kArgs - 1];
+    const int64_t n_threads = threads && !threads.is_none() ? integer(threads, "threads", "0..4096") : 0;
+    std::vector<std::vector<uint64_t>> offsets(r.size());
+    std::vector<PruneInput> inputs(r.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (L.depth(r[i]) == 0) throw InvalidArgument("lattice " + std::to_string(r[i]) + " has no level the trie serves");
+      inputs[i] = L.input(r[i], offsets[i]);
+    }
+    std::vector<DraftTree> trees;
+    with_trie(args[0], "LatticeBatch.prune", [&](const auto& t) {
+      py::gil_scoped_release nogil;
+      prune_tree_batch(t, inputs, params, static_cast<uint32_t>(std::clamp<int64_t>(n_threads, 0, 4096)), trees);
+    });
+    for (size_t i = 0; i < r.size(); ++i) {
+      out->trees[r[i]] = std::move(trees[i]);
+      out->filled[r[i]] = 1;
+    }
+    Py_RETURN_NONE;
+  });
+}
+
 }  // namespace
 
 void bind_batches(py::module_& m) {
@@ -190,41 +229,19 @@ a lattice whose root or first level the trie cannot serve has depth 0.)")
            },
            py::arg("head"), py::arg("rows") = py::none(),
            "A serialized PruneTreeRequest: head (the request's other fields, serialized) followed by one "
-           "PruneInput per row (None: every lattice), in order.")
-      .def("prune",
-           [](const LatticeBatch& L, const py::handle& trie, TreeBatch& out, const py::handle& rows,
-              const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
-              const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos_token_id,
-              const py::handle& ngram_on_first_level, int64_t threads) {
-             if (out.trees.size() != L.size()) throw InvalidArgument("the tree batch's size is not the lattices'");
-             const std::vector<uint32_t> r = rows_of(rows, L.size());
-             const PruneParams params = make_params(beam_width, max_nodes, ngram_weight, level_weights,
-                                                    logit_weights, eos_token_id, ngram_on_first_level);
-             std::vector<std::vector<uint64_t>> offsets(r.size());
-             std::vector<PruneInput> inputs(r.size());
-             for (size_t i = 0; i < r.size(); ++i) {
-               if (L.depth(r[i]) == 0)
-                 throw InvalidArgument("lattice " + std::to_string(r[i]) + " has no level the trie serves");
-               inputs[i] = L.input(r[i], offsets[i]);
-             }
-             std::vector<DraftTree> trees;
-             with_trie(trie, "LatticeBatch.prune", [&](const auto& t) {
-               py::gil_scoped_release nogil;
-               prune_tree_batch(t, inputs, params, static_cast<uint32_t>(std::max<int64_t>(0, threads)), trees);
-             });
-             for (size_t i = 0; i < r.size(); ++i) {
-               out.trees[r[i]] = std::move(trees[i]);
-               out.filled[r[i]] = 1;
-             }
-           },
-           py::arg("trie"), py::arg("out"), py::arg("rows") = py::none(), py::kw_only(),
-           py::arg("beam_width") = py::none(), py::arg("max_nodes") = py::none(), py::arg("ngram_weight") = py::none(),
-           py::arg("level_weights") = py::none(), py::arg("logit_weights") = py::none(),
-           py::arg("eos_token_id") = py::none(), py::arg("ngram_on_first_level") = py::none(),
-           py::arg("threads") = 0,
-           "The engine's search of rows (None: all) on trie (an _engine.Trie, or an _engine.NoTrie: the "
-           "drafter alone), each tree into the same row of out (a TreeBatch); parameters as prune's; threads "
-           "0: all cores.");
+           "PruneInput per row (None: every lattice), in order.");
+
+  // LatticeBatch.prune: a fast-call method (fastcall.h) whose keywords and
+  // signature text are kPruneFields' (param_conversion.h).
+  static const std::string prune_doc = prune_call_doc(
+      "prune", "$self, trie, out, rows=None", "threads=0",
+      "The engine's search of rows (None: all) on trie (an _engine.Trie, or an _engine.NoTrie: the drafter "
+      "alone), each tree into the same row of out (a TreeBatch); parameters as prune's (None or left out: the "
+      "default); threads 0: all cores.");
+  static PyMethodDef prune_method = {
+      "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&lattice_batch_prune)),
+      METH_FASTCALL | METH_KEYWORDS, prune_doc.c_str()};
+  add_fastcall(m, &prune_method, m.attr("LatticeBatch"));
 
   py::class_<TreeBatch>(m, "TreeBatch", R"(The draft trees of a batch, filled by LatticeBatch.prune or decode, packed by pack.
 
@@ -239,13 +256,13 @@ padding node marks only itself).)")
              for (size_t i = 0; i < out.trees.size(); ++i) {
                const py::handle t = trees[i];
                const TreeObject* obj = bound_object<TreeObject>(t.ptr());
-               if (!obj) throw py::type_error("trees[" + std::to_string(i) + "] is not a PrunedTree");
+               if (!obj) throw py::type_error("trees[" + std::to_string(i) + "] is not a DraftTree");
                out.trees[i] = *obj->tree;
                out.filled[i] = 1;
              }
              return out;
            }, py::arg("trees"),
-           "A batch of the engine's trees (PrunedTree objects, copied), ready to pack.")
+           "A batch of the engine's trees (DraftTree objects, copied), ready to pack.")
       .def("__len__", [](const TreeBatch& t) { return t.trees.size(); })
       .def("decode",
            [](TreeBatch& out, const py::buffer& data, const py::handle& rows) {

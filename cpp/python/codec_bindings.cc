@@ -95,7 +95,7 @@ void bind_codecs(py::module_& m) {
         return out;
       },
       py::arg("response"), py::arg("what") = "PruneTreeResponse", py::arg("sent") = "lattices",
-      "A serialized PruneTreeResponse's or ProposeTreeResponse's trees (cpp/python/tree_codec.h) as PrunedTrees, "
+      "A serialized PruneTreeResponse's or ProposeTreeResponse's trees (cpp/python/tree_codec.h) as DraftTrees, "
       "encoded as prune encodes them (scores NaN where the host sent none); ValueError naming the byte for a "
       "malformed message.");
 }

@@ -10,6 +10,7 @@
 #include "fastcall.h"
 #include "errors.h"
 #include "interrupt.h"
+#include "param_conversion.h"
 #include "queries.h"
 #include "search_simd.h"
 #include "timeout.h"
@@ -210,8 +211,9 @@ PYBIND11_MODULE(_engine, m) {
   add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
   bind_batches(m);
   bind_prune(m);  // after Trie, whose method prune becomes
-  bind_propose(m);  // after Trie and PrunedTree
-  bind_codecs(m);   // after PrunedTree
+  bind_propose(m);  // after Trie and DraftTree
+  bind_codecs(m);   // after DraftTree
+  ngram_py::bind_param_tables(m);
 
   // The version-1 writer (TrieV1Writer), as Python has always named it.
   py::class_<TrieV1Writer>(m, "TrieWriter")

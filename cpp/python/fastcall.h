@@ -6,8 +6,10 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace ngram_py {
@@ -15,13 +17,14 @@ namespace ngram_py {
 namespace py = pybind11;
 
 // A function's parameter names (interned once, so that the keyword names of
-// a call, interned by the compiler, match by pointer) and how many of them
-// may be passed by position.
+// a call, interned by the compiler, match by pointer), how many of them may
+// be passed by position, and how many of those are required (all, unless
+// `required` says fewer).
 template <size_t N>
 class Signature {
  public:
-  Signature(const char* function, std::array<const char*, N> names, size_t positional)
-      : function_(function), names_(names), positional_(positional) {}
+  Signature(const char* function, std::array<const char*, N> names, size_t positional, size_t required = SIZE_MAX)
+      : function_(function), names_(names), positional_(positional), required_(std::min(required, positional)) {}
 
   // Fills args[i] (borrowed) with parameter i's value, nullptr where it is
   // not given. Returns false with a TypeError set, as Python words it, for
@@ -50,7 +53,7 @@ class Signature {
       }
       args[i] = in[n_pos + static_cast<size_t>(k)];
     }
-    for (size_t i = 0; i < positional_; ++i) {
+    for (size_t i = 0; i < required_; ++i) {
       if (!args[i]) {
         PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", function_, names_[i]);
         return false;
@@ -76,6 +79,7 @@ class Signature {
   const char* function_;
   std::array<const char*, N> names_;
   size_t positional_;
+  size_t required_;
   mutable std::array<PyObject*, N> interned_{};
 };
 

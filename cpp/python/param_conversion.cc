@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,7 +77,7 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
       weights(h ? h : py::none(), f.name, p.*f.weights);
       continue;
     }
-    if (!h) continue;
+    if (!h || h.is_none()) continue;  // not given: the table's default
     if (f.integer) {
       p.*f.integer = integer(h, f.name, integer_range(i));
     } else if (f.weight) {
@@ -87,7 +88,6 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
       }
       p.*f.weight = static_cast<float>(w);
     } else if (f.token) {
-      if (h.is_none()) continue;
       if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr()))
         throw InvalidArgument(std::string(f.name) + " must be an integer or None, got " + std::string(py::repr(h)));
       p.*f.token = integer(h, f.name, "-1 (none) or in [0, vocab_size)");
@@ -99,13 +99,27 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
   }
 }
 
-ngram::PruneParams make_params(const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
-                               const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos,
-                               const py::handle& ngram_on_first_level) {
-  ngram::PruneParams p;
-  load_prune_params({beam_width, max_nodes, ngram_weight, level_weights, logit_weights, eos, ngram_on_first_level},
-                    p);
-  return p;
+PruneParamHandles prune_handles(PyObject* const* args, size_t first) {
+  PruneParamHandles h;
+  for (size_t i = 0; i < h.size(); ++i) h[i] = args[first + i];
+  return h;
+}
+
+// A default as Python writes it in a signature.
+static std::string default_text(const PruneField& f, const PruneParams& d) {
+  if (f.integer) return std::to_string(d.*f.integer);
+  if (f.weight) return number_text(d.*f.weight);
+  if (f.flag) return d.*f.flag ? "True" : "False";
+  return "None";  // a weight per level (DART's), the token (the trie's)
+}
+
+std::string prune_call_doc(const std::string& name, const std::string& lead, const std::string& trail,
+                           const std::string& doc) {
+  const PruneParams defaults;
+  std::string s = name + "(" + lead + (lead.empty() ? "*" : ", *");
+  for (const PruneField& f : kPruneFields) s += std::string(", ") + f.name + "=" + default_text(f, defaults);
+  if (!trail.empty()) s += ", " + trail;
+  return s + ")\n--\n\n" + doc;
 }
 
 GivenPruneParams given_prune_params(const py::handle& params) {
@@ -176,6 +190,78 @@ py::dict propose_params_dict(const ProposeParams& p, bool as_written) {
     else out[f.name] = p.*f.flag;
   }
   return out;
+}
+
+}  // namespace ngram_py
+
+namespace ngram_py {
+
+namespace {
+
+py::dict field_row(const char* name, const py::handle& type, const py::object& value, const py::object& low,
+                   const py::object& high, const char* help) {
+  py::dict row;
+  row["name"] = name;
+  row["type"] = type;
+  row["default"] = value;
+  row["low"] = low;
+  row["high"] = high;
+  row["help"] = help;
+  return row;
+}
+
+py::dict integer_row(const char* name, int64_t value, int64_t lo, int64_t hi, const char* help) {
+  return field_row(name, py::type::of(py::int_()), py::int_(value), py::int_(lo), py::int_(hi), help);
+}
+
+// A float's default as the decimal it was written as.
+py::dict real_row(const char* name, float value, double lo, double hi, const char* help) {
+  return field_row(name, py::type::of(py::float_()), py::float_(written(value)), py::float_(lo), py::float_(hi), help);
+}
+
+py::dict flag_row(const char* name, bool value, const char* help) {
+  return field_row(name, py::type::of(py::bool_()), py::bool_(value), py::none(), py::none(), help);
+}
+
+// A table's rows: its integers and flags alike for both tables, the rest by `other`.
+template <class Field, size_t N, class Params, class Other>
+py::tuple table_rows(const Field (&table)[N], const Params& d, Other other) {
+  py::tuple rows(N);
+  for (size_t i = 0; i < N; ++i) {
+    const Field& f = table[i];
+    if (f.integer) rows[i] = integer_row(f.name, d.*f.integer, f.lo, f.hi, f.help);
+    else if (f.flag) rows[i] = flag_row(f.name, d.*f.flag, f.help);
+    else rows[i] = other(f);
+  }
+  return rows;
+}
+
+py::tuple prune_fields() {
+  const PruneParams d;
+  return table_rows(kPruneFields, d, [&d](const PruneField& f) -> py::dict {
+    if (f.weight) return real_row(f.name, d.*f.weight, 0.0, PruneLimits::kMaxWeight, f.help);
+    if (f.weights)  // None: DART's weights
+      return field_row(f.name, py::type::of(py::list()), py::none(), py::float_(0.0),
+                       py::float_(PruneLimits::kMaxWeight), f.help);
+    // the token: None, the trie's EOS; its upper bound is the trie's vocabulary
+    return field_row(f.name, py::type::of(py::int_()), py::none(), py::int_(f.lo), py::none(), f.help);
+  });
+}
+
+py::tuple propose_fields() {
+  const ProposeParams d;
+  return table_rows(kProposeFields, d, [&d](const ProposeField& f) -> py::dict {
+    if (f.unit) return real_row(f.name, d.*f.unit, 0.0, 1.0, f.help);  // check_unit's range (checks.h)
+    // A kind of member added to ProposeField needs its row here.
+    throw std::logic_error(std::string("PROPOSE_FIELDS: no row for ") + f.name + "'s kind");
+  });
+}
+
+}  // namespace
+
+void bind_param_tables(py::module_& m) {
+  m.attr("PRUNE_FIELDS") = prune_fields();
+  m.attr("PROPOSE_FIELDS") = propose_fields();
 }
 
 }  // namespace ngram_py

@@ -1,29 +1,51 @@
 // prune's and propose's keyword parameters as the engine's PruneParams and
 // ProposeParams: the one conversion of every binding that takes them (the
 // searches, LatticeBatch.prune, and the request codecs, which also keep
-// which ones were given). Values are converted here (ValueError naming the
+// which ones were given), the signature text of the bindings that take
+// prune's, and both tables as Python sees them (PRUNE_FIELDS,
+// PROPOSE_FIELDS). Values are converted here (ValueError naming the
 // parameter for a wrong type); their ranges are the engine's to check.
 #pragma once
 #include <pybind11/pybind11.h>
 
 #include <array>
+#include <cstddef>
+#include <string>
 
 #include "propose_params.h"
 #include "prune_params.h"
 
 namespace ngram_py {
 
-// prune's keyword parameters, in kPruneFields' order; a null handle (or
-// None, but for eos_token_id, where None means the trie's) is one not
-// given: the engine's default.
+// prune's keyword parameters, in kPruneFields' order; a null handle or None
+// is one not given: the table's default (for eos_token_id, unset: the
+// trie's EOS).
 using PruneParamHandles = std::array<pybind11::handle, ngram::kPruneFieldCount>;
 
 // Into p (its weight buffers reused: no allocation once grown).
 void load_prune_params(const PruneParamHandles& given, ngram::PruneParams& p);
-ngram::PruneParams make_params(const pybind11::handle& beam_width, const pybind11::handle& max_nodes,
-                               const pybind11::handle& ngram_weight, const pybind11::handle& level_weights,
-                               const pybind11::handle& logit_weights, const pybind11::handle& eos,
-                               const pybind11::handle& ngram_on_first_level);
+
+// A fast-call binding that takes prune's keywords (fastcall.h): its
+// parameter names, `lead` then kPruneFields' names then `trail`, so that a
+// row added to the table is a keyword of every such binding.
+template <size_t L, size_t T>
+std::array<const char*, L + ngram::kPruneFieldCount + T> prune_call_names(const std::array<const char*, L>& lead,
+                                                                         const std::array<const char*, T>& trail) {
+  std::array<const char*, L + ngram::kPruneFieldCount + T> names{};
+  for (size_t i = 0; i < L; ++i) names[i] = lead[i];
+  for (size_t i = 0; i < ngram::kPruneFieldCount; ++i) names[L + i] = ngram::kPruneFields[i].name;
+  for (size_t i = 0; i < T; ++i) names[L + ngram::kPruneFieldCount + i] = trail[i];
+  return names;
+}
+// Its arguments args[first + i] (nullptr: not given) as kPruneFields' handles.
+PruneParamHandles prune_handles(PyObject* const* args, size_t first);
+// Its docstring: a head that CPython reads as the signature
+// ("name(lead, *, beam_width=20, ..., trail)\n--\n\n", each default the
+// table's), so that help() and inspect.signature show every parameter,
+// then `doc`. `lead` and `trail` are written as Python writes them
+// ("$self, trie, out, rows=None"; "timeout=None").
+std::string prune_call_doc(const std::string& name, const std::string& lead, const std::string& trail,
+                           const std::string& doc);
 
 // The parameters of a request sent to a host: the values, and which were
 // given (None: not given), so that the host's defaults (the engine's) fill
@@ -58,5 +80,11 @@ GivenProposeParams given_propose_params(const pybind11::handle& params, const ch
 // decimal they were written as (1e-4, not 9.99999975e-05) when `as_written`,
 // else as the float32 the engine reads.
 pybind11::dict propose_params_dict(const ngram::ProposeParams& p, bool as_written);
+
+// PRUNE_FIELDS and PROPOSE_FIELDS: each table whole, a dict per row (name;
+// type: int, float, bool, or list for a weight per level; default; low and
+// high, inclusive, None where unbounded or a switch; help), in the wire's
+// field order, for what presents the parameters (ngram_service.params).
+void bind_param_tables(pybind11::module_& m);
 
 }  // namespace ngram_py

@@ -1,6 +1,6 @@
 // Bindings of corpus proposals (see cpp/engine/propose.h): the context and
 // keyword parameters converted to the engine's types, the GIL released while
-// the engine works, the tree returned as a PrunedTree. The engine checks
+// the engine works, the tree returned as a DraftTree. The engine checks
 // every value and limit; this file only converts.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -73,7 +73,7 @@ void bind_propose(py::module_& m) {
   };
   static const char* propose_doc =
       "A draft tree of the corpus' and the context's likeliest continuations of `context` (int [N], N >= 1; its "
-      "last token is the root), as a PrunedTree whose scores are path probabilities. Keywords: max_nodes, "
+      "last token is the root), as a DraftTree whose scores are path probabilities. Keywords: max_nodes, "
       "max_depth, max_branch, min_prob, corpus, lookup, lookup_weight, lookup_min_match, discount, lookup_decay, lookup_prior "
       "(PROPOSE_DEFAULTS; docs/PROPOSALS.md), and timeout (seconds, None: no limit; TimeoutError once it "
       "passes). ValueError naming the field for bad input.";

@@ -1,15 +1,15 @@
 // Bindings of DART tree pruning (see cpp/engine/prune_tree.h): Python objects
 // converted to the engine's types, the GIL released while the engine works,
-// the tree returned as a PrunedTree whose arrays view the engine's output.
+// the tree returned as a DraftTree whose arrays view the engine's output.
 // The engine checks every value and limit; this file only converts.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -43,12 +43,10 @@ PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf,
   constexpr size_t kLead = with_trie_arg ? 4 : 3;
   constexpr size_t kArgs = kLead + kPruneFieldCount + 1;  // the last: timeout
   static const Signature<kArgs> signature = [] {
-    std::array<const char*, kArgs> names{};
     const char* lead[] = {"trie", "prefix", "topk_tokens", "topk_probs"};
+    std::array<const char*, kLead> names{};
     for (size_t i = 0; i < kLead; ++i) names[i] = lead[4 - kLead + i];
-    for (size_t i = 0; i < kPruneFieldCount; ++i) names[kLead + i] = kPruneFields[i].name;
-    names[kArgs - 1] = "timeout";
-    return Signature<kArgs>("prune", names, kLead);
+    return Signature<kArgs>("prune", prune_call_names(names, std::array<const char*, 1>{"timeout"}), kLead);
   }();
   PyObject* args[kArgs];
   if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
@@ -58,10 +56,8 @@ PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf,
     constexpr size_t p = with_trie_arg ? 1 : 0;
     Lattice r;
     r.load(args[p], args[p + 1], args[p + 2]);
-    PruneParamHandles given;
-    for (size_t i = 0; i < given.size(); ++i) given[i] = args[kLead + i];
     thread_local PruneParams params;  // no Python objects inside: safe to keep per thread
-    load_prune_params(given, params);
+    load_prune_params(prune_handles(args, kLead), params);
     auto tree = new_tree();
     with_trie(trie, "prune", [&](const auto& t) {
       py::gil_scoped_release nogil;
@@ -72,10 +68,91 @@ PyObject* prune_fastcall(PyObject* self, PyObject* const* in, Py_ssize_t nargsf,
   });
 }
 
+// prune_batch(trie, requests, *, <prune's keywords>, threads=None, timeout=None).
+PyObject* prune_batch_fastcall(PyObject*, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
+  constexpr size_t kArgs = 2 + kPruneFieldCount + 2;
+  static const Signature<kArgs> signature(
+      "prune_batch", prune_call_names(std::array<const char*, 2>{"trie", "requests"},
+                                      std::array<const char*, 2>{"threads", "timeout"}),
+      2);
+  PyObject* args[kArgs];
+  if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
+  return translate_exceptions([&]() -> PyObject* {
+    const CallTimeout deadline(args[kArgs - 1], "prune_batch", "trees");
+    std::vector<std::unique_ptr<Lattice>> reqs;
+    for (const py::handle r : py::reinterpret_borrow<py::iterable>(args[1])) {
+      const size_t i = reqs.size();
+      reqs.push_back(std::make_unique<Lattice>());
+      try {
+        load_request(r, *reqs.back());
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(request_error(i, e.what()));
+      }
+    }
+    const py::handle threads = args[kArgs - 2];
+    int64_t n_threads = 0;
+    if (threads && !threads.is_none()) {
+      if (py::isinstance<py::bool_>(threads) || !PyIndex_Check(threads.ptr()) ||
+          (n_threads = integer(threads, "threads", "0..4096 or None")) < 0 || n_threads > 4096)
+        throw InvalidArgument("threads must be a non-negative integer or None, got " + std::string(py::repr(threads)));
+    }
+    PruneParams params;
+    load_prune_params(prune_handles(args, 2), params);
+    std::vector<PruneInput> inputs(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) inputs[i] = reqs[i]->input;
+    std::vector<DraftTree> out;
+    with_trie(args[0], "prune_batch", [&](const auto& t) {
+      py::gil_scoped_release nogil;
+      deadline.run([&] {
+        prune_tree_batch(t, inputs, params, static_cast<uint32_t>(n_threads), out, deadline.interrupt());
+      });
+    });
+    return tree_list(out).release().ptr();
+  });
+}
+
+// prune_params(*, <prune's keywords>): the parameters as prune converts them.
+PyObject* prune_params_fastcall(PyObject*, PyObject* const* in, Py_ssize_t nargsf, PyObject* kwnames) {
+  static const Signature<kPruneFieldCount> signature(
+      "prune_params", prune_call_names(std::array<const char*, 0>{}, std::array<const char*, 0>{}), 0);
+  PyObject* args[kPruneFieldCount];
+  if (!signature.bind(in, nargsf, kwnames, args)) return nullptr;
+  return translate_exceptions([&]() -> PyObject* {
+    PruneParams p;
+    load_prune_params(prune_handles(args, 0), p);
+    return prune_params_dict(p, false).release().ptr();
+  });
+}
+
+// Replaces the encoded tree's retrieve rows by `rows` when they are the same
+// rows in another order (a tree made elsewhere keeps its own leaf order);
+// InvalidArgument otherwise.
+void keep_leaf_order(DraftTree& t, const I32Array& rows) {
+  const size_t width = t.retrieve_width;
+  if (rows.ndim() != 2 || static_cast<size_t>(rows.shape(0)) != t.n_leaves || static_cast<size_t>(rows.shape(1)) != width)
+    throw InvalidArgument("retrieve_indices: shape " + shape_str(rows) + ", the tree's leaves and depth need [" +
+                          std::to_string(t.n_leaves) + ", " + std::to_string(width) + "]");
+  std::vector<std::vector<int32_t>> given(t.n_leaves), encoded(t.n_leaves);
+  for (size_t r = 0; r < t.n_leaves; ++r) {
+    given[r].assign(rows.data() + r * width, rows.data() + (r + 1) * width);
+    encoded[r].assign(t.retrieve_indices.begin() + static_cast<std::ptrdiff_t>(r * width),
+                      t.retrieve_indices.begin() + static_cast<std::ptrdiff_t>((r + 1) * width));
+  }
+  std::vector<std::vector<int32_t>> sorted_given = given;
+  std::sort(sorted_given.begin(), sorted_given.end());
+  std::sort(encoded.begin(), encoded.end());
+  if (sorted_given != encoded)
+    throw InvalidArgument("retrieve_indices: not the tree's root-to-leaf paths (each leaf once, -1 padded)");
+  for (size_t r = 0; r < t.n_leaves; ++r) std::copy(given[r].begin(), given[r].end(), t.retrieve_indices.begin() + static_cast<std::ptrdiff_t>(r * width));
+}
+
 }  // namespace
 
 void bind_prune(py::module_& m) {
-  py::class_<TreeObject, std::unique_ptr<TreeObject>>(m, "PrunedTree", R"(A draft tree of 1 + n nodes; node 0 is the root (the prefix's last token).
+  py::class_<TreeObject, std::unique_ptr<TreeObject>>(m, "DraftTree", R"(A draft tree of 1 + n nodes; node 0 is the root (the prefix's last token).
+
+The engine's one tree (cpp/engine/draft_tree.h): what prune, propose and the
+clients' decoders return.
 
 Nodes are ordered by depth, within one depth by score descending (ties in the
 order the search generated them); every parent precedes its children. The
@@ -111,13 +188,14 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
       }, "The token path (root excluded) of every node, in node order; () for the root.")
       .def("__repr__", [](const TreeObject& obj) {
         const DraftTree& t = *obj.tree;
-        return "PrunedTree(nodes=" + std::to_string(t.size() - 1) + ", depth=" + std::to_string(t.retrieve_width - 1) +
+        return "DraftTree(nodes=" + std::to_string(t.size() - 1) + ", depth=" + std::to_string(t.retrieve_width - 1) +
                ", leaves=" + std::to_string(t.n_leaves) + ")";
       });
 
   m.def(
       "encode_tree",
-      [](const py::handle& tokens, const py::handle& parents, const py::handle& scores) {
+      [](const py::handle& tokens, const py::handle& parents, const py::handle& scores,
+         const py::handle& retrieve_indices) {
         I32Array tok = integers<int32_t>(tokens, "tokens"), par = integers<int32_t>(parents, "parents");
         if (tok.ndim() != 1 || par.ndim() != 1) throw InvalidArgument("tree: tokens and parents must be 1-D");
         auto obj = new_tree();
@@ -129,15 +207,20 @@ retrieve_indices: int32 [leaves, max depth + 1], root-to-leaf node indices, -1 p
           if (sc.ndim() != 1) throw InvalidArgument("tree: scores must be 1-D");
           tr->scores.assign(sc.data(), sc.data() + sc.shape(0));
         }
+        I32Array rows;
+        if (!retrieve_indices.is_none()) rows = integers<int32_t>(retrieve_indices, "retrieve_indices");
         {
           py::gil_scoped_release nogil;
           encode_tree(*tr);
         }
+        if (!retrieve_indices.is_none()) keep_leaf_order(*tr, rows);
         return obj;
       },
-      py::arg("tokens"), py::arg("parents"), py::arg("scores") = py::none(),
-      "A PrunedTree from its node tokens and parents (node 0 the root, parents before children), encoded as "
-      "prune encodes its trees; scores None (or of another length): zeros.");
+      py::arg("tokens"), py::arg("parents"), py::arg("scores") = py::none(), py::arg("retrieve_indices") = py::none(),
+      "A DraftTree from its node tokens and parents (node 0 the root, parents before children), encoded as "
+      "prune encodes its trees; scores None (or of another length): zeros. retrieve_indices: the tree's own "
+      "rows when it was made elsewhere (DART's tree_search orders its leaves otherwise), kept in their order; "
+      "ValueError unless they are the tree's root-to-leaf paths, each once.");
 
   py::class_<NoTrie>(m, "NoTrie", R"(No trie: a vocabulary of ids and nothing stored (cpp/engine/no_trie.h).
 
@@ -206,92 +289,36 @@ vocabulary gives.)")
   m.def("default_level_weight", &default_level_weight, py::arg("level"));
   m.def("default_logit_weight", &default_logit_weight, py::arg("level"));
 
-  m.def(
-      "prune_params",
-      [](const py::handle& beam_width, const py::handle& max_nodes, const py::handle& ngram_weight,
-         const py::handle& level_weights, const py::handle& logit_weights, const py::handle& eos_token_id,
-         const py::handle& ngram_on_first_level) {
-        const PruneParams p = make_params(beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
-                                          eos_token_id, ngram_on_first_level);
-        return prune_params_dict(p, false);
-      },
-      py::kw_only(), py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
-      py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),
-      py::arg("logit_weights") = py::none(), py::arg("eos_token_id") = py::none(),
-      py::arg("ngram_on_first_level") = false,
+  // prune (as _engine.prune(trie, ...) and as the method Trie.prune(...)
+  // that NgramIndex.prune is), prune_batch and prune_params: fast-call
+  // functions (fastcall.h) whose keywords and signature text are
+  // kPruneFields' (param_conversion.h).
+  static const std::string prune_doc = "DART tree pruning of one lattice (see ngram_service.tree.prune).";
+  static const std::string prune_function_doc =
+      prune_call_doc("prune", "trie, prefix, topk_tokens, topk_probs", "timeout=None", prune_doc);
+  static const std::string prune_method_doc =
+      prune_call_doc("prune", "$self, prefix, topk_tokens, topk_probs", "timeout=None", prune_doc);
+  static const std::string prune_batch_doc = prune_call_doc(
+      "prune_batch", "trie, requests", "threads=None, timeout=None",
+      "Many requests on `threads` threads (None: all cores), see ngram_service.tree.prune_batch.");
+  static const std::string prune_params_doc = prune_call_doc(
+      "prune_params", "", "",
       "prune's keyword parameters converted as prune converts them, as a dict (weights as lists, "
-      "eos_token_id None for the trie's).");
-
-  // prune: a fast-call function (fastcall.h), as _engine.prune(trie, ...)
-  // and as the method Trie.prune(...) that NgramIndex.prune is. One
-  // signature text for both, its defaults from PruneParams.
-  static const std::string prune_signature = [&defaults] {
-    std::ostringstream s;
-    s << "prefix, topk_tokens, topk_probs, *, beam_width=" << defaults.beam_width
-      << ", max_nodes=" << defaults.max_nodes << ", ngram_weight=" << defaults.ngram_weight
-      << ", level_weights=None, logit_weights=None, eos_token_id=None, ngram_on_first_level=False, "
-         "timeout=None)\n"
-         "DART tree pruning of one lattice (see ngram_service.tree.prune).";
-    return s.str();
-  }();
-  static const std::string prune_function_doc = "prune(trie, " + prune_signature;
-  static const std::string prune_method_doc = "prune(" + prune_signature;
+      "eos_token_id None for the trie's); None or left out: the default.");
   static PyMethodDef prune_function = {
       "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<true>)),
       METH_FASTCALL | METH_KEYWORDS, prune_function_doc.c_str()};
   static PyMethodDef prune_method = {
       "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<false>)),
       METH_FASTCALL | METH_KEYWORDS, prune_method_doc.c_str()};
+  static PyMethodDef prune_batch_function = {
+      "prune_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_batch_fastcall)),
+      METH_FASTCALL | METH_KEYWORDS, prune_batch_doc.c_str()};
+  static PyMethodDef prune_params_function = {
+      "prune_params", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_params_fastcall)),
+      METH_FASTCALL | METH_KEYWORDS, prune_params_doc.c_str()};
   add_fastcall(m, &prune_function);
   add_fastcall(m, &prune_method, m.attr("Trie"));
-
-  m.def(
-      "prune_batch",
-      [](const py::handle& trie, const py::iterable& requests, const py::handle& threads, const py::handle& beam_width,
-         const py::handle& max_nodes, const py::handle& ngram_weight, const py::handle& level_weights,
-         const py::handle& logit_weights, const py::handle& eos_token_id, const py::handle& ngram_on_first_level,
-         const py::handle& timeout) {
-        const CallTimeout deadline(timeout, "prune_batch", "trees");
-        std::vector<std::unique_ptr<Lattice>> reqs;
-        for (const py::handle r : requests) {
-          const size_t i = reqs.size();
-          reqs.push_back(std::make_unique<Lattice>());
-          try {
-            load_request(r, *reqs.back());
-          } catch (const InvalidArgument& e) {
-            throw InvalidArgument(request_error(i, e.what()));
-          }
-        }
-        int64_t n_threads = 0;
-        if (!threads.is_none()) {
-          if (py::isinstance<py::bool_>(threads) || !PyIndex_Check(threads.ptr()) ||
-              (n_threads = integer(threads, "threads", "0..4096 or None")) < 0 || n_threads > 4096)
-            throw InvalidArgument("threads must be a non-negative integer or None, got " +
-                                  std::string(py::repr(threads)));
-        }
-        const PruneParams params = make_params(beam_width, max_nodes, ngram_weight, level_weights, logit_weights,
-                                               eos_token_id, ngram_on_first_level);
-        std::vector<PruneInput> inputs(reqs.size());
-        for (size_t i = 0; i < reqs.size(); ++i) inputs[i] = reqs[i]->input;
-        std::vector<DraftTree> out;
-        with_trie(trie, "prune_batch", [&](const auto& t) {
-          py::gil_scoped_release nogil;
-          deadline.run([&] {
-            prune_tree_batch(t, inputs, params, static_cast<uint32_t>(n_threads), out, deadline.interrupt());
-          });
-        });
-        py::list res(out.size());
-        for (size_t i = 0; i < out.size(); ++i) {
-          auto obj = new_tree();
-          *obj->tree = std::move(out[i]);
-          res[i] = py::cast(std::move(obj));
-        }
-        return res;
-      },
-      py::arg("trie"), py::arg("requests"), py::kw_only(), py::arg("threads") = py::none(),
-      py::arg("beam_width") = defaults.beam_width, py::arg("max_nodes") = defaults.max_nodes,
-      py::arg("ngram_weight") = defaults.ngram_weight, py::arg("level_weights") = py::none(),
-      py::arg("logit_weights") = py::none(), py::arg("eos_token_id") = py::none(),
-      py::arg("ngram_on_first_level") = false, py::arg("timeout") = py::none(),
-      "Many requests on `threads` threads (None: all cores), see ngram_service.tree.prune_batch.");
+  add_fastcall(m, &prune_batch_function);
+  add_fastcall(m, &prune_params_function);
 }

@@ -20,21 +20,16 @@ namespace ngram_py::wire {
 // PruneParams (always written, as protobuf writes a message field that is
 // set, even when empty): the given fields only, so that the host's
 // defaults fill the rest; field i + 1 is kPruneFields[i]. The integers are
-// uint32 on the wire: a value outside it is refused here (ValueError with
-// the engine's range). Weight lists are written when not empty, the flag
-// when true (it has no presence on the wire).
+// int64 on the wire, as in the table, so every value goes to the host's
+// check. Weight lists are written when not empty, the flag when true (it
+// has no presence on the wire).
 inline std::string prune_params_bytes(const GivenPruneParams& g) {
   const ngram::PruneParams& p = g.values;
   std::string out;
   for (uint32_t i = 0; i < ngram::kPruneFieldCount; ++i) {
     const ngram::PruneField& f = ngram::kPruneFields[i];
     if (f.integer) {
-      if (!g.has(i)) continue;
-      const int64_t v = p.*f.integer;
-      if (v < 0 || v > static_cast<int64_t>(UINT32_MAX))
-        throw InvalidArgument(std::string(f.name) + " = " + std::to_string(v) + ": must be " + std::to_string(f.lo) +
-                              ".." + std::to_string(f.hi));
-      put_varint_field(out, i + 1, static_cast<uint64_t>(v));
+      if (g.has(i)) put_varint_field(out, i + 1, static_cast<uint64_t>(p.*f.integer));
     } else if (f.weight) {
       if (g.has(i)) put_float_field(out, i + 1, p.*f.weight);
     } else if (f.weights) {

@@ -1,4 +1,4 @@
-// The Python PrunedTree object, shared by the bindings that return trees
+// The Python DraftTree object (the engine's draft_tree.h as numpy views), shared by the bindings that return trees
 // (prune, propose, the wire decoder).
 #pragma once
 #include <pybind11/numpy.h>
@@ -15,7 +15,7 @@ namespace ngram_py {
 namespace py = pybind11;
 using ngram::DraftTree;
 
-// The Python PrunedTree: the engine's tree and, made on first use, numpy
+// The Python DraftTree: the engine's tree and, made on first use, numpy
 // views of its arrays (each property returns the same array every time). The
 // views' base is a capsule sharing the tree, not this object, so that no
 // reference cycle keeps either alive.
@@ -41,5 +41,16 @@ struct TreeObject {
 };
 
 inline std::unique_ptr<TreeObject> new_tree() { return std::make_unique<TreeObject>(); }
+
+// A batch's trees (moved out of `trees`) as a list of Python DraftTrees, in order.
+inline py::list tree_list(std::vector<DraftTree>& trees) {
+  py::list out(trees.size());
+  for (size_t i = 0; i < trees.size(); ++i) {
+    auto obj = new_tree();
+    *obj->tree = std::move(trees[i]);
+    out[i] = py::cast(std::move(obj));
+  }
+  return out;
+}
 
 }  // namespace ngram_py

@@ -390,9 +390,11 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
   const TrieIndex& t = *idx->trie;
 
   const PruneParams params = prune_params_of(req.params());
-  if (static_cast<uint64_t>(params.beam_width) > lim.max_beam)
+  // A negative integer (the wire's int64 carries one) is the engine's to
+  // refuse, with its own message, below.
+  if (params.beam_width > 0 && static_cast<uint64_t>(params.beam_width) > lim.max_beam)
     return over_limit("params.beam_width", params.beam_width, "entries", "--max-beam", lim.max_beam);
-  if (static_cast<uint64_t>(params.max_nodes) > lim.max_nodes)
+  if (params.max_nodes > 0 && static_cast<uint64_t>(params.max_nodes) > lim.max_nodes)
     return over_limit("params.max_nodes", params.max_nodes, "nodes", "--max-nodes", lim.max_nodes);
 
   // The work before any tree: the lattices' candidates as sent (their shapes
@@ -404,8 +406,9 @@ Status NgramServiceImpl::prune_tree(const v1::PruneTreeRequest& req, v1::PruneTr
     first_cells += std::min(first, cells);
     deeper_cells += cells - std::min(first, cells);
   }
-  if (Status st = check_cost(prune_cost(n, first_cells, deeper_cells, static_cast<uint64_t>(params.beam_width),
-                                        static_cast<uint64_t>(params.max_nodes), req.with_scores()),
+  const auto at_least_0 = [](int64_t v) { return static_cast<uint64_t>(v < 0 ? 0 : v); };
+  if (Status st = check_cost(prune_cost(n, first_cells, deeper_cells, at_least_0(params.beam_width),
+                                        at_least_0(params.max_nodes), req.with_scores()),
                              lim);
       !st.ok())
     return st;

@@ -27,7 +27,7 @@ PruneParams prune_params_of(const v1::PruneParams& p) {
       continue;
     }
     if (!refl->HasField(p, fd)) continue;
-    if (f.integer) params.*f.integer = refl->GetUInt32(p, fd);
+    if (f.integer) params.*f.integer = refl->GetInt64(p, fd);
     else if (f.weight) params.*f.weight = refl->GetFloat(p, fd);
     else if (f.token) params.*f.token = refl->GetInt64(p, fd);
     else params.*f.flag = refl->GetBool(p, fd);
