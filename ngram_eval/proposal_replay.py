@@ -10,7 +10,10 @@ method does it (``lookup_chain``): one chain, the tokens that followed the
 most recent earlier occurrence of the longest suffix of the context (at
 least ``min_n``, at most ``max_n`` tokens). And the proposals' own document
 source alone (``corpus=False``): a tree of every occurrence of the longest
-suffix, best-first, at the same node budget.
+suffix, best-first, at the same node budget. And, given the corpus the
+tries were built from, SuffixDecoding (``suffix_baseline``): a per-request
+suffix tree and a global one over that corpus, scored by raw counts, at its
+two published default sets.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ngram_eval.suffix_baseline import (ARCTIC_DEFAULTS, VLLM_DEFAULTS, CorpusSuffixes, SuffixSetting,
+                                        accepted_draft_length, speculate)
 from ngram_service import NgramIndex
 from ngram_service.proposals import DEFAULTS
 
@@ -140,6 +145,32 @@ def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any]
     return _teacher_forced(docs, accepted, progress)
 
 
+def replay_suffix(docs: Sequence[np.ndarray], setting: SuffixSetting, corpus: CorpusSuffixes | None,
+                  progress: Callable[[int], None] | None = None) -> tuple[Replay, int]:
+    """Teacher-forced SuffixDecoding drafts over every document; also how
+    many steps took the corpus tree's draft."""
+    from_corpus = 0
+
+    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> int:
+        nonlocal from_corpus
+        draft = speculate(doc[:at], setting, corpus)
+        from_corpus += draft.source == "corpus"
+        return accepted_draft_length(draft, doc_list, at)
+
+    return _teacher_forced(docs, accepted, progress), from_corpus
+
+
+def suffix_settings(budgets: Sequence[int]) -> list[tuple[SuffixSetting, int | None]]:
+    """The suffix baseline's rows: each published default set as it runs
+    (one chain), and as a best-first tree of each node budget (its
+    ``max_spec_tokens`` the budget); (setting, budget or None)."""
+    out: list[tuple[SuffixSetting, int | None]] = []
+    for base in (VLLM_DEFAULTS, ARCTIC_DEFAULTS):
+        out.append((base, None))
+        out += [(base.with_(tree=True, max_spec_tokens=n), n) for n in budgets]
+    return out
+
+
 #: The one-chain baseline: up to CHAIN_TOKENS tokens after a match of
 #: CHAIN_MIN_N..CHAIN_MAX_N tokens; every minimum is measured and the best
 #: one is the baseline.
@@ -153,10 +184,13 @@ VLLM_DEFAULT_N = (5, 5)
 
 
 def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], settings: Sequence[ProposeSetting],
-                       progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+                       progress: Callable[[str], None] = lambda m: None,
+                       suffix_corpus: CorpusSuffixes | None = None,
+                       suffix_corpus_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every setting on every trie, and prompt lookup alone at each node
-    budget (once: it does not depend on the trie). The JSON ngram-eval
-    --proposals writes."""
+    budget (once: it does not depend on the trie); with ``suffix_corpus``
+    (the global tree over the tries' corpus) SuffixDecoding's rows too. The
+    JSON ngram-eval --proposals writes."""
     budgets = sorted({s.max_nodes for s in settings})
     first = NgramIndex.open(tries[0])
     chains = {}
@@ -184,11 +218,25 @@ def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], setting
                          "vs_lookup_chain": rep["tokens_per_step"] / best_chain["tokens_per_step"]
                          if best_chain["tokens_per_step"] else None})
         out_tries.append({"path": path, "order": index.order, "ngrams": index.info().get("ngrams"), "rows": rows})
+    suffix = None
+    if suffix_corpus is not None:
+        rows_s = []
+        for st, nodes in suffix_settings(budgets):
+            progress(f"SuffixDecoding, {st.name}'s defaults, " + (f"a tree of {nodes} nodes" if nodes else "one chain"))
+            rep, from_corpus = replay_suffix(docs, st, suffix_corpus)
+            r = rep.as_dict()
+            rows_s.append({"setting": st.as_dict(), "max_nodes": nodes, **r, "corpus_steps": from_corpus,
+                           "vs_lookup_chain": r["tokens_per_step"] / best_chain["tokens_per_step"]
+                           if best_chain["tokens_per_step"] else None})
+        suffix = {"corpus": suffix_corpus_info or {"tokens": suffix_corpus.corpus_tokens,
+                                                   "documents": suffix_corpus.documents},
+                  "rows": rows_s}
     return {"mode": "proposals", "documents": len(docs), "tokens": int(sum(len(d) for d in docs)),
             "lookup_chain": {"tokens": CHAIN_TOKENS, "max_n": CHAIN_MAX_N,
                              "by_min_n": {str(k): v for k, v in chains.items()}, "best": best_chain,
                              "vllm_default": vllm_default},
-            "lookup_alone": {str(k): v for k, v in lookup.items()}, "tries": out_tries}
+            "lookup_alone": {str(k): v for k, v in lookup.items()}, "tries": out_tries,
+            **({"suffix_baseline": suffix} if suffix is not None else {})}
 
 
 def format_proposals(result: dict[str, Any]) -> str:
@@ -215,4 +263,26 @@ def format_proposals(result: dict[str, Any]) -> str:
             lines.append(f"{name:<28} {t['order']:>5} {r['max_nodes']:>5} {r['sources']:<7} {backoff:>7} "
                          f"{r['tokens_per_step']:>8.3f} {r['vs_lookup_chain'] or 0:>8.2f} {r['vs_lookup'] or 0:>7.2f} "
                          f"{r['trees_per_second'] or 0:>8.0f}")
+    lines += _format_suffix(result.get("suffix_baseline"), best)
     return "\n".join(lines)
+
+
+def _format_suffix(suffix: dict[str, Any] | None, best_chain: float) -> list[str]:
+    if suffix is None:
+        return ["", "SuffixDecoding (a suffix tree over the document and one over the corpus): give --suffix-corpus, "
+                    "the shards the tries were built from"]
+    c = suffix["corpus"]
+    lines = ["", f"SuffixDecoding: a tree over the document so far and one over the corpus "
+                 f"({c['tokens']:,} tokens, {c['documents']:,} documents), raw counts; 'trees/s' is drafts a second, "
+                 f"'corpus' the share of steps the corpus' draft won",
+             f"{'setting':<46} {'nodes':>5} {'tok/step':>8} {'vs chain':>8} {'corpus':>6} {'trees/s':>8}"]
+    for r in suffix["rows"]:
+        s = r["setting"]
+        what = (f"{s['name']}'s defaults (depth {s['max_depth']}, factor {s['max_spec_factor']:g}, "
+                f"min prob {s['min_token_prob']:g})")
+        nodes = f"{r['max_nodes']}" if r["max_nodes"] else f"c{s['max_spec_tokens']}"
+        lines.append(f"{what:<46} {nodes:>5} {r['tokens_per_step']:>8.3f} {r['tokens_per_step'] / best_chain:>8.2f} "
+                     f"{r['corpus_steps'] / max(1, r['steps']):>6.2f} {r['trees_per_second'] or 0:>8.0f}")
+    lines.append("(nodes cN: one chain of at most N tokens, as vLLM and Arctic Inference run it; "
+                 "a number: a best-first tree of that many nodes)")
+    return lines
