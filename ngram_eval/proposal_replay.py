@@ -20,10 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ngram_eval.calibration import Calibration, format_calibration
 from ngram_eval.suffix_baseline import (ARCTIC_DEFAULTS, VLLM_DEFAULTS, CorpusSuffixes, SuffixSetting,
                                         accepted_draft_length, speculate)
 from ngram_service import NgramIndex
@@ -95,21 +97,23 @@ def lookup_chain(doc: np.ndarray, at: int, k: int, min_n: int, max_n: int) -> np
     return doc[i:min(i + k, at)]
 
 
-def _teacher_forced(docs: Sequence[np.ndarray], accepted: Callable[[np.ndarray, list[int], int], int],
+#: CPU time of this thread: the machine may be shared.
+_clock = time.thread_time
+
+
+def _teacher_forced(docs: Sequence[np.ndarray], accepted: Callable[[np.ndarray, list[int], int], tuple[int, float]],
                     progress: Callable[[int], None] | None = None) -> Replay:
     """The replay loop of every source: at each position ``accepted(doc,
     doc_list, at)`` drafts from doc[:at] and says how many draft tokens the
-    document confirms (the time it takes is counted as proposing time); the
+    document confirms and how long drafting took (the proposing time); the
     step takes those plus one."""
     r = Replay()
-    clock = time.thread_time  # CPU time of this thread: the machine may be shared
     for n, doc in enumerate(docs):
         doc_list = doc.tolist()
         at = 1
         while at < len(doc):
-            t0 = clock()
-            acc = accepted(doc, doc_list, at)
-            r.propose_seconds += clock() - t0
+            acc, seconds = accepted(doc, doc_list, at)
+            r.propose_seconds += seconds
             step = min(acc + 1, len(doc) - at)
             while len(r.accepted) <= acc:
                 r.accepted.append(0)
@@ -124,23 +128,31 @@ def _teacher_forced(docs: Sequence[np.ndarray], accepted: Callable[[np.ndarray, 
 
 def replay_lookup_chain(docs: Sequence[np.ndarray], k: int, min_n: int, max_n: int) -> Replay:
     """Teacher-forced prompt lookup (one chain of up to k tokens) over every document."""
-    def accepted(doc: np.ndarray, _doc_list: list[int], at: int) -> int:
+    def accepted(doc: np.ndarray, _doc_list: list[int], at: int) -> tuple[int, float]:
+        t0 = _clock()
         chain = lookup_chain(doc, at, k, min_n, max_n)
+        seconds = _clock() - t0
         want = doc[at:at + len(chain)]
         same = chain[:len(want)] == want
-        return int(same.argmin()) if not same.all() else len(want)
+        return (int(same.argmin()) if not same.all() else len(want)), seconds
 
     return _teacher_forced(docs, accepted)
 
 
 def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any],
-           progress: Callable[[int], None] | None = None) -> Replay:
-    """Teacher-forced proposals over every document (see the module's docstring)."""
+           progress: Callable[[int], None] | None = None, calibration: Calibration | None = None) -> Replay:
+    """Teacher-forced proposals over every document (see the module's
+    docstring); every tree's nodes also go to ``calibration`` when given."""
     propose = index.propose
 
-    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> int:
+    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> tuple[int, float]:
+        t0 = _clock()
         tree = propose(doc[:at], **params)
-        return accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), doc_list, at)
+        seconds = _clock() - t0
+        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+        if calibration is not None:
+            return calibration.add_tree(tokens, parents, depths, tree.scores, doc_list, at), seconds
+        return accepted_length(tokens, parents, depths, doc_list, at), seconds
 
     return _teacher_forced(docs, accepted, progress)
 
@@ -151,11 +163,13 @@ def replay_suffix(docs: Sequence[np.ndarray], setting: SuffixSetting, corpus: Co
     many steps took the corpus tree's draft."""
     from_corpus = 0
 
-    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> int:
+    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> tuple[int, float]:
         nonlocal from_corpus
+        t0 = _clock()
         draft = speculate(doc[:at], setting, corpus)
+        seconds = _clock() - t0
         from_corpus += draft.source == "corpus"
-        return accepted_draft_length(draft, doc_list, at)
+        return accepted_draft_length(draft, doc_list, at), seconds
 
     return _teacher_forced(docs, accepted, progress), from_corpus
 
@@ -211,13 +225,16 @@ def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], setting
         rows = []
         for s in settings:
             progress(f"{path}: {s.max_nodes} nodes, {s.sources}" + (f", backoff {s.backoff}" if s.backoff is not None else ""))
-            rep = replay(index, docs, s.params()).as_dict()
+            cal = Calibration()
+            rep = replay(index, docs, s.params(), calibration=cal).as_dict()
             base = lookup[s.max_nodes]["tokens_per_step"]
             rows.append({"max_nodes": s.max_nodes, "sources": s.sources, "backoff": s.backoff, **rep,
                          "vs_lookup": rep["tokens_per_step"] / base if base else None,
                          "vs_lookup_chain": rep["tokens_per_step"] / best_chain["tokens_per_step"]
-                         if best_chain["tokens_per_step"] else None})
-        out_tries.append({"path": path, "order": index.order, "ngrams": index.info().get("ngrams"), "rows": rows})
+                         if best_chain["tokens_per_step"] else None,
+                         "calibration": cal.as_dict()})
+        out_tries.append({"path": path, "order": index.order, "ngrams": index.info().get("ngrams"), "rows": rows,
+                          "calibration_row": calibration_row(settings)})
     suffix = None
     if suffix_corpus is not None:
         rows_s = []
@@ -237,6 +254,18 @@ def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], setting
                              "vllm_default": vllm_default},
             "lookup_alone": {str(k): v for k, v in lookup.items()}, "tries": out_tries,
             **({"suffix_baseline": suffix} if suffix is not None else {})}
+
+
+def calibration_row(settings: Sequence[ProposeSetting]) -> int:
+    """The row a trie's calibration is shown for (table, plot): the default
+    proposals (both sources, the engine's backoff) at the engine's node
+    budget when the grid holds them, else at the grid's largest budget
+    with both sources, else the first row."""
+    def rank(i: int) -> tuple[bool, bool, bool, int]:
+        s = settings[i]
+        return (s.sources == "both", s.backoff is None, s.max_nodes == DEFAULTS["max_nodes"], s.max_nodes)
+
+    return max(range(len(settings)), key=lambda i: (rank(i), -i)) if settings else 0
 
 
 def format_proposals(result: dict[str, Any]) -> str:
@@ -264,6 +293,15 @@ def format_proposals(result: dict[str, Any]) -> str:
                          f"{r['tokens_per_step']:>8.3f} {r['vs_lookup_chain'] or 0:>8.2f} {r['vs_lookup'] or 0:>7.2f} "
                          f"{r['trees_per_second'] or 0:>8.0f}")
     lines += _format_suffix(result.get("suffix_baseline"), best)
+    cal = []
+    for t in result["tries"]:
+        r = t["rows"][t.get("calibration_row", 0)]
+        if "calibration" in r:
+            cal.append((f"{Path(t['path']).name} ({r['max_nodes']} nodes)", r["calibration"]))
+    if cal:
+        lines += ["", "Calibration: nodes by predicted path probability (their score), the mean score and the share "
+                      "accepted (the whole path is the text's continuation)"]
+        lines += format_calibration(cal)
     return "\n".join(lines)
 
 
