@@ -53,9 +53,14 @@ class Calibration:
         self.nodes = np.zeros(k, np.int64)
         self.predicted = np.zeros(k, np.float64)
         self.accepted = np.zeros(k, np.int64)
+        # the same sums by node depth (index 0 unused): where overconfidence starts, and how it compounds
+        self.depth_nodes = np.zeros(1, np.int64)
+        self.depth_predicted = np.zeros(1, np.float64)
+        self.depth_accepted = np.zeros(1, np.int64)
 
-    def add(self, scores: np.ndarray, accepted: np.ndarray) -> None:
-        """One tree's nodes (root excluded, judged ones only): scores and accepted flags."""
+    def add(self, scores: np.ndarray, accepted: np.ndarray, depths: np.ndarray | None = None) -> None:
+        """One tree's nodes (root excluded, judged ones only): scores,
+        accepted flags, and (optionally) depths."""
         if not len(scores):
             return
         b = np.searchsorted(self.edges[1:-1], scores, side="right")  # 1.0 falls in the last bin
@@ -63,6 +68,16 @@ class Calibration:
         self.nodes += np.bincount(b, minlength=k)
         self.predicted += np.bincount(b, weights=scores, minlength=k)
         self.accepted += np.bincount(b, weights=accepted, minlength=k).astype(np.int64)
+        if depths is not None:
+            m = max(len(self.depth_nodes), int(depths.max()) + 1)
+            if m > len(self.depth_nodes):
+                grow = m - len(self.depth_nodes)
+                self.depth_nodes = np.concatenate((self.depth_nodes, np.zeros(grow, np.int64)))
+                self.depth_predicted = np.concatenate((self.depth_predicted, np.zeros(grow, np.float64)))
+                self.depth_accepted = np.concatenate((self.depth_accepted, np.zeros(grow, np.int64)))
+            self.depth_nodes += np.bincount(depths, minlength=m)
+            self.depth_predicted += np.bincount(depths, weights=scores, minlength=m)
+            self.depth_accepted += np.bincount(depths, weights=accepted, minlength=m).astype(np.int64)
 
     def add_tree(self, tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int], scores: np.ndarray,
                  doc: Sequence[int], at: int) -> int:
@@ -72,7 +87,7 @@ class Calibration:
         d = np.asarray(depths[1:], np.int64)
         judged = d <= len(doc) - at
         acc = np.asarray(ok[1:], np.float64)
-        self.add(np.asarray(scores[1:], np.float64)[judged], acc[judged])
+        self.add(np.asarray(scores[1:], np.float64)[judged], acc[judged], d[judged])
         return int(d[acc > 0].max()) if acc.any() else 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -80,7 +95,8 @@ class Calibration:
         and ci95 (a binomial normal interval's half width; nodes of one tree
         are not independent, so read it as a lower bound); and over all
         nodes: expected (the summed scores) against accepted nodes, and the
-        calibration error (the nodes-weighted mean |predicted - accepted|)."""
+        calibration error (the nodes-weighted mean |predicted - accepted|);
+        ``by_depth``: nodes, expected and accepted per node depth."""
         bins = []
         for i in range(len(self.nodes)):
             n = int(self.nodes[i])
@@ -91,8 +107,11 @@ class Calibration:
                          "mean_predicted": pred, "accepted_share": share, "ci95": ci})
         total = int(self.nodes.sum())
         err = float(np.abs(self.predicted - self.accepted).sum() / total) if total else None
+        by_depth = [{"depth": d, "nodes": int(self.depth_nodes[d]), "expected_accepted": float(self.depth_predicted[d]),
+                     "accepted": int(self.depth_accepted[d])}
+                    for d in range(1, len(self.depth_nodes)) if self.depth_nodes[d]]
         return {"nodes": total, "expected_accepted": float(self.predicted.sum()),
-                "accepted": int(self.accepted.sum()), "calibration_error": err, "bins": bins}
+                "accepted": int(self.accepted.sum()), "calibration_error": err, "bins": bins, "by_depth": by_depth}
 
 
 def format_calibration(entries: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -121,6 +140,11 @@ def format_calibration(entries: Sequence[tuple[str, dict[str, Any]]]) -> list[st
         f"{cal['nodes']:>9,}" for _, cal in entries))
     lines.append(f"{'error':<{first}}" + "".join(
         f" {format(cal['calibration_error'] or 0, '.4f'):>{width}}" for _, cal in entries))
+    for label, cal in entries:
+        ratios = ", ".join(f"{d['depth']}: {d['expected_accepted'] / d['accepted']:.2f}" if d["accepted"] else
+                           f"{d['depth']}: -" for d in cal.get("by_depth", []))
+        if ratios:
+            lines.append(f"expected / accepted nodes by depth, {label}: {ratios}")
     lines.append(f"(error: the nodes-weighted mean |predicted - accepted| over the bins; bins of fewer than "
-                 f"{MIN_NODES_SHOWN} nodes show only their count)")
+                 f"{MIN_NODES_SHOWN} nodes show only their count; expected: the sum of the nodes' scores)")
     return lines

@@ -144,8 +144,9 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 @click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of --text.")
 @click.option("--proposals", is_flag=True,
               help="Evaluate the tries' own draft trees (NgramIndex.propose: no drafter, no lattices) on --text, "
-                   "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md). Uses --max-nodes, --sources "
-                   "and --backoff; the lattice options are refused.")
+                   "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md), with each tree's calibration "
+                   "(its node scores against the share accepted). Uses --max-nodes, --sources, --backoff and "
+                   "--suffix-corpus; the lattice options are refused.")
 @param_list_option(_PRUNE["max_nodes"], default=None,
                    show_default=f"{_PRUNE['max_nodes'].default}; {','.join(map(str, PROPOSAL_MAX_NODES))} "
                                 "with --proposals",
@@ -183,8 +184,10 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 @json_option("Print the results as JSON on stdout instead of the table.")
 @click.option("--json-file", cls=DeprecatedOption, deprecation=JSON_FILE, type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False),
-              help="Write a PNG: accepted length per setting and trie, 95% intervals (needs matplotlib: "
-                   "pip install 'ngram-trie-host[plot]'; checked before the evaluation starts).")
+              help="Write a PNG: accepted length per setting and trie, 95% intervals; with --proposals, tokens per "
+                   "step per node budget and each trie's calibration (predicted path probability against the share "
+                   "of nodes accepted). Needs matplotlib (pip install 'ngram-trie-host[plot]'; checked before the "
+                   "evaluation starts).")
 @quiet_option()
 @click.pass_context
 def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...],
@@ -206,7 +209,9 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
 
     With --proposals, replays --text documents through each TRIE's own
     draft trees instead (no drafter): tokens per verification step, teacher
-    forced, beside prompt lookup alone (docs/EVALUATION.md, "Proposals")."""
+    forced, beside prompt lookup alone and (with --suffix-corpus)
+    SuffixDecoding, and whether the trees' scores are calibrated
+    probabilities (docs/EVALUATION.md, "Proposals")."""
     if json_file is not None:
         if as_json:
             raise click.UsageError("--json and --json FILE: give one (--json FILE is deprecated)")

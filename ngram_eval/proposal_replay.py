@@ -313,13 +313,13 @@ def _format_suffix(suffix: dict[str, Any] | None, best_chain: float) -> list[str
     lines = ["", f"SuffixDecoding: a tree over the document so far and one over the corpus "
                  f"({c['tokens']:,} tokens, {c['documents']:,} documents), raw counts; 'trees/s' is drafts a second, "
                  f"'corpus' the share of steps the corpus' draft won",
-             f"{'setting':<46} {'nodes':>5} {'tok/step':>8} {'vs chain':>8} {'corpus':>6} {'trees/s':>8}"]
+             f"{'setting':<52} {'nodes':>5} {'tok/step':>8} {'vs chain':>8} {'corpus':>6} {'trees/s':>8}"]
     for r in suffix["rows"]:
         s = r["setting"]
         what = (f"{s['name']}'s defaults (depth {s['max_depth']}, factor {s['max_spec_factor']:g}, "
                 f"min prob {s['min_token_prob']:g})")
         nodes = f"{r['max_nodes']}" if r["max_nodes"] else f"c{s['max_spec_tokens']}"
-        lines.append(f"{what:<46} {nodes:>5} {r['tokens_per_step']:>8.3f} {r['tokens_per_step'] / best_chain:>8.2f} "
+        lines.append(f"{what:<52} {nodes:>5} {r['tokens_per_step']:>8.3f} {r['tokens_per_step'] / best_chain:>8.2f} "
                      f"{r['corpus_steps'] / max(1, r['steps']):>6.2f} {r['trees_per_second'] or 0:>8.0f}")
     lines.append("(nodes cN: one chain of at most N tokens, as vLLM and Arctic Inference run it; "
                  "a number: a best-first tree of that many nodes)")

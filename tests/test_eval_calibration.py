@@ -73,6 +73,8 @@ def test_path_matches_and_accepted_length() -> None:
     by_bin = {(b["lo"], b["hi"]): (b["nodes"], b["accepted_share"]) for b in d["bins"] if b["nodes"]}
     assert by_bin == {(0.0, 0.001): (1, 0.0), (0.3, 0.4): (1, 0.0), (0.4, 0.5): (1, 1.0), (0.6, 0.7): (1, 1.0)}
     assert d["expected_accepted"] == pytest.approx(0.6 + 0.3 + 0.45 + 0.0005)
+    assert [(x["depth"], x["nodes"], x["accepted"]) for x in d["by_depth"]] == [(1, 2, 1), (2, 1, 1), (3, 1, 0)]
+    assert d["by_depth"][0]["expected_accepted"] == pytest.approx(0.9)
     cal.add(np.array([1.0]), np.array([1.0]))  # a path probability of exactly 1: the last bin
     assert cal.as_dict()["bins"][-1]["nodes"] == 1 and BIN_EDGES[-1] == 1.0
 
@@ -108,6 +110,9 @@ def test_reported_calibration_matches_the_true_probabilities(markov_trie: Path) 
         checked += 1
     assert checked >= 6  # bins from about 0.003 to 0.9 are populated
     assert d["calibration_error"] < 0.02
+    for x in d["by_depth"]:  # calibrated at every depth: a deep path's product of probabilities holds too
+        if x["accepted"] >= 300:
+            assert x["expected_accepted"] / x["accepted"] == pytest.approx(1, abs=0.08), x
     # the accepted nodes are what the replay accepted: every step's path is among them
     assert d["accepted"] >= sum(k * c for k, c in enumerate(rep.accepted))
 
