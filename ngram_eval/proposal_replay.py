@@ -162,11 +162,14 @@ def replay_suffix(docs: Sequence[np.ndarray], setting: SuffixSetting, corpus: Co
     """Teacher-forced SuffixDecoding drafts over every document; also how
     many steps took the corpus tree's draft."""
     from_corpus = 0
+    matcher: Any = None  # the corpus' matches along the current document
 
     def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> tuple[int, float]:
-        nonlocal from_corpus
+        nonlocal from_corpus, matcher
         t0 = _clock()
-        draft = speculate(doc[:at], setting, corpus)
+        if corpus is not None and (matcher is None or matcher.sequence is not doc_list):
+            matcher = corpus.matcher(doc_list)
+        draft = speculate(doc[:at], setting, corpus, matcher)
         seconds = _clock() - t0
         from_corpus += draft.source == "corpus"
         return accepted_draft_length(draft, doc_list, at), seconds

@@ -56,7 +56,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["ARCTIC_DEFAULTS", "CorpusSuffixes", "Draft", "SuffixSetting", "VLLM_DEFAULTS", "accepted_draft_length",
+__all__ = ["ARCTIC_DEFAULTS", "CorpusMatcher", "CorpusSuffixes", "Draft", "SuffixSetting", "VLLM_DEFAULTS", "accepted_draft_length",
            "load_corpus_suffixes", "speculate"]
 
 
@@ -202,6 +202,10 @@ class CorpusSuffixes:
             np.full(max_depth + 1, -1, np.int32)
         return cls(tokens, suffix_array(tokens, max_depth), max_depth, n_docs)
 
+    def matcher(self, sequence: Sequence[int]) -> CorpusMatcher:
+        """A CorpusMatcher for drafts along ``sequence`` (speculate's ``matcher``)."""
+        return CorpusMatcher(self, sequence)
+
     @property
     def corpus_tokens(self) -> int:
         """Tokens of the documents (separators and padding not counted)."""
@@ -245,15 +249,29 @@ class CorpusSuffixes:
         a, b = np.searchsorted(vals, [token, token + 1])
         return (lo + int(a), lo + int(b), d + 1) if b > a else None
 
+    def descend(self, node: tuple[int, int, int], tokens: Sequence[int]) -> tuple[int, int, int] | None:
+        """The node of node's path followed by ``tokens`` (None: it does not
+        occur): token by token while the range is large (cached runs), then
+        all the rest at once over the range's rows."""
+        i = 0
+        while i < len(tokens) and (node[1] - node[0] >= self.CACHE_MIN or node[2] == 0):
+            child = self._child(node, tokens[i])
+            if child is None:
+                return None
+            node, i = child, i + 1
+        if i == len(tokens):
+            return node
+        lo, hi, d = node
+        want = np.asarray(tokens[i:], np.int32)
+        rows = self.tokens[(self.sa[lo:hi].astype(np.int64) + d)[:, None] + np.arange(len(want))]
+        same = np.flatnonzero((rows == want).all(axis=1))  # contiguous: the range is sorted
+        return (lo + int(same[0]), lo + int(same[-1]) + 1, d + len(want)) if same.size else None
+
     def matches(self, pattern: np.ndarray) -> Iterator[tuple[int, Any]]:
-        for m in range(1, len(pattern)):
-            if m > self.max_depth:
+        for m in range(1, min(len(pattern), self.max_depth + 1)):
+            node = self.descend((0, len(self.sa), 0), pattern[len(pattern) - m:].tolist())
+            if node is None:
                 return
-            node: tuple[int, int, int] | None = (0, len(self.sa), 0)
-            for t in pattern[len(pattern) - m:].tolist():
-                node = self._child(node, t)  # type: ignore[arg-type]
-                if node is None:
-                    return
             yield m, node
 
     def count(self, node: Any) -> int:
@@ -350,40 +368,96 @@ def _grow_tree(tree: _Tree, node: Any, max_tokens: int, min_prob: float) -> Draf
 
 
 def _best_draft(tree: _Tree, pattern: np.ndarray, s: SuffixSetting, source: str) -> Draft:
-    best = Draft(source=source)
     grow = _grow_tree if s.tree else _grow_chain
-    for m, node in tree.matches(pattern):
+    best: Draft | None = None
+    # The best score over the match lengths, a tie going to the longer match, found from the longest
+    # down: a draft scores at most its token limit, which shrinks with the match, so once the best
+    # reaches a length's limit no shorter match can beat it (the same draft as trying every length).
+    for m, node in reversed(list(tree.matches(pattern))):
         limit = max(0, min(s.max_spec_tokens, int(m * s.max_spec_factor + s.max_spec_offset + 1e-6)))
+        if best is not None and best.score >= limit:
+            break
         d = grow(tree, node, limit, s.min_token_prob)
-        if d.score >= best.score:  # a tie: the longer match
+        if best is None or d.score > best.score:
             d.match_len, d.source = m, source
             best = d
-    return best
+    return best if best is not None else Draft(source=source)
 
 
-def speculate(context: np.ndarray, setting: SuffixSetting, corpus: CorpusSuffixes | None = None) -> Draft:
+def speculate(context: np.ndarray, setting: SuffixSetting, corpus: CorpusSuffixes | None = None,
+              matcher: CorpusMatcher | None = None) -> Draft:
     """SuffixDecoding's draft after ``context`` (the module's docstring):
-    the per-request tree's, or the corpus tree's where it scores higher."""
+    the per-request tree's, or the corpus tree's where it scores higher.
+    ``matcher``: the corpus' matches of this sequence's substrings kept from
+    earlier calls (``CorpusSuffixes.matcher``; the contexts of those calls
+    and this one are prefixes of its sequence)."""
     pattern = context[-setting.max_depth:]
     best = _best_draft(_DocumentTree(context, setting.max_depth), pattern, setting, "document")
     if corpus is not None and setting.corpus:
         if corpus.max_depth < setting.max_depth:
             raise ValueError(f"the corpus suffix array is sorted to depth {corpus.max_depth}, "
                              f"not {setting.max_depth}")
-        g = _best_draft(_CorpusView(corpus, setting.max_depth), pattern, setting, "corpus")
+        if matcher is not None and matcher.corpus is not corpus:
+            raise ValueError("the matcher is another corpus'")
+        g = _best_draft(_CorpusView(corpus, setting.max_depth, matcher, len(context)), pattern, setting, "corpus")
         if g.score > best.score:
             best = g
     return best
 
 
-class _CorpusView:
-    """A corpus' tree seen to a smaller depth (one suffix array serves every setting)."""
+class CorpusMatcher:
+    """The corpus tree's nodes of one growing sequence's substrings, kept by
+    (start, end) position: the suffix of length m of the sequence's first n
+    tokens is found from the longest of its prefixes an earlier step
+    matched, narrowed by the tokens since, not from the root. Entries that no later pattern can
+    reach (start before the last ``max_depth`` tokens) are dropped now and
+    then."""
 
-    def __init__(self, corpus: CorpusSuffixes, max_depth: int) -> None:
+    #: Entries kept before the unreachable ones are dropped.
+    PRUNE_AT = 200_000
+
+    def __init__(self, corpus: CorpusSuffixes, sequence: Sequence[int]) -> None:
+        self.corpus = corpus
+        self.sequence = sequence
+        self._memo: dict[tuple[int, int], tuple[int, int, int] | None] = {}
+
+    def _node(self, start: int, end: int) -> tuple[int, int, int] | None:
+        memo = self._memo
+        e = end
+        while e > start and (start, e) not in memo:
+            e -= 1
+        node = memo[(start, e)] if e > start else (0, len(self.corpus.sa), 0)
+        if node is not None and e < end:
+            node = self.corpus.descend(node, self.sequence[e:end])
+            memo[(start, end)] = node
+        return node
+
+    def matches(self, n: int, pattern_len: int) -> Iterator[tuple[int, Any]]:
+        """(m, node) for the suffixes of the sequence's first n tokens, m = 1 .. pattern_len - 1, while they occur."""
+        if len(self._memo) > self.PRUNE_AT:
+            keep = n - self.corpus.max_depth - 1
+            self._memo = {k: v for k, v in self._memo.items() if k[0] >= keep}
+        for m in range(1, pattern_len):
+            node = self._node(n - m, n)
+            if node is None:
+                return
+            yield m, node
+
+
+class _CorpusView:
+    """A corpus' tree seen to a smaller depth (one suffix array serves every
+    setting), matched through a CorpusMatcher when there is one."""
+
+    def __init__(self, corpus: CorpusSuffixes, max_depth: int, matcher: CorpusMatcher | None = None,
+                 n: int = 0) -> None:
         self.corpus = corpus
         self.max_depth = max_depth
+        self.matcher = matcher
+        self.n = n  # the context's length: where its suffixes end in the matcher's sequence
 
     def matches(self, pattern: np.ndarray) -> Iterator[tuple[int, Any]]:
+        if self.matcher is not None:
+            return self.matcher.matches(self.n, len(pattern))
         return self.corpus.matches(pattern)  # m < len(pattern) <= max_depth
 
     def count(self, node: Any) -> int:

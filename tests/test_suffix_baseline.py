@@ -91,7 +91,9 @@ def test_document_tree_worked_example() -> None:
     assert d.tokens == [3] and d.match_len == 2
 
 
-def test_suffix_array_ranges_count_occurrences() -> None:
+@pytest.mark.parametrize("cache_min", [4, 256], ids=["runs", "rows"])
+def test_suffix_array_ranges_count_occurrences(cache_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CorpusSuffixes, "CACHE_MIN", cache_min)
     rng = np.random.default_rng(1)
     docs = [rng.integers(0, 4, rng.integers(1, 40)).tolist() for _ in range(30)]
     naive = Naive(docs, 6)
@@ -114,8 +116,11 @@ def test_suffix_array_is_sorted_to_its_depth() -> None:
     assert keys == sorted(keys) and sorted(sa.tolist()) == list(range(len(tokens)))
 
 
+@pytest.mark.parametrize("cache_min", [4, 256], ids=["runs", "rows"])
 @pytest.mark.parametrize("tree", [False, True])
-def test_drafts_follow_suffix_decodings_rules(tree: bool) -> None:
+def test_drafts_follow_suffix_decodings_rules(tree: bool, cache_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # cache_min: ranges narrowed token by token through their (cached) runs, or all at once over their rows
+    monkeypatch.setattr(CorpusSuffixes, "CACHE_MIN", cache_min)
     rng = np.random.default_rng(3)
     # a few templates with noise: long and short matches, branching continuations
     base = [rng.integers(0, 6, 25).tolist() for _ in range(3)]
@@ -124,6 +129,7 @@ def test_drafts_follow_suffix_decodings_rules(tree: bool) -> None:
     for s in [SuffixSetting("a", 12, 12, tree=tree), SuffixSetting("b", 8, 5, 2.0, 0.0, tree=tree),
               SuffixSetting("c", 12, 16, 0.5, 0.3, 1.0, tree=tree)]:
         global_naive = Naive(docs[:8], s.max_depth)  # one suffix array (depth 12) serves every depth
+        matchers = {(s.name, id(doc)): corpus.matcher(doc) for doc in docs[8:]}
         for doc in docs[8:]:
             for at in range(2, len(doc), 3):
                 ctx = doc[:at]
@@ -136,6 +142,10 @@ def test_drafts_follow_suffix_decodings_rules(tree: bool) -> None:
                 assert (got.tokens, got.parents, got.match_len) == (want.tokens, want.parents, want.match_len), \
                     (s, at)
                 assert got.probs == pytest.approx(want.probs)
+                # the same along the document, the corpus' matches kept from step to step
+                kept = speculate(np.array(ctx), s, corpus, matchers[s.name, id(doc)])
+                assert (kept.tokens, kept.parents, kept.match_len, kept.probs) == \
+                    (got.tokens, got.parents, got.match_len, got.probs)
 
 
 def test_accepted_draft_length() -> None:
@@ -155,8 +165,8 @@ def test_published_defaults() -> None:
 
 def test_cli_reports_the_suffix_baseline(sample_trie: Path, tmp_path: Path) -> None:
     text = tmp_path / "few.jsonl"
-    with gzip.open(SAMPLE_CORPUS / "peps-sample.jsonl.gz", "rt") as f:  # four of the corpus' own documents
-        text.write_text("".join(next(f) for _ in range(4)))
+    with gzip.open(SAMPLE_CORPUS / "peps-sample.jsonl.gz", "rt") as f:  # three short ones of the corpus' documents
+        text.write_text("".join([next(f) for _ in range(4)][1:]))
     args = [str(sample_trie), "--proposals", "--text", str(text), "--tokenizer", str(SAMPLE_TOKENIZER),
             "--max-nodes", "16", "--sources", "both", "--suffix-corpus", str(SAMPLE_CORPUS), "--quiet"]
     r = CliRunner().invoke(eval_main, [*args, "--json"])
