@@ -122,7 +122,7 @@ def _old_json_file(args: list[str]) -> list[str]:
 JSON_FILE = Deprecation("--json FILE", "--json", None, note=" (the JSON on stdout instead of the table: --json > FILE)")
 #: Options that apply only to one kind of evaluation (their parameter names).
 DART_ONLY = ("beam_width", "ngram_weight", "threads")
-PROPOSALS_ONLY = ("sources", "discount")
+PROPOSALS_ONLY = ("sources", "discount", "suffix_corpus")
 SYNTHETIC_ONLY = ("steps", "depth", "topk", "hit", "decay", "true_bonus", "noise", "seed")
 _PRUNE = {p.name: p for p in PRUNE_PARAMS}
 _PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
@@ -144,8 +144,9 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 @click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of --text.")
 @click.option("--proposals", is_flag=True,
               help="Evaluate the tries' own draft trees (NgramIndex.propose: no drafter, no lattices) on --text, "
-                   "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md). Uses --max-nodes, --sources "
-                   "and --discount; the lattice options are refused.")
+                   "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md), with each tree's calibration "
+                   "(its node scores against the share accepted). Uses --max-nodes, --sources, --discount and "
+                   "--suffix-corpus; the lattice options are refused.")
 @param_list_option(_PRUNE["max_nodes"], default=None,
                    show_default=f"{_PRUNE['max_nodes'].default}; {','.join(map(str, PROPOSAL_MAX_NODES))} "
                                 "with --proposals",
@@ -158,6 +159,12 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
                    "so far), corpus (trie only), lookup (the document only; prompt lookup alone is always "
                    "reported).")
 @param_list_option(_PROPOSE["discount"], help_prefix="Grid, --proposals:")
+@click.option("--suffix-corpus", "suffix_corpus", multiple=True, type=click.Path(exists=True),
+              help="--proposals: also report SuffixDecoding (vLLM's 'suffix' method: a suffix tree over the document "
+                   "so far and one over this corpus, raw counts) at vLLM's and Arctic Inference's default "
+                   "settings. Give the shards the tries were built from (files or folders, the formats ngram-build "
+                   "reads, tokenized with --tokenizer; repeat it per input). Reading and sorting 12 M tokens takes "
+                   "about half a minute and 1 GB.")
 @click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
               help="Synthetic lattices: how many to draw (positions sampled uniformly).")
 @click.option("--depth", default=8, show_default=True, type=click.IntRange(1, LIMITS["max_depth"]),
@@ -177,13 +184,16 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 @json_option("Print the results as JSON on stdout instead of the table.")
 @click.option("--json-file", cls=DeprecatedOption, deprecation=JSON_FILE, type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False),
-              help="Write a PNG: accepted length per setting and trie, 95% intervals (needs matplotlib: "
-                   "pip install 'ngram-trie-host[plot]'; checked before the evaluation starts).")
+              help="Write a PNG: accepted length per setting and trie, 95% intervals; with --proposals, tokens per "
+                   "step per node budget and each trie's calibration (predicted path probability against the share "
+                   "of nodes accepted). Needs matplotlib (pip install 'ngram-trie-host[plot]'; checked before the "
+                   "evaluation starts).")
 @quiet_option()
 @click.pass_context
 def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...],
          tokenizer: str | None, text_field: str, proposals: bool, max_nodes: list[int] | None, beam_width: list[int],
-         ngram_weight: list[float], sources: list[str], discount: list[float], steps: int, depth: int, topk: int,
+         ngram_weight: list[float], sources: list[str], discount: list[float], suffix_corpus: tuple[str, ...],
+         steps: int, depth: int, topk: int,
          hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int, as_json: bool,
          json_file: str | None, plot_out: str | None, quiet: bool) -> None:
     """Replays draft lattices through each TRIE's DART pruning and reports the
@@ -199,7 +209,9 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
 
     With --proposals, replays --text documents through each TRIE's own
     draft trees instead (no drafter): tokens per verification step, teacher
-    forced, beside prompt lookup alone (docs/EVALUATION.md, "Proposals")."""
+    forced, beside prompt lookup alone and (with --suffix-corpus)
+    SuffixDecoding, and whether the trees' scores are calibrated
+    probabilities (docs/EVALUATION.md, "Proposals")."""
     if json_file is not None:
         if as_json:
             raise click.UsageError("--json and --json FILE: give one (--json FILE is deprecated)")
@@ -238,7 +250,8 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
     _check_tries(tries, tok, texts)
     if proposals:
         out = Output(as_json, json_file, plot_out)
-        _evaluate_proposals(tries, texts, tokenizer, text_field, sources, discount, max_nodes, out, say)
+        _evaluate_proposals(tries, texts, tokenizer, text_field, sources, discount, max_nodes, out, say,
+                            suffix_corpus, tok)
         return
     info: dict[str, Any]
     if lattices:
@@ -271,7 +284,7 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
 
 def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenizer: str, text_field: str,
                         sources: list[str], discount: list[float], max_nodes: list[int], out: Output,
-                        say: Any) -> None:
+                        say: Any, suffix_corpus: tuple[str, ...] = (), tok: Any = None) -> None:
     from indexer.shards import ShardError
 
     try:
@@ -279,9 +292,20 @@ def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenize
     except (ShardError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     say(f"{len(docs)} documents ({nbytes:,} bytes, {sum(len(d) for d in docs):,} tokens)")
+    corpus, corpus_info = None, None
+    if suffix_corpus:
+        from ngram_eval.suffix_baseline import ARCTIC_DEFAULTS, VLLM_DEFAULTS, load_corpus_suffixes
+
+        try:
+            corpus, corpus_info = load_corpus_suffixes(
+                list(suffix_corpus), tok, max(VLLM_DEFAULTS.max_depth, ARCTIC_DEFAULTS.max_depth),
+                text_field=text_field, progress=say)
+        except (ShardError, ValueError) as e:
+            raise click.ClickException(f"--suffix-corpus: {e}") from None
     settings = [ProposeSetting(n, src, b) for n, src, b in itertools.product(max_nodes, sources, discount)]
     try:
-        result = evaluate_proposals(list(tries), docs, settings, progress=say)
+        result = evaluate_proposals(list(tries), docs, settings, progress=say, suffix_corpus=corpus,
+                                    suffix_corpus_info=corpus_info)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     result["texts"] = list(texts)

@@ -2,7 +2,9 @@
 
 ``plot_grid``: mean accepted length per pruning setting, one series per trie,
 95 % confidence intervals as error bars. ``plot_proposals``: tokens per step
-of each trie's proposals per node budget, beside prompt lookup alone. ``plot_against_bytes``: accepted
+of each trie's proposals per node budget, beside prompt lookup alone and
+SuffixDecoding, and each trie's calibration (``plot_calibration``:
+predicted path probability against the share accepted). ``plot_against_bytes``: accepted
 length against trie size, for studies over many tries (bench/eval_study.py).
 """
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_against_bytes", "plot_grid", "plot_proposals", "require_matplotlib"]
+__all__ = ["plot_against_bytes", "plot_calibration", "plot_grid", "plot_proposals", "require_matplotlib"]
 
 
 def require_matplotlib() -> None:
@@ -110,10 +112,11 @@ def plot_against_bytes(series: Sequence[dict[str, Any]], out: str | os.PathLike[
 
 
 def plot_proposals(result: dict[str, Any], out: str | os.PathLike[str]) -> None:
-    """Tokens per step (teacher forced) against the node budget: one line per
-    trie and setting, prompt lookup alone dashed."""
+    """Two panels: tokens per step (teacher forced) against the node budget,
+    one line per trie and setting, prompt lookup alone dashed, SuffixDecoding's
+    trees dotted; and each trie's calibration (``plot_calibration``)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, (ax, cax) = plt.subplots(1, 2, figsize=(12.0, 4.4))
     look = sorted((int(k), v["tokens_per_step"]) for k, v in result["lookup_alone"].items())
     ax.plot([k for k, _ in look], [v for _, v in look], "k--o", markersize=4, label="prompt lookup alone")
     for t in result["tries"]:
@@ -126,12 +129,49 @@ def plot_proposals(result: dict[str, Any], out: str | os.PathLike[str]) -> None:
             if discount is not None:
                 label += f", discount {discount:g}"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", markersize=4, label=label)
+    suffix = result.get("suffix_baseline")
+    if suffix:
+        trees: dict[str, list[tuple[int, float]]] = {}
+        for r in suffix["rows"]:
+            if r["max_nodes"]:
+                trees.setdefault(r["setting"]["name"], []).append((r["max_nodes"], r["tokens_per_step"]))
+        for name, pts in trees.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ":s", markersize=4,
+                    label=f"SuffixDecoding, {name}'s defaults, a tree")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("nodes per tree (root excluded)")
     ax.set_ylabel("tokens per step (teacher forced)")
     ax.set_title(f"{result['documents']} held-out documents from {source_label(result)}", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="best")
+    plot_calibration(result, cax)
     fig.tight_layout()
     _save(fig, out)
     plt.close(fig)
+
+
+def plot_calibration(result: dict[str, Any], ax: Any) -> None:
+    """Predicted path probability (a bin's mean score) against the share of
+    its nodes accepted, one line per trie at its calibration row, bins of at
+    least MIN_NODES_SHOWN nodes, log scales; the diagonal is a calibrated
+    score."""
+    from ngram_eval.calibration import MIN_NODES_SHOWN
+
+    ax.plot([1e-3, 1], [1e-3, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
+    for t in result["tries"]:
+        r = t["rows"][t.get("calibration_row", 0)]
+        cal = r.get("calibration")
+        if not cal:
+            continue
+        pts = [(b["mean_predicted"], b["accepted_share"]) for b in cal["bins"]
+               if b["nodes"] >= MIN_NODES_SHOWN and b["accepted_share"] > 0]
+        ax.plot([p for p, _ in pts], [a for _, a in pts], "-o", markersize=4,
+                label=f"{Path(t['path']).name} (order {t['order']}), {r['max_nodes']} nodes, {r['sources']}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted path probability (node score, bin mean)")
+    ax.set_ylabel("share of nodes accepted (teacher forced)")
+    ax.set_title("calibration: does a score mean a probability?", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="best")

@@ -10,17 +10,24 @@ method does it (``lookup_chain``): one chain, the tokens that followed the
 most recent earlier occurrence of the longest suffix of the context (at
 least ``min_n``, at most ``max_n`` tokens). And the proposals' own document
 source alone (``corpus=False``): a tree of every occurrence of the longest
-suffix, best-first, at the same node budget.
+suffix, best-first, at the same node budget. And, given the corpus the
+tries were built from, SuffixDecoding (``suffix_baseline``): a per-request
+suffix tree and a global one over that corpus, scored by raw counts, at its
+two published default sets.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ngram_eval.calibration import Calibration, format_calibration
+from ngram_eval.suffix_baseline import (ARCTIC_DEFAULTS, VLLM_DEFAULTS, CorpusSuffixes, SuffixSetting,
+                                        accepted_draft_length, speculate)
 from ngram_service import NgramIndex
 from ngram_service.proposals import DEFAULTS
 
@@ -90,21 +97,23 @@ def lookup_chain(doc: np.ndarray, at: int, k: int, min_n: int, max_n: int) -> np
     return doc[i:min(i + k, at)]
 
 
-def _teacher_forced(docs: Sequence[np.ndarray], accepted: Callable[[np.ndarray, list[int], int], int],
+#: CPU time of this thread: the machine may be shared.
+_clock = time.thread_time
+
+
+def _teacher_forced(docs: Sequence[np.ndarray], accepted: Callable[[np.ndarray, list[int], int], tuple[int, float]],
                     progress: Callable[[int], None] | None = None) -> Replay:
     """The replay loop of every source: at each position ``accepted(doc,
     doc_list, at)`` drafts from doc[:at] and says how many draft tokens the
-    document confirms (the time it takes is counted as proposing time); the
+    document confirms and how long drafting took (the proposing time); the
     step takes those plus one."""
     r = Replay()
-    clock = time.thread_time  # CPU time of this thread: the machine may be shared
     for n, doc in enumerate(docs):
         doc_list = doc.tolist()
         at = 1
         while at < len(doc):
-            t0 = clock()
-            acc = accepted(doc, doc_list, at)
-            r.propose_seconds += clock() - t0
+            acc, seconds = accepted(doc, doc_list, at)
+            r.propose_seconds += seconds
             step = min(acc + 1, len(doc) - at)
             while len(r.accepted) <= acc:
                 r.accepted.append(0)
@@ -119,25 +128,64 @@ def _teacher_forced(docs: Sequence[np.ndarray], accepted: Callable[[np.ndarray, 
 
 def replay_lookup_chain(docs: Sequence[np.ndarray], k: int, min_n: int, max_n: int) -> Replay:
     """Teacher-forced prompt lookup (one chain of up to k tokens) over every document."""
-    def accepted(doc: np.ndarray, _doc_list: list[int], at: int) -> int:
+    def accepted(doc: np.ndarray, _doc_list: list[int], at: int) -> tuple[int, float]:
+        t0 = _clock()
         chain = lookup_chain(doc, at, k, min_n, max_n)
+        seconds = _clock() - t0
         want = doc[at:at + len(chain)]
         same = chain[:len(want)] == want
-        return int(same.argmin()) if not same.all() else len(want)
+        return (int(same.argmin()) if not same.all() else len(want)), seconds
 
     return _teacher_forced(docs, accepted)
 
 
 def replay(index: NgramIndex, docs: Sequence[np.ndarray], params: dict[str, Any],
-           progress: Callable[[int], None] | None = None) -> Replay:
-    """Teacher-forced proposals over every document (see the module's docstring)."""
+           progress: Callable[[int], None] | None = None, calibration: Calibration | None = None) -> Replay:
+    """Teacher-forced proposals over every document (see the module's
+    docstring); every tree's nodes also go to ``calibration`` when given."""
     propose = index.propose
 
-    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> int:
+    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> tuple[int, float]:
+        t0 = _clock()
         tree = propose(doc[:at], **params)
-        return accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), doc_list, at)
+        seconds = _clock() - t0
+        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+        if calibration is not None:
+            return calibration.add_tree(tokens, parents, depths, tree.scores, doc_list, at), seconds
+        return accepted_length(tokens, parents, depths, doc_list, at), seconds
 
     return _teacher_forced(docs, accepted, progress)
+
+
+def replay_suffix(docs: Sequence[np.ndarray], setting: SuffixSetting, corpus: CorpusSuffixes | None,
+                  progress: Callable[[int], None] | None = None) -> tuple[Replay, int]:
+    """Teacher-forced SuffixDecoding drafts over every document; also how
+    many steps took the corpus tree's draft."""
+    from_corpus = 0
+    matcher: Any = None  # the corpus' matches along the current document
+
+    def accepted(doc: np.ndarray, doc_list: list[int], at: int) -> tuple[int, float]:
+        nonlocal from_corpus, matcher
+        t0 = _clock()
+        if corpus is not None and (matcher is None or matcher.sequence is not doc_list):
+            matcher = corpus.matcher(doc_list)
+        draft = speculate(doc[:at], setting, corpus, matcher)
+        seconds = _clock() - t0
+        from_corpus += draft.source == "corpus"
+        return accepted_draft_length(draft, doc_list, at), seconds
+
+    return _teacher_forced(docs, accepted, progress), from_corpus
+
+
+def suffix_settings(budgets: Sequence[int]) -> list[tuple[SuffixSetting, int | None]]:
+    """The suffix baseline's rows: each published default set as it runs
+    (one chain), and as a best-first tree of each node budget (its
+    ``max_spec_tokens`` the budget); (setting, budget or None)."""
+    out: list[tuple[SuffixSetting, int | None]] = []
+    for base in (VLLM_DEFAULTS, ARCTIC_DEFAULTS):
+        out.append((base, None))
+        out += [(base.with_(tree=True, max_spec_tokens=n), n) for n in budgets]
+    return out
 
 
 #: The one-chain baseline: up to CHAIN_TOKENS tokens after a match of
@@ -153,10 +201,13 @@ VLLM_DEFAULT_N = (5, 5)
 
 
 def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], settings: Sequence[ProposeSetting],
-                       progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+                       progress: Callable[[str], None] = lambda m: None,
+                       suffix_corpus: CorpusSuffixes | None = None,
+                       suffix_corpus_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every setting on every trie, and prompt lookup alone at each node
-    budget (once: it does not depend on the trie). The JSON ngram-eval
-    --proposals writes."""
+    budget (once: it does not depend on the trie); with ``suffix_corpus``
+    (the global tree over the tries' corpus) SuffixDecoding's rows too. The
+    JSON ngram-eval --proposals writes."""
     budgets = sorted({s.max_nodes for s in settings})
     first = NgramIndex.open(tries[0])
     chains = {}
@@ -177,18 +228,47 @@ def evaluate_proposals(tries: Sequence[str], docs: Sequence[np.ndarray], setting
         rows = []
         for s in settings:
             progress(f"{path}: {s.max_nodes} nodes, {s.sources}" + (f", discount {s.discount}" if s.discount is not None else ""))
-            rep = replay(index, docs, s.params()).as_dict()
+            cal = Calibration()
+            rep = replay(index, docs, s.params(), calibration=cal).as_dict()
             base = lookup[s.max_nodes]["tokens_per_step"]
             rows.append({"max_nodes": s.max_nodes, "sources": s.sources, "discount": s.discount, **rep,
                          "vs_lookup": rep["tokens_per_step"] / base if base else None,
                          "vs_lookup_chain": rep["tokens_per_step"] / best_chain["tokens_per_step"]
-                         if best_chain["tokens_per_step"] else None})
-        out_tries.append({"path": path, "order": index.order, "ngrams": index.info().get("ngrams"), "rows": rows})
+                         if best_chain["tokens_per_step"] else None,
+                         "calibration": cal.as_dict()})
+        out_tries.append({"path": path, "order": index.order, "ngrams": index.info().get("ngrams"), "rows": rows,
+                          "calibration_row": calibration_row(settings)})
+    suffix = None
+    if suffix_corpus is not None:
+        rows_s = []
+        for st, nodes in suffix_settings(budgets):
+            progress(f"SuffixDecoding, {st.name}'s defaults, " + (f"a tree of {nodes} nodes" if nodes else "one chain"))
+            rep, from_corpus = replay_suffix(docs, st, suffix_corpus)
+            r = rep.as_dict()
+            rows_s.append({"setting": st.as_dict(), "max_nodes": nodes, **r, "corpus_steps": from_corpus,
+                           "vs_lookup_chain": r["tokens_per_step"] / best_chain["tokens_per_step"]
+                           if best_chain["tokens_per_step"] else None})
+        suffix = {"corpus": suffix_corpus_info or {"tokens": suffix_corpus.corpus_tokens,
+                                                   "documents": suffix_corpus.documents},
+                  "rows": rows_s}
     return {"mode": "proposals", "documents": len(docs), "tokens": int(sum(len(d) for d in docs)),
             "lookup_chain": {"tokens": CHAIN_TOKENS, "max_n": CHAIN_MAX_N,
                              "by_min_n": {str(k): v for k, v in chains.items()}, "best": best_chain,
                              "vllm_default": vllm_default},
-            "lookup_alone": {str(k): v for k, v in lookup.items()}, "tries": out_tries}
+            "lookup_alone": {str(k): v for k, v in lookup.items()}, "tries": out_tries,
+            **({"suffix_baseline": suffix} if suffix is not None else {})}
+
+
+def calibration_row(settings: Sequence[ProposeSetting]) -> int:
+    """The row a trie's calibration is shown for (table, plot): the default
+    proposals (both sources, the engine's discount) at the engine's node
+    budget when the grid holds them, else at the grid's largest budget
+    with both sources, else the first row."""
+    def rank(i: int) -> tuple[bool, bool, bool, int]:
+        s = settings[i]
+        return (s.sources == "both", s.discount is None, s.max_nodes == DEFAULTS["max_nodes"], s.max_nodes)
+
+    return max(range(len(settings)), key=lambda i: (rank(i), -i)) if settings else 0
 
 
 def format_proposals(result: dict[str, Any]) -> str:
@@ -215,4 +295,35 @@ def format_proposals(result: dict[str, Any]) -> str:
             lines.append(f"{name:<28} {t['order']:>5} {r['max_nodes']:>5} {r['sources']:<7} {discount:>7} "
                          f"{r['tokens_per_step']:>8.3f} {r['vs_lookup_chain'] or 0:>8.2f} {r['vs_lookup'] or 0:>7.2f} "
                          f"{r['trees_per_second'] or 0:>8.0f}")
+    lines += _format_suffix(result.get("suffix_baseline"), best)
+    cal = []
+    for t in result["tries"]:
+        r = t["rows"][t.get("calibration_row", 0)]
+        if "calibration" in r:
+            cal.append((f"{Path(t['path']).name} ({r['max_nodes']} nodes)", r["calibration"]))
+    if cal:
+        lines += ["", "Calibration: nodes by predicted path probability (their score), the mean score and the share "
+                      "accepted (the whole path is the text's continuation)"]
+        lines += format_calibration(cal)
     return "\n".join(lines)
+
+
+def _format_suffix(suffix: dict[str, Any] | None, best_chain: float) -> list[str]:
+    if suffix is None:
+        return ["", "SuffixDecoding (a suffix tree over the document and one over the corpus): give --suffix-corpus, "
+                    "the shards the tries were built from"]
+    c = suffix["corpus"]
+    lines = ["", f"SuffixDecoding: a tree over the document so far and one over the corpus "
+                 f"({c['tokens']:,} tokens, {c['documents']:,} documents), raw counts; 'trees/s' is drafts a second, "
+                 f"'corpus' the share of steps the corpus' draft won",
+             f"{'setting':<52} {'nodes':>5} {'tok/step':>8} {'vs chain':>8} {'corpus':>6} {'trees/s':>8}"]
+    for r in suffix["rows"]:
+        s = r["setting"]
+        what = (f"{s['name']}'s defaults (depth {s['max_depth']}, factor {s['max_spec_factor']:g}, "
+                f"min prob {s['min_token_prob']:g})")
+        nodes = f"{r['max_nodes']}" if r["max_nodes"] else f"c{s['max_spec_tokens']}"
+        lines.append(f"{what:<52} {nodes:>5} {r['tokens_per_step']:>8.3f} {r['tokens_per_step'] / best_chain:>8.2f} "
+                     f"{r['corpus_steps'] / max(1, r['steps']):>6.2f} {r['trees_per_second'] or 0:>8.0f}")
+    lines.append("(nodes cN: one chain of at most N tokens, as vLLM and Arctic Inference run it; "
+                 "a number: a best-first tree of that many nodes)")
+    return lines
