@@ -149,6 +149,14 @@ class StaticKVCache(_CacheBase):  # type: ignore[misc,valid-type]
         self.length = 0
         self._at = 0
         self._index: torch.Tensor | None = None
+        self._views()
+
+    def _views(self) -> None:
+        """Each layer's keys and values over the active rows, made once per
+        change of rows or tensor rather than indexed in every update (a
+        forward's Python time is part of its cost)."""
+        self._k = [self.kv[i, 0, :self.batch] for i in range(self.kv.shape[0])]
+        self._v = [self.kv[i, 1, :self.batch] for i in range(self.kv.shape[0])]
 
     @classmethod
     def for_model(cls, config: Any, capacity: int, *, max_batch: int = 1, dtype: torch.dtype = torch.float32,
@@ -175,6 +183,7 @@ class StaticKVCache(_CacheBase):  # type: ignore[misc,valid-type]
         if batch > self.max_batch:
             raise ValueError(f"{batch} rows, the cache holds {self.max_batch}")
         self.batch, self.length, self._index = batch, 0, None
+        self._views()
 
     def grow(self, capacity: int, max_batch: int | None = None) -> None:
         """A larger tensor holding the same entries (a new address)."""
@@ -185,6 +194,7 @@ class StaticKVCache(_CacheBase):  # type: ignore[misc,valid-type]
         kv = self.kv.new_zeros(n, 2, max_batch, h, max(capacity, c), d)
         kv[:, :, :self.kv.shape[2], :, :c] = self.kv
         self.kv = kv
+        self._views()
 
     # -- what a forward does ---------------------------------------------------------------------
 
@@ -199,21 +209,23 @@ class StaticKVCache(_CacheBase):  # type: ignore[misc,valid-type]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t = key_states.shape[0], key_states.shape[2]
-        k, v = self.kv[layer_idx, 0, :b], self.kv[layer_idx, 1, :b]
+        t = key_states.shape[2]
+        k, v = self._k[layer_idx], self._v[layer_idx]
+        if key_states.shape[0] != k.shape[0]:
+            raise ValueError(f"a forward of {key_states.shape[0]} rows; the cache has {k.shape[0]} (reset it)")
         if self._index is not None:
             k.index_copy_(2, self._index, key_states)
             v.index_copy_(2, self._index, value_states)
             return k, v
         end = self._at + t
-        if end > self.capacity:
-            raise CacheOverflowError(f"the static KV cache holds {self.capacity} positions; this forward needs "
+        if end > k.shape[2]:
+            raise CacheOverflowError(f"the static KV cache holds {k.shape[2]} positions; this forward needs "
                                      f"{end} (raise the capacity: kv_capacity=, --kv-capacity)")
-        k[:, :, self._at:end] = key_states
-        v[:, :, self._at:end] = value_states
+        k.narrow(2, self._at, t).copy_(key_states)
+        v.narrow(2, self._at, t).copy_(value_states)
         if layer_idx == 0:
             self.length = max(self.length, end)
-        return k[:, :, :end], v[:, :, :end]
+        return k.narrow(2, 0, end), v.narrow(2, 0, end)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
@@ -264,3 +276,4 @@ class StaticKVCache(_CacheBase):  # type: ignore[misc,valid-type]
         end = self.length
         self.kv[:, :, :n, :, :end] = self.kv[:, :, rows, :, :end]
         self.batch = n
+        self._views()

@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 #: The kinds of KV cache a generator keeps (SpeculativeGenerator's kv_cache).
 KV_CACHES = ("dynamic", "static")
 
+#: A capacity the generator sizes is a multiple of this: the mask's rows then start at aligned
+#: addresses, which CUDA's attention kernels need to read the mask in place.
+CAPACITY_STEP = 64
+
 #: Query lengths a fixed-shape forward is padded to (1: a one-token step).
 #: A tree larger than the last runs at its own length.
 TREE_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
@@ -103,7 +107,7 @@ class StaticTarget:
     def begin(self, batch: int, positions: int) -> StaticKVCache:
         """Before a generate call of ``batch`` rows that may write up to
         ``positions`` entries: the cache, emptied (allocated or grown here)."""
-        need = positions + self.buckets[-1]
+        need = _round_up(positions + self.buckets[-1])
         if self.fixed_capacity is not None:
             need = self.fixed_capacity
         if self.cache is None:
@@ -133,7 +137,7 @@ class StaticTarget:
         if capacity > self.cache.capacity and self.fixed_capacity is not None:
             raise CacheOverflowError(f"the static KV cache holds {self.cache.capacity} positions; this forward needs "
                                      f"{capacity} (raise the capacity: kv_capacity=, --kv-capacity)")
-        self.cache.grow(capacity + capacity // 2 if capacity > self.cache.capacity else self.cache.capacity,
+        self.cache.grow(_round_up(capacity + capacity // 2) if capacity > self.cache.capacity else self.cache.capacity,
                         max(batch, self.cache.max_batch))
         self._buffers()
 
@@ -281,6 +285,10 @@ class StaticTarget:
         self.captures += 1
         states = tuple(out.hidden_states) if getattr(out, "hidden_states", None) is not None else None
         return graph, out.logits, states
+
+
+def _round_up(n: int) -> int:
+    return -(-n // CAPACITY_STEP) * CAPACITY_STEP
 
 
 def _cut(out: Any, n: int, cache_kw: str) -> Any:

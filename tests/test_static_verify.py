@@ -216,3 +216,28 @@ def test_cuda_graphs_give_the_dynamic_tokens(prompts: list[list[int]], trie: Pat
     assert got == dynamic
     assert gen._static is not None and gen._static.cuda_graphs and 0 < gen._static.captures
     assert [gen.autoregressive(p, MAX_NEW, stop_at_eos=False).output_ids for p in prompts] == refs
+
+
+def test_dart_generate_options() -> None:
+    """dart-generate --kv-cache static decodes as the dynamic cache does
+    (--compare: the target alone, with the same cache, identical); the
+    static cache's options are refused without it, --cuda-graphs without CUDA."""
+    from click.testing import CliRunner
+
+    from dart_client.cli import main
+
+    run = CliRunner().invoke
+    args = ["--random-models", "--drafter", "none", "-p", "def fibonacci(n):", "--max-new-tokens", "12", "--json"]
+    outs = {}
+    for kind in ("dynamic", "static"):
+        r = run(main, args + ["--kv-cache", kind, "--compare"])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        assert out["kv_cache"] == kind and out["identical_to_target"] is True
+        outs[kind] = out["text"]
+    assert outs["dynamic"] == outs["static"]
+    r = run(main, args + ["--kv-capacity", "64"])
+    assert r.exit_code == 2 and "--kv-capacity: only with --kv-cache static" in r.output
+    if not torch.cuda.is_available():
+        r = run(main, args + ["--kv-cache", "static", "--cuda-graphs", "--device", "cpu"])
+        assert r.exit_code == 2 and "CUDA graphs need a CUDA device" in r.output
