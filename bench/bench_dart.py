@@ -355,7 +355,7 @@ def main() -> None:
     ap.add_argument("--oracle", metavar="TEXT",
                     help="held-out documents the target follows (module doc): real acceptance, real cost")
     ap.add_argument("--tokenizer", help="--oracle's tokenizer (default: the shape's, see the module doc)")
-    ap.add_argument("--kv-cache", default="dynamic",
+    ap.add_argument("--kv-cache", default="static",
                     help="the target's KV caches to compare, comma-separated: dynamic (transformers' DynamicCache), "
                          "static (dart_client.kv_cache.StaticKVCache); with more than one, each mode runs with each, "
                          "named MODE/KIND, the target alone too")

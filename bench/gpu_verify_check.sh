@@ -58,7 +58,7 @@ from dart_client.random_models import random_target
 target = random_target("tiny", seed=3, device="cuda", eos_token_id=0, bos_token_id=0)
 g = torch.Generator().manual_seed(0)
 prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() * 3 for n in (9, 14, 20, 7)]  # repeats: lookup hits
-dynamic = ProposalGenerator(target, LookupProposer(), eos_token_id=[])
+dynamic = ProposalGenerator(target, LookupProposer(), eos_token_id=[], kv_cache="dynamic")
 graphs = ProposalGenerator(target, LookupProposer(), eos_token_id=[], kv_cache="static", cuda_graphs=True)
 ok = True
 for gen_b in (False, True):

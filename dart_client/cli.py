@@ -162,7 +162,7 @@ _PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
 #: The default --deadline-ms: see docs/DART_CLIENT.md, "dart-generate", for the measurement that chose it.
 DEADLINE_MS = 100.0
 #: The default --kv-cache: see docs/DART_CLIENT.md, "The verification step", for the measurement that chose it.
-KV_CACHE = "dynamic"
+KV_CACHE = "static"
 
 
 def _options(f: Any) -> Any:

@@ -104,10 +104,10 @@ class SpeculativeGenerator:
     target's generation config). sync_timing: synchronize the device around
     each timed part (exact split of a step; costs a little).
 
-    kv_cache: "dynamic" (transformers' DynamicCache, grown by every
-    forward) or "static" (static_verify.StaticTarget: one preallocated
-    cache and mask, entries written in place, compaction in one gather and
-    one scatter); the autoregressive baseline uses the same. kv_capacity
+    kv_cache: "static" (the default: static_verify.StaticTarget, one
+    preallocated cache and mask, entries written in place, compaction in
+    one gather and one scatter) or "dynamic" (transformers' DynamicCache,
+    grown by every forward); the autoregressive baseline uses the same. kv_capacity
     (static): the cache's positions (None: sized per call, grown when
     needed; an int: fixed, a forward past it raises
     kv_cache.CacheOverflowError). cuda_graphs (static, CUDA only): each
@@ -118,7 +118,7 @@ class SpeculativeGenerator:
     """
 
     def __init__(self, target: Any, source: TreeSource, *, eos_token_id: int | Sequence[int] | None = None,
-                 sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "dynamic",
+                 sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "static",
                  kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None) -> None:
         self.target = target
         self.tokenizer = tokenizer
@@ -526,7 +526,7 @@ class DartGenerator(SpeculativeGenerator):
         sync_timing: bool = True,
         tokenizer: Any = None,
         search_context: str = "sequence",
-        kv_cache: str = "dynamic",
+        kv_cache: str = "static",
         kv_capacity: int | None = None,
         cuda_graphs: bool = False,
         fixed_shapes: bool | None = None,
@@ -581,7 +581,7 @@ class ProposalGenerator(SpeculativeGenerator):
     source: ProposalSource
 
     def __init__(self, target: Any, proposer: Any, *, eos_token_id: int | Sequence[int] | None = None,
-                 sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "dynamic",
+                 sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "static",
                  kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None) -> None:
         super().__init__(target, ProposalSource(proposer), eos_token_id=eos_token_id, sync_timing=sync_timing,
                          tokenizer=tokenizer, kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs,

@@ -238,9 +238,9 @@ class StaticKVCache(_CacheBase):  # type: ignore[misc,valid-type]
             return self.capacity, 0
         return self._at + query_length, 0
 
-    @property
-    def is_compileable(self) -> bool:
-        return True
+    # Not "compileable" for transformers: a compileable cache gets a built mask even for a one-token
+    # forward, where sdpa needs none (every entry the view holds is attended to).
+    is_compileable = False
 
     # -- the surgery of a speculative step -------------------------------------------------------
 

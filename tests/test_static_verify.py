@@ -91,6 +91,7 @@ def _decode(gen: Any, prompts: list[list[int]], new: int = MAX_NEW) -> list[tupl
 @pytest.mark.parametrize("static", STATIC)
 def test_autoregressive(target: Any, prompts: list[list[int]], refs: list[list[int]], static: dict[str, Any]) -> None:
     gen = ProposalGenerator(target, LookupProposer(), eos_token_id=[], **static)
+    assert static["kv_cache"] == "static" and gen.kv_cache == "static"
     assert [gen.autoregressive(p, MAX_NEW, stop_at_eos=False).output_ids for p in prompts] == refs
 
 
@@ -100,7 +101,7 @@ def test_proposals(target: Any, prompts: list[list[int]], refs: list[list[int]],
     """Proposals from a trie that knows half the continuations: long paths
     accepted (compaction moves them), others rejected; the tokens are the
     target's own and each step accepts what the dynamic cache's accepts."""
-    dynamic = _decode(ProposalGenerator(target, LocalProposer(trie), eos_token_id=[]), prompts)
+    dynamic = _decode(ProposalGenerator(target, LocalProposer(trie), eos_token_id=[], kv_cache="dynamic"), prompts)
     got = _decode(ProposalGenerator(target, LocalProposer(trie), eos_token_id=[], **static), prompts)
     assert [t for t, _ in dynamic] == refs + refs
     assert got == dynamic
@@ -113,7 +114,7 @@ def test_dart(target: Any, prompts: list[list[int]], refs: list[list[int]], trie
     """DART: the drafter reads the verification forward's hidden states of
     the accepted nodes, so those must be the dynamic cache's too."""
     drafter = fitted_drafter(target, refs)
-    dynamic = _decode(DartGenerator(target, drafter, LocalPruner(trie), eos_token_id=[]), prompts)
+    dynamic = _decode(DartGenerator(target, drafter, LocalPruner(trie), eos_token_id=[], kv_cache="dynamic"), prompts)
     got = _decode(DartGenerator(target, drafter, LocalPruner(trie), eos_token_id=[], **static), prompts)
     assert [t for t, _ in dynamic] == refs + refs
     assert got == dynamic
@@ -144,7 +145,7 @@ def test_oracle_every_mode(sample_trie: Path, references: list[list[int]], stati
              "lookup": lambda **kw: ProposalGenerator(oracle, LookupProposer(), eos_token_id=[], **kw),
              "dart": lambda **kw: DartGenerator(oracle, drafter, LocalPruner(sample_trie), eos_token_id=[], **kw)}
     for mode, make in modes.items():
-        dynamic, got = _decode(make(), prompts, 80), _decode(make(**static), prompts, 80)
+        dynamic, got = _decode(make(kv_cache="dynamic"), prompts, 80), _decode(make(**static), prompts, 80)
         assert [t for t, _ in got] == [r[40:120] for r in references] * 2, mode
         assert got == dynamic, mode
         if mode != "lookup":
@@ -196,7 +197,8 @@ def test_options_are_checked(target: Any) -> None:
     with pytest.raises(ValueError, match="kv_cache must be one of"):
         ProposalGenerator(target, LookupProposer(), kv_cache="paged")
     with pytest.raises(ValueError, match="need kv_cache='static'"):
-        ProposalGenerator(target, LookupProposer(), cuda_graphs=True)
+        ProposalGenerator(target, LookupProposer(), kv_cache="dynamic", cuda_graphs=True)
+    assert ProposalGenerator(target, LookupProposer()).kv_cache == "static"  # the default
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA graphs need a CUDA device; the target is on cpu"):
             ProposalGenerator(target, LookupProposer(), kv_cache="static", cuda_graphs=True)
@@ -209,7 +211,7 @@ def test_cuda_graphs_give_the_dynamic_tokens(prompts: list[list[int]], trie: Pat
     gpu = random_target("tiny", seed=3, eos_token_id=0, bos_token_id=0, device="cuda")
     refs = [gpu.generate(torch.tensor([p], device="cuda"), max_new_tokens=MAX_NEW, do_sample=False,
                          eos_token_id=None, pad_token_id=0)[0, len(p):].tolist() for p in prompts]
-    dynamic = _decode(ProposalGenerator(gpu, LocalProposer(trie), eos_token_id=[]), prompts)
+    dynamic = _decode(ProposalGenerator(gpu, LocalProposer(trie), eos_token_id=[], kv_cache="dynamic"), prompts)
     gen = ProposalGenerator(gpu, LocalProposer(trie), eos_token_id=[], kv_cache="static", cuda_graphs=True)
     got = _decode(gen, prompts)
     assert [t for t, _ in dynamic] == refs + refs
@@ -236,7 +238,7 @@ def test_dart_generate_options() -> None:
         assert out["kv_cache"] == kind and out["identical_to_target"] is True
         outs[kind] = out["text"]
     assert outs["dynamic"] == outs["static"]
-    r = run(main, args + ["--kv-capacity", "64"])
+    r = run(main, args + ["--kv-cache", "dynamic", "--kv-capacity", "64"])
     assert r.exit_code == 2 and "--kv-capacity: only with --kv-cache static" in r.output
     if not torch.cuda.is_available():
         r = run(main, args + ["--kv-cache", "static", "--cuda-graphs", "--device", "cpu"])
