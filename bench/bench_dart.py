@@ -19,6 +19,13 @@ one: tokens/s over the batch (all new tokens / wall time) and the time of a
 batch step (median; the steps of the sequence that ran longest, i.e. every
 step of the batch), in a second table and under "batches" in the JSON.
 
+--kv-cache dynamic,static (default: static, the generators' default) runs
+every mode, the target alone included, with each KV cache, the modes named
+MODE/KIND; "x AR" is then tokens/s over the target alone with the same
+cache, and "fwd/AR" a step's target forward over the target alone's
+one-token forward (JSON: tokens_per_s_over_ar, target_over_ar_forward).
+--cuda-graphs replays the static cache's forwards from CUDA graphs.
+
 The weights are random, so the mean accepted length says little about a
 trained drafter (the draft vocabulary is seeded with the tokens the target
 produces most, so that some drafts are accepted); the time split per step is
