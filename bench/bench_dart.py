@@ -19,6 +19,13 @@ one: tokens/s over the batch (all new tokens / wall time) and the time of a
 batch step (median; the steps of the sequence that ran longest, i.e. every
 step of the batch), in a second table and under "batches" in the JSON.
 
+--kv-cache dynamic,static (default: static, the generators' default) runs
+every mode, the target alone included, with each KV cache, the modes named
+MODE/KIND; "x AR" is then tokens/s over the target alone with the same
+cache, and "fwd/AR" a step's target forward over the target alone's
+one-token forward (JSON: tokens_per_s_over_ar, target_over_ar_forward).
+--cuda-graphs replays the static cache's forwards from CUDA graphs.
+
 The weights are random, so the mean accepted length says little about a
 trained drafter (the draft vocabulary is seeded with the tokens the target
 produces most, so that some drafts are accepted); the time split per step is
@@ -201,9 +208,14 @@ class Host:
             self.proc.kill()
 
 
+def is_ar(mode: str) -> bool:
+    """The target alone (autoregressive, or autoregressive/KV-CACHE)."""
+    return mode.split("/")[0] == "autoregressive"
+
+
 def decode(gen: Any, prompts: list[list[int]], new_tokens: int, mode: str) -> list[Any]:
     """One pass over the prompts, one at a time: the GenerationResults."""
-    return [gen.autoregressive(p, new_tokens, stop_at_eos=False) if mode == "autoregressive"
+    return [gen.autoregressive(p, new_tokens, stop_at_eos=False) if is_ar(mode)
             else gen.generate(p, new_tokens, stop_at_eos=False) for p in prompts]
 
 
@@ -223,7 +235,7 @@ def summarize(results: list[Any], mode: str, gen: Any, rounds: int) -> dict[str,
         "new_tokens": tokens,
         "steps": len(steps),
         "mean_accepted_length": statistics.fmean(s.accepted + 1 for s in steps)
-        if steps and mode != "autoregressive" else 1.0,
+        if steps and not is_ar(mode) else 1.0,
         "tokens_per_s": tokens / wall if wall else 0.0,
         "decode_tokens_per_s": tokens / decode_s if decode_s else 0.0,
         "per_step_mean_s": per,
@@ -233,7 +245,9 @@ def summarize(results: list[Any], mode: str, gen: Any, rounds: int) -> dict[str,
         "prune_transport_median_s": statistics.median(s.prune_s + s.transport_s for s in steps) if steps else 0.0,
         "tree_nodes_mean": statistics.fmean(s.tree_nodes for s in steps) if steps else 0.0,
     }
-    if mode != "autoregressive":
+    out["kv_cache"] = gen.kv_cache
+    out["cuda_graphs"] = bool(gen._static is not None and gen._static.cuda_graphs)
+    if not is_ar(mode):
         out["remote_steps"] = sum(s.remote for s in steps)
         st = getattr(gen, "pruner", None) or getattr(gen, "proposer", None)
         st = getattr(st, "stats", None)
@@ -294,11 +308,16 @@ def batch_table(rows: list[dict[str, Any]]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'mode':<15}{'tau':>6}{'replay':>7}{'tok/s':>9}{'x AR':>6}{'step ms':>9}{'target':>9}{'drafter':>9}"
-            f"{'prune':>9}{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'p+t med':>9}{'remote':>8}")
+            f"{'prune':>9}{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'p+t med':>9}{'remote':>8}{'fwd/AR':>8}")
     lines = [head, "-" * len(head)]
-    ar = next((r["tokens_per_s"] for r in rows if r["mode"] == "autoregressive"), 0.0)
     for r in rows:
+        # the target alone with the same KV cache: tokens/s and its one-token forward (kept in the row: the JSON)
+        base = next((a for a in rows if is_ar(a["mode"]) and a.get("kv_cache") == r.get("kv_cache")), None)
+        ar = base["tokens_per_s"] if base else 0.0
+        ar_fwd = base["per_step_mean_s"]["target_s"] if base else 0.0
         p = r["per_step_mean_s"]
+        r["target_over_ar_forward"] = p["target_s"] / ar_fwd if ar_fwd else None
+        r["tokens_per_s_over_ar"] = r["tokens_per_s"] / ar if ar else None
         ms = lambda x: f"{1e3 * x:9.3f}"
         remote = f"{r.get('remote_steps', 0)}/{r['steps']}" if "remote_steps" in r else "-"
         replay = f"{r['replay_tau']:7.2f}" if r.get("replay_tau") else f"{'-':>7}"
@@ -307,11 +326,13 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"{ms(r['step_mean_s'])}"
                      f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
                      f"{ms(p['verify_s'])}{100 * r['prune_transport_share']:9.1f}%{ms(r['prune_transport_median_s'])}"
-                     f"{remote:>8}")
+                     f"{remote:>8}"
+                     + (f"{r['target_over_ar_forward']:8.2f}" if r["target_over_ar_forward"] else f"{'-':>8}"))
     lines.append("(ms per decoding step, means; prune = top-k + copies + local search on the worker, or proposing; "
                  "transport = RPC round trip incl. the host's search; p+t med: median of prune + transport; "
                  "replay: --oracle's teacher-forced mean accepted length at the same positions; x AR: tok/s over "
-                 "the target alone's)")
+                 "the target alone's, with the same KV cache; fwd/AR: the step's target forward over the target "
+                 "alone's one-token forward)")
     return "\n".join(lines)
 
 
@@ -341,10 +362,28 @@ def main() -> None:
     ap.add_argument("--oracle", metavar="TEXT",
                     help="held-out documents the target follows (module doc): real acceptance, real cost")
     ap.add_argument("--tokenizer", help="--oracle's tokenizer (default: the shape's, see the module doc)")
+    ap.add_argument("--kv-cache", default="static",
+                    help="the target's KV caches to compare, comma-separated: dynamic (transformers' DynamicCache), "
+                         "static (dart_client.kv_cache.StaticKVCache); with more than one, each mode runs with each, "
+                         "named MODE/KIND, the target alone too")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="the static cache's forwards replayed from CUDA graphs (needs --device cuda)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dart.json"))
     args = ap.parse_args()
 
     dev = torch.device(args.device)
+    kinds = [k.strip() for k in args.kv_cache.split(",") if k.strip()]
+    if not kinds or any(k not in ("dynamic", "static") for k in kinds):
+        ap.error(f"--kv-cache: dynamic, static or both, got {args.kv_cache!r}")
+    if args.cuda_graphs and (dev.type != "cuda" or "static" not in kinds):
+        ap.error("--cuda-graphs needs --device cuda and --kv-cache static (CUDA graphs are CUDA's)")
+
+    def kv(kind: str) -> dict[str, Any]:
+        return dict(kv_cache=kind, cuda_graphs=args.cuda_graphs and kind == "static")
+
+    def named(mode: str, kind: str) -> str:
+        return mode if len(kinds) == 1 else f"{mode}/{kind}"
+
     if args.threads or dev.type == "cpu":
         torch.set_num_threads(args.threads or 1)
     dtype = {"auto": torch.bfloat16 if dev.type == "cuda" else torch.float32, "float32": torch.float32,
@@ -401,19 +440,26 @@ def main() -> None:
                 stack.callback(host.stop)
             except (FileNotFoundError, RuntimeError) as e:
                 print(f"# remote skipped: {e}", file=sys.stderr)
-        gens: dict[str, Any] = {"autoregressive": probe, "dart-local": DartGenerator(target, drafter, LocalPruner(trie))}
+        gens: dict[str, Any] = {}
+        pr = rp = None
         if host is not None:
             pr = stack.enter_context(RemotePruner(host.target, deadline=args.deadline_ms / 1000))
-            gens["dart-remote"] = DartGenerator(target, drafter, pr)
-        if args.proposals:
-            gens["propose-local"] = ProposalGenerator(target, LocalProposer(trie))
-            if host is not None:
+            if args.proposals:
                 rp = stack.enter_context(RemoteProposer(host.target, deadline=args.deadline_ms / 1000))
-                gens["propose-remote"] = ProposalGenerator(target, rp)
-            gens["lookup"] = ProposalGenerator(target, LookupProposer())
+        for kind in kinds:
+            gens[named("autoregressive", kind)] = DartGenerator(target, probe.drafter, probe.pruner, **kv(kind))
+            gens[named("dart-local", kind)] = DartGenerator(target, drafter, LocalPruner(trie), **kv(kind))
+            if pr is not None:
+                gens[named("dart-remote", kind)] = DartGenerator(target, drafter, pr, **kv(kind))
+            if args.proposals:
+                gens[named("propose-local", kind)] = ProposalGenerator(target, LocalProposer(trie), **kv(kind))
+                if rp is not None:
+                    gens[named("propose-remote", kind)] = ProposalGenerator(target, rp, **kv(kind))
+                gens[named("lookup", kind)] = ProposalGenerator(target, LookupProposer(), **kv(kind))
         progress("warm-up of every mode")
         for mode, gen in gens.items():  # warm-up, then the stats count the timed steps only
-            decode(gen, prompts[:1], 8, mode)
+            # CUDA graphs: long enough for most tree sizes' graphs to be captured before the timed rounds
+            decode(gen, prompts[:1], 64 if args.cuda_graphs else 8, mode)
             link = getattr(gen, "pruner", None) or getattr(gen, "proposer", None)
             if hasattr(link, "stats"):
                 link.stats.__init__()
@@ -425,7 +471,7 @@ def main() -> None:
                 progress(f"round {r + 1}/{args.rounds}: {mode}")
                 results[mode] += decode(gen, prompts, args.new_tokens, mode)
             for mode, gen in gens.items():
-                if mode != "autoregressive":
+                if not is_ar(mode):
                     progress(f"round {r + 1}/{args.rounds}: {mode}, batches {args.batch_sizes}")
                     for row in run_batches(gen, ragged, sizes, args.new_tokens, mode):
                         batch_rows.setdefault((mode, row["batch"]), []).append(row)
@@ -441,7 +487,7 @@ def main() -> None:
         batches = [median_row(v) for v in batch_rows.values()]
         if host is not None:
             with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as down:
-                gen = DartGenerator(target, drafter, down)
+                gen = DartGenerator(target, drafter, down, **kv(kinds[0]))
                 rows.append(summarize(decode(gen, prompts, args.new_tokens, "dart-host-down"), "dart-host-down",
                                       gen, 1))
 

@@ -161,6 +161,8 @@ _PRUNE = {p.name: p for p in PRUNE_PARAMS}
 _PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
 #: The default --deadline-ms: see docs/DART_CLIENT.md, "dart-generate", for the measurement that chose it.
 DEADLINE_MS = 100.0
+#: The default --kv-cache: see docs/DART_CLIENT.md, "The verification step", for the measurement that chose it.
+KV_CACHE = "static"
 
 
 def _options(f: Any) -> Any:
@@ -212,6 +214,16 @@ def _options(f: Any) -> Any:
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1, ...")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True, help="auto: bfloat16 on CUDA, float32 on CPU.")
+@click.option("--kv-cache", type=click.Choice(["dynamic", "static"]), default=KV_CACHE, show_default=True,
+              help="The target's KV cache (the target alone's too, with --compare): static: preallocated, written in "
+                   "place, the tree mask filled in place (docs/DART_CLIENT.md); dynamic: transformers' "
+                   "DynamicCache, grown every step.")
+@click.option("--kv-capacity", type=click.IntRange(min=1), default=None,
+              help="--kv-cache static: the cache's positions; a step past them is an error [default: the prompt, "
+                   "--max-new-tokens and the largest tree, grown when needed].")
+@click.option("--cuda-graphs/--no-cuda-graphs", default=False, show_default=True,
+              help="--kv-cache static on a CUDA device: every forward padded to a size bucket and replayed from a "
+                   "CUDA graph captured once per bucket.")
 @_options
 @click.option("--eos", "eos_spec", default="model", show_default=True,
               help="EOS for stopping and for the search. model: stop at the target's generation config EOS, "
@@ -231,9 +243,10 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
          random_models: bool, trie: str | None, targets: tuple[str, ...], index: str, deadline_ms: float,
          ca: str | None, cert: str | None, key: str | None, server_name: str | None, prompt: str | None,
          prompt_file: Any, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
-         seed: int | None, tokenizer: str | None, device: str, dtype: str, max_nodes: int | None, topk: int,
-         beam_width: int, ngram_weight: float, eos_spec: str, search_context: str, sampling_order: str,
-         compare: bool, as_json: bool, log_lattices: str | None, **proposal_options: Any) -> None:
+         seed: int | None, tokenizer: str | None, device: str, dtype: str, kv_cache: str, kv_capacity: int | None,
+         cuda_graphs: bool, max_nodes: int | None, topk: int, beam_width: int, ngram_weight: float, eos_spec: str,
+         search_context: str, sampling_order: str, compare: bool, as_json: bool, log_lattices: str | None,
+         **proposal_options: Any) -> None:
     """Speculative decoding of a prompt with MODEL (a transformers causal LM
     folder) and DRAFTER (a DART drafter checkpoint folder), pruning draft
     trees in process (--trie) or on a trie host (--target); or, with
@@ -279,6 +292,8 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
         raise click.UsageError(f"give exactly one of --trie FILE or --target HOST:PORT{hint}")
     if not targets:
         refuse_given(ctx, HOST_ONLY, "only with --target (a trie host)")
+    if kv_cache != "static":
+        refuse_given(ctx, ("kv_capacity", "cuda_graphs"), "only with --kv-cache static")
     client_options = tls_client_options(ca, cert, key, server_name)
     if eos_spec not in ("model", "tokenizer") and not eos_spec.lstrip("-").isdigit():
         raise click.BadParameter(f"{eos_spec!r}: give model, tokenizer or a token id", param_hint="--eos")
@@ -299,6 +314,9 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     from dart_client.pruner import LocalPruner, RemotePruner, TokenizerMismatchError
 
     dev = _device(device)
+    if cuda_graphs and not dev.startswith("cuda"):
+        raise click.UsageError(f"--cuda-graphs: CUDA graphs need a CUDA device, --device is {dev}")
+    static = dict(kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs)
     dt = {"auto": torch.bfloat16 if dev.startswith("cuda") else torch.float32, "float32": torch.float32,
           "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     if random_models:
@@ -359,15 +377,16 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
         from dart_client.random_models import random_sample_models, random_sample_target
 
         if proposals:
-            gen = ProposalGenerator(random_sample_target(dtype=dt, device=dev), source, eos_token_id=stop_eos)
+            gen = ProposalGenerator(random_sample_target(dtype=dt, device=dev), source, eos_token_id=stop_eos,
+                                    **static)
         else:
             target, draft = random_sample_models(dtype=dt, device=dev)
-            gen = DartGenerator(target, draft, source, eos_token_id=stop_eos, search_context=search_context)
+            gen = DartGenerator(target, draft, source, eos_token_id=stop_eos, search_context=search_context, **static)
     elif proposals:
-        gen = ProposalGenerator.from_pretrained(model, source, device=dev, dtype=dt, eos_token_id=stop_eos)
+        gen = ProposalGenerator.from_pretrained(model, source, device=dev, dtype=dt, eos_token_id=stop_eos, **static)
     else:
         gen = DartGenerator.from_pretrained(model, drafter, source, device=dev, dtype=dt, tokenizer=None,
-                                            eos_token_id=stop_eos, search_context=search_context)
+                                            eos_token_id=stop_eos, search_context=search_context, **static)
     sample = dict(temperature=temperature, top_k=top_k, top_p=top_p, sampling_order=sampling_order, seed=seed)
     from dart_client.lattice_log import LatticeWriter
 
@@ -375,7 +394,8 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
         res = gen.generate(ids, max_new_tokens, **sample, lattice_log=lattice_log)
     res.text = tok.decode(res.output_ids)
     out: dict[str, Any] = {"text": res.text, **res.summary(), "model": model_name, "hosts": list(targets),
-                           "device": dev, "dtype": str(dt).replace("torch.", ""),
+                           "device": dev, "dtype": str(dt).replace("torch.", ""), "kv_cache": kv_cache,
+                           "cuda_graphs": cuda_graphs,
                            "eos": {"stop": sorted(gen.eos),
                                    "search": None if proposals else getattr(source, "eos_token_id", None)}}
     if proposals:

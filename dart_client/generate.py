@@ -56,6 +56,7 @@ from dart_client.kv_cache import cache_length, compact, select_rows, truncate
 from dart_client.lattice_log import LatticeWriter
 from dart_client.results import GenerationResult, StepRecord
 from dart_client.sampling import SAMPLING_ORDERS, accept_tree_sampling, process_logits
+from dart_client.static_verify import KV_CACHES, StaticTarget
 from dart_client.tree_sources import (
     DrafterSource,
     ProposalSource,
@@ -102,10 +103,23 @@ class SpeculativeGenerator:
     eos_token_id: one id or several that stop a sequence (default: the
     target's generation config). sync_timing: synchronize the device around
     each timed part (exact split of a step; costs a little).
+
+    kv_cache: "static" (the default: static_verify.StaticTarget, one
+    preallocated cache and mask, entries written in place, compaction in
+    one gather and one scatter) or "dynamic" (transformers' DynamicCache,
+    grown by every forward); the autoregressive baseline uses the same. kv_capacity
+    (static): the cache's positions (None: sized per call, grown when
+    needed; an int: fixed, a forward past it raises
+    kv_cache.CacheOverflowError). cuda_graphs (static, CUDA only): each
+    forward padded to a bucket and replayed from a CUDA graph captured once
+    per (rows, bucket). fixed_shapes (static; default: cuda_graphs): those
+    padded forwards over the whole capacity, run eagerly where cuda_graphs
+    is off (on a CPU: the graphs' path, checked without a GPU).
     """
 
     def __init__(self, target: Any, source: TreeSource, *, eos_token_id: int | Sequence[int] | None = None,
-                 sync_timing: bool = True, tokenizer: Any = None) -> None:
+                 sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "static",
+                 kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None) -> None:
         self.target = target
         self.tokenizer = tokenizer
         cfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
@@ -131,6 +145,14 @@ class SpeculativeGenerator:
         # takes it (there "past_key_values" is deprecated, warns on every call
         # and is to be removed), else "past_key_values".
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if kv_cache not in KV_CACHES:
+            raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
+        if kv_cache != "static" and (cuda_graphs or kv_capacity is not None or fixed_shapes):
+            raise ValueError("cuda_graphs, fixed_shapes and kv_capacity need kv_cache='static'")
+        self.kv_cache = kv_cache
+        self._static = StaticTarget(target, self._forward, cfg, dtype=self.embed.weight.dtype, device=self.device,
+                                    cache_kw=self._cache_kw, capacity=kv_capacity,
+                                    cuda_graphs=cuda_graphs, fixed_shapes=fixed_shapes) if kv_cache == "static" else None
         source.bind(self)
         self.source = source
 
@@ -217,6 +239,8 @@ class SpeculativeGenerator:
             for i, r in enumerate(rows):
                 r.log_id = first + i
         results = [r.res for r in rows]
+        if self._static is not None:
+            self._static.begin(len(rows), max(len(r.prompt) for r in rows) + max_new_tokens + 1)
         cache = self._prefill(rows, pick)
         prefill_s = clock() - t_start
         for r in rows:
@@ -262,7 +286,10 @@ class SpeculativeGenerator:
             ids[i, :lens[i]] = torch.tensor(r.prompt)
         ids = ids.to(self.device)
         hidden = self.source.needs_hidden
-        if b == 1:
+        if b == 1 and self._static is not None:
+            out = self._static.prefill(ids, lens, keep=1, hidden=hidden)
+            last = out.logits[:, -1]
+        elif b == 1:
             out = self._forward(ids, None, keep=1, hidden=hidden)
             last = out.logits[:, -1]
         else:
@@ -271,8 +298,11 @@ class SpeculativeGenerator:
             allowed = (ar[None, None] <= ar[None, :, None]) & (ar[None, None] < ln[:, None, None])
             last_pos = sorted(set(n - 1 for n in lens))
             keep = torch.tensor(last_pos, device=self.device) if self._keep_kw else None
-            out = self._forward(ids, None, position_ids=ar[None].expand(b, -1), mask=self._additive(allowed),
-                                keep=keep, hidden=hidden)
+            if self._static is not None:
+                out = self._static.prefill(ids, lens, keep=keep, hidden=hidden)
+            else:
+                out = self._forward(ids, None, position_ids=ar[None].expand(b, -1), mask=self._additive(allowed),
+                                    keep=keep, hidden=hidden)
             col = [last_pos.index(n - 1) if keep is not None else n - 1 for n in lens]
             last = out.logits[torch.arange(b, device=self.device), torch.tensor(col, device=self.device)]
         firsts = self._pick_rows(last, pick)
@@ -281,7 +311,7 @@ class SpeculativeGenerator:
             r.res.output_ids.append(f)
             r.last_step = list(r.seq)
         self.source.start(rows, out, lens)
-        return self._cache_of(out)
+        return self._static.cache if self._static is not None else self._cache_of(out)
 
     def _step(self, rows: list[SequenceState], cache: Any, pick: dict[str, Any], clock: _Clock,
               lattice_log: LatticeWriter | None = None) -> list[StepRecord]:
@@ -302,10 +332,13 @@ class SpeculativeGenerator:
         lens = torch.tensor([r.cached for r in rows], device=dev)
         # the batch's padded trees (padding nodes see only themselves), as the source built them
         ids, depth, tmask = trees.tokens.to(dev), trees.position_ids.to(dev), trees.tree_mask.to(dev)
-        ctx = torch.arange(start, device=dev)[None, None] < lens[:, None, None]
-        allowed = torch.cat((ctx.expand(b, n, start), tmask), dim=2)
-        out = self._forward(ids, cache, position_ids=depth + lens[:, None], mask=self._additive(allowed),
-                            hidden=self.source.needs_hidden)
+        if self._static is not None:
+            out = self._static.forward(ids, depth + lens[:, None], tmask, lens, start, self.source.needs_hidden)
+        else:
+            ctx = torch.arange(start, device=dev)[None, None] < lens[:, None, None]
+            allowed = torch.cat((ctx.expand(b, n, start), tmask), dim=2)
+            out = self._forward(ids, cache, position_ids=depth + lens[:, None], mask=self._additive(allowed),
+                                hidden=self.source.needs_hidden)
         t2 = clock()
 
         # -- acceptance, per row
@@ -376,14 +409,26 @@ class SpeculativeGenerator:
         clock = _Clock(self.device, self.sync_timing)
         res = GenerationResult(prompt_ids=list(prompt), output_ids=[], mode="autoregressive")
         t0 = clock()
-        out = self._forward(torch.tensor([prompt], dtype=torch.long, device=self.device), None, keep=1,
-                            hidden=False)
-        cache = self._cache_of(out)
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        static = self._static
+        if static is not None:
+            static.begin(1, len(prompt) + max_new_tokens + 1)
+            out = static.prefill(ids, [len(prompt)], keep=1, hidden=False)
+            one = torch.ones(1, 1, 1, dtype=torch.bool, device=self.device)  # a one-token step's "tree"
+        else:
+            out = self._forward(ids, None, keep=1, hidden=False)
+            cache = self._cache_of(out)
         seq = prompt + self._pick_rows(out.logits[:, -1], pick)
         res.prefill_s = clock() - t0
         while not self._done(seq, len(prompt), max_new_tokens, stop_at_eos):
             t1 = clock()
-            out = self._forward(torch.tensor([[seq[-1]]], device=self.device), cache, hidden=False)
+            last = torch.tensor([[seq[-1]]], device=self.device)
+            if static is not None:
+                at = len(seq) - 1
+                out = static.forward(last, torch.tensor([[at]], device=self.device), one,
+                                     torch.tensor([at], device=self.device), at, False)
+            else:
+                out = self._forward(last, cache, hidden=False)
             seq += self._pick_rows(out.logits[:, -1], pick)
             res.steps.append(StepRecord(accepted=0, tree_nodes=1, remote=False, target_s=clock() - t1))
         res.wall_s = clock() - t0
@@ -464,7 +509,8 @@ class DartGenerator(SpeculativeGenerator):
     tokens and the bonus token; with tries of order 5 or more the trees then
     differ, because fewer context tokens reach the n-gram). sync_timing:
     synchronize the device around each timed part (exact split of a step;
-    costs a little).
+    costs a little). kv_cache, kv_capacity, cuda_graphs, fixed_shapes: as
+    SpeculativeGenerator's.
     """
 
     source: DrafterSource
@@ -480,9 +526,15 @@ class DartGenerator(SpeculativeGenerator):
         sync_timing: bool = True,
         tokenizer: Any = None,
         search_context: str = "sequence",
+        kv_cache: str = "static",
+        kv_capacity: int | None = None,
+        cuda_graphs: bool = False,
+        fixed_shapes: bool | None = None,
     ) -> None:
         source = DrafterSource(drafter, pruner, search_context=search_context, aux_layers=aux_layers)
-        super().__init__(target, source, eos_token_id=eos_token_id, sync_timing=sync_timing, tokenizer=tokenizer)
+        super().__init__(target, source, eos_token_id=eos_token_id, sync_timing=sync_timing, tokenizer=tokenizer,
+                         kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs,
+                         fixed_shapes=fixed_shapes)
 
     @property
     def drafter(self) -> DartDrafter:
@@ -522,15 +574,18 @@ class ProposalGenerator(SpeculativeGenerator):
     lossless, sampling is tree speculative sampling, batches as DartGenerator.
 
     eos_token_id: one id or several that stop a sequence (default: the
-    target's generation config). sync_timing: as DartGenerator's.
+    target's generation config). sync_timing, kv_cache, kv_capacity,
+    cuda_graphs, fixed_shapes: as DartGenerator's.
     """
 
     source: ProposalSource
 
     def __init__(self, target: Any, proposer: Any, *, eos_token_id: int | Sequence[int] | None = None,
-                 sync_timing: bool = True, tokenizer: Any = None) -> None:
+                 sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "static",
+                 kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None) -> None:
         super().__init__(target, ProposalSource(proposer), eos_token_id=eos_token_id, sync_timing=sync_timing,
-                         tokenizer=tokenizer)
+                         tokenizer=tokenizer, kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs,
+                         fixed_shapes=fixed_shapes)
 
     @property
     def proposer(self) -> Any:

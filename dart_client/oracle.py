@@ -17,6 +17,11 @@ the generator's cache compaction (which only touches positions after the
 prompt) and travel with the row when finished rows are dropped, so the
 generator needs no hook. Rows whose prompts share those first tokens must
 follow the same reference.
+
+Its forward can be captured in a CUDA graph (static_verify.StaticTarget):
+what a step reads (the prompts' fingerprints and references, the
+projection) stays at one address from call to call, and ``graph_epoch``
+changes when one is replaced (a new bind, more prompts than ever before).
 """
 from __future__ import annotations
 
@@ -35,7 +40,15 @@ class OracleTarget(torch.nn.Module):
     (the one sharing its longest prefix), unless ``bind`` names them.
 
     fingerprint_tokens: how many first positions of a prompt identify it
-    (at most the shortest prompt's length)."""
+    (at most the shortest prompt's length).
+
+    graph_epoch: changes whenever a tensor the forward reads is replaced, so
+    that captured CUDA graphs are captured again."""
+
+    #: Prompt fingerprints kept (at least): a generate() call of more rows replaces the store.
+    kRows = 64
+    #: A free row of the store: farther from any prompt's fingerprint than another prompt's.
+    kFree = 1e15
 
     def __init__(self, model: Any, references: Sequence[Sequence[int]] = (), *, fingerprint_tokens: int = 16) -> None:
         super().__init__()
@@ -43,11 +56,12 @@ class OracleTarget(torch.nn.Module):
         self.config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         self.fingerprint_tokens = fingerprint_tokens
-        self._fp: torch.Tensor | None = None      # [rows at prefill, F]
-        self._docs: torch.Tensor | None = None    # [rows at prefill]: the reference each follows
+        self._fp: torch.Tensor | None = None      # [kRows or more, 16]: the prefill's rows first, kFree after
+        self._docs: torch.Tensor | None = None    # [as _fp]: the reference each row follows
         self._refs: torch.Tensor | None = None    # [references, longest + 1], -1 padded
         self._next_bind: list[int] | None = None
-        self._proj: torch.Tensor | None = None
+        self._proj: dict[int, torch.Tensor] = {}  # by the fingerprinted width; never replaced
+        self.graph_epoch = 0
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         if references:
             self.bind(references)
@@ -72,6 +86,7 @@ class OracleTarget(torch.nn.Module):
                 raise ValueError(f"references[{i}] is empty")
             refs[i, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
         self._refs = refs.to(self.device)
+        self.graph_epoch += 1
         self._next_bind = list(rows) if rows is not None else None
 
     @property
@@ -90,9 +105,9 @@ class OracleTarget(torch.nn.Module):
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, **kw: Any) -> Any:
         cache = kw.get(self._cache_kw)
-        prefill = cache is None
+        prefill = cache is None or int(cache.get_seq_length()) == 0
         if position_ids is None:  # positions follow what the cache holds
-            past = 0 if prefill else _first_layer_keys(cache).shape[2]
+            past = 0 if prefill else int(cache.get_seq_length())
             position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None].expand(
                 input_ids.shape[0], -1)
             given = None
@@ -114,10 +129,11 @@ class OracleTarget(torch.nn.Module):
         b, h, _, d = keys.shape
         k = min(self.fingerprint_tokens, keys.shape[2])
         flat = keys[:, :, :k].float().reshape(b, -1)
-        if self._proj is None or self._proj.shape[0] != flat.shape[1]:
+        proj = self._proj.get(flat.shape[1])
+        if proj is None:
             g = torch.Generator().manual_seed(0)
-            self._proj = torch.randn(flat.shape[1], 16, generator=g).to(flat.device)
-        return flat @ self._proj
+            proj = self._proj[flat.shape[1]] = torch.randn(flat.shape[1], 16, generator=g).to(flat.device)
+        return flat @ proj
 
     def _start(self, keys: torch.Tensor, ids: torch.Tensor) -> None:
         if self._refs is None:
@@ -128,11 +144,18 @@ class OracleTarget(torch.nn.Module):
         if len(order) != rows or max(order) >= self._refs.shape[0]:
             raise ValueError(f"OracleTarget: {rows} prompts, bound to references {order} "
                              f"of {self._refs.shape[0]}")
-        self._fp = self._fingerprints(keys)
-        self._docs = torch.as_tensor(order, dtype=torch.long, device=keys.device)
+        fp = self._fingerprints(keys)
+        docs = torch.as_tensor(order, dtype=torch.long, device=keys.device)
+        if self._fp is None or self._fp.shape[0] < rows or self._fp.device != fp.device:
+            self._fp = torch.empty(max(rows, self.kRows), fp.shape[1], device=fp.device)
+            self._docs = torch.empty(self._fp.shape[0], dtype=torch.long, device=fp.device)
+            self.graph_epoch += 1
+        assert self._docs is not None
+        self._fp.fill_(self.kFree)[:rows] = fp
+        self._docs.zero_()[:rows] = docs
         # Two prompts that look alike must follow one reference.
-        same = torch.cdist(self._fp, self._fp) == 0
-        if bool((same & (self._docs[:, None] != self._docs[None, :])).any()):
+        same = torch.cdist(fp, fp) == 0
+        if bool((same & (docs[:, None] != docs[None, :])).any()):
             raise ValueError("OracleTarget: two prompts share their first fingerprint_tokens tokens but follow "
                              "different references; lengthen the prompts or raise fingerprint_tokens")
 
@@ -154,7 +177,8 @@ class OracleTarget(torch.nn.Module):
 
     def _docs_of(self, keys: torch.Tensor) -> torch.Tensor:
         assert self._fp is not None and self._docs is not None
-        nearest = torch.cdist(self._fingerprints(keys), self._fp).argmin(dim=1)
+        nearest = torch.cdist(self._fingerprints(keys), self._fp,
+                              compute_mode="donot_use_mm_for_euclid_dist").argmin(dim=1)
         return self._docs[nearest]
 
     # -- the answers ------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The GPU figures of issue 43's item 3 and 4 at the Qwen3-8B shape (bf16, random weights, the oracle
+# target on held-out text): what a tree verification costs against a one-token forward, and tokens/s over
+# the target alone, with the dynamic cache, the static cache and the static cache under CUDA graphs.
+#
+#   PYTHON=venv/bin/python bash bench/gpu_verify_check.sh prepare   # here, after committing: fills .gpu/
+#   device run, carry [".gpu"], timeout_s 600:  bash bench/gpu_verify_check.sh run
+#
+# prepare: ../shared/tools/gpu/pack.sh (the committed tree as a cp312 wheel, grpc's libraries), the Qwen3
+# tokenizer (gzipped), one held-out shard of the shared corpus (PEPs, which the DART sample trie was not
+# built from) and that trie converted to this project's format: about 50 MiB, under the 64 MiB that travels.
+# run (about 7 minutes on an H200; everything it measures goes to $OUT):
+#   1. float32, a tiny target: the CUDA graphs' tokens equal the dynamic cache's (greedy, proposals and the
+#      target alone), the graphs captured; exit status 1 if not (the figures after it would mean nothing);
+#   2. bench/bench_verify.py at the Qwen3-8B shape, 512 cached positions, a 64-node tree: mask, tree forward,
+#      compaction and one-token forward for dynamic, static, static-fixed and static-graphs (verify-qwen3-8b.json);
+#   3. bench/bench_dart.py --oracle at the same shape, 4 documents x 256 new tokens, two interleaved rounds:
+#      the target alone, DART (OracleDrafter) and proposals (trie, prompt lookup), each with the dynamic cache
+#      and with the static cache under CUDA graphs: tokens/s over the target alone with the same cache, and
+#      each mode's target forward over the one-token forward (dart-qwen3-8b.json).
+# Targets (issue 43): tree verification (64 nodes) <= 1.3x an AR forward; proposals from a local trie >= 1.6x
+# AR's tokens/s, DART with the synthetic lattices >= 2.0x. Quote the figures in docs/DART_CLIENT.md with the
+# command, the card and the date.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+G=.gpu
+
+case "${1:-}" in
+prepare)
+  SHARED=${NGRAM_SHARED:-}
+  for s in "$ROOT/../shared" "$ROOT/../../shared"; do
+    [ -n "$SHARED" ] || { [ -d "$s/data" ] && SHARED=$(cd "$s" && pwd); }
+  done
+  [ -n "$SHARED" ] || { echo "gpu_verify_check: no shared/ folder beside the checkout (set NGRAM_SHARED)" >&2; exit 1; }
+  bash "$SHARED/tools/gpu/pack.sh" "$G"
+  gzip -9c "$SHARED/data/qwen3-tokenizer.json" > "$G/qwen3-tokenizer.json.gz"
+  cp "$SHARED/data/corpus/peps-0001.json.gz" "$G/heldout.json.gz"
+  "${PYTHON:-python3}" -m indexer.cli --from-dart-trie "$SHARED/golden/dart-sample.trie" --out "$G/dart-sample.ngt" \
+    --vocab-size 151669 --eos 151643 -q
+  du -sh "$G"
+  ;;
+run)
+  OUT=${OUT:-/tmp/gpu-verify-out}
+  mkdir -p "$OUT"
+  # shellcheck disable=SC1091
+  source "$G/env.sh"
+  nvidia-smi -L | tee "$OUT/log.txt"
+  gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/qwen3-tokenizer.json
+  echo "== 1. CUDA graphs against the dynamic cache (float32, tiny target)" | tee -a "$OUT/log.txt"
+  python3 - <<'EOF' 2>&1 | tee -a "$OUT/log.txt"
+import sys
+import torch
+from dart_client.generate import ProposalGenerator
+from dart_client.proposer import LookupProposer
+from dart_client.random_models import random_target
+
+target = random_target("tiny", seed=3, device="cuda", eos_token_id=0, bos_token_id=0)
+g = torch.Generator().manual_seed(0)
+prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() * 3 for n in (9, 14, 20, 7)]  # repeats: lookup hits
+dynamic = ProposalGenerator(target, LookupProposer(), eos_token_id=[], kv_cache="dynamic")
+graphs = ProposalGenerator(target, LookupProposer(), eos_token_id=[], kv_cache="static", cuda_graphs=True)
+ok = True
+for gen_b in (False, True):
+    runs = []
+    for gen in (dynamic, graphs):
+        if gen_b:
+            res = gen.generate(prompts, 48, stop_at_eos=False)
+        else:
+            res = [gen.generate(p, 48, stop_at_eos=False) for p in prompts]
+        runs.append([(r.output_ids, [s.accepted for s in r.steps]) for r in res])
+    ok &= runs[0] == runs[1]
+ar = [graphs.autoregressive(p, 48, stop_at_eos=False).output_ids for p in prompts]
+ok &= ar == [dynamic.autoregressive(p, 48, stop_at_eos=False).output_ids for p in prompts]
+st = graphs._static
+print(f"graphs on: {st.cuda_graphs}, captured: {st.captures}, same tokens and steps: {ok}")
+sys.exit(0 if ok and st.cuda_graphs and st.captures > 0 else 1)
+EOF
+  echo "== 2. bench_verify.py, Qwen3-8B shape" | tee -a "$OUT/log.txt"
+  python3 bench/bench_verify.py --device cuda --shape qwen3-8b --context 512 --tree 64 --cuda-graphs --reps 30 \
+    --out "$OUT/verify-qwen3-8b.json" 2>&1 | tee -a "$OUT/log.txt"
+  echo "== 3. bench_dart.py --oracle, Qwen3-8B shape" | tee -a "$OUT/log.txt"
+  python3 bench/bench_dart.py --device cuda --shape qwen3-8b --oracle "$G/heldout.json.gz" \
+    --tokenizer /tmp/qwen3-tokenizer.json --trie "$G/dart-sample.ngt" --kv-cache dynamic,static --cuda-graphs \
+    --proposals --no-remote --batch-sizes '' --prompts 4 --new-tokens 256 --rounds 2 \
+    --out "$OUT/dart-qwen3-8b.json" 2>&1 | tee -a "$OUT/log.txt"
+  ;;
+*)
+  echo "usage: bash bench/gpu_verify_check.sh prepare|run" >&2
+  exit 2
+  ;;
+esac
