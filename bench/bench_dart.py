@@ -336,6 +336,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    """The benchmark's JSON, written whole (a temporary file renamed)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(out)
+    print(f"# wrote {out}", file=sys.stderr)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
@@ -509,10 +518,7 @@ def main() -> None:
         "modes": rows,
         "batches": batches,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"# wrote {out}", file=sys.stderr)
+    write_result(Path(args.out), result)
 
 
 if __name__ == "__main__":

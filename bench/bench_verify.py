@@ -50,6 +50,7 @@ import torch
 from dart_client.kv_cache import compact, truncate
 from dart_client.random_models import SHAPES, random_target
 from dart_client.static_verify import StaticTarget
+from bench_dart import write_result  # noqa: E402
 
 
 def binary_tree(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -216,10 +217,7 @@ def main() -> None:
               "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
               "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""),
               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": rows}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"# wrote {out}", file=sys.stderr)
+    write_result(Path(args.out), result)
 
 
 if __name__ == "__main__":

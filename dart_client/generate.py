@@ -57,6 +57,7 @@ from dart_client.lattice_log import LatticeWriter
 from dart_client.results import GenerationResult, StepRecord
 from dart_client.sampling import SAMPLING_ORDERS, accept_tree_sampling, process_logits
 from dart_client.static_verify import KV_CACHES, StaticTarget
+from dart_client.target_inputs import load_target, prompt_lists, token_list
 from dart_client.tree_sources import (
     DrafterSource,
     ProposalSource,
@@ -85,15 +86,6 @@ class _Clock:
 
 
 # ---- the generators ---------------------------------------------------------------------
-
-def load_target(model: str | Path, *, device: Any = None, dtype: Any = None) -> Any:
-    """A transformers causal LM folder (or hub id), with sdpa attention, in eval mode."""
-    from transformers import AutoModelForCausalLM
-
-    # `dtype`, not `torch_dtype`: renamed in 4.56, the dart extra's floor.
-    target = AutoModelForCausalLM.from_pretrained(str(model), attn_implementation="sdpa", dtype=_dtype(dtype))
-    return target.to(device or "cpu").eval()
-
 
 class SpeculativeGenerator:
     """Draft-tree speculative decoding: ``target`` (a transformers causal
@@ -216,7 +208,7 @@ class SpeculativeGenerator:
         ``sampling_order``, exactly). on_step(i, result) runs after every
         verification step (the list of results for a batch). lattice_log
         (DART only): records each step's lattice and committed tokens."""
-        prompts, single = _prompts(input_ids)
+        prompts, single = prompt_lists(input_ids)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if sampling_order not in SAMPLING_ORDERS:
@@ -398,7 +390,7 @@ class SpeculativeGenerator:
                        seed: int | None = None) -> GenerationResult:
         """The target alone, one token per forward (the baseline and the
         reference for losslessness)."""
-        prompt = _as_list(input_ids)
+        prompt = token_list(input_ids)
         sampling = temperature > 0
         gen = None
         if sampling:
@@ -596,42 +588,3 @@ class ProposalGenerator(SpeculativeGenerator):
                         **kwargs: Any) -> ProposalGenerator:
         """Loads the target (transformers, sdpa attention)."""
         return cls(load_target(model, device=device, dtype=dtype), proposer, **kwargs)
-
-def _prompts(x: Any) -> tuple[list[list[int]], bool]:
-    """(prompts, single): one prompt (ints, a 1-D tensor) or several (a list
-    of prompts, a 2-D tensor)."""
-    if isinstance(x, torch.Tensor) or hasattr(x, "ndim"):
-        if x.ndim == 2:
-            out = [_as_list(r) for r in x]
-            single = False
-        else:
-            out, single = [_as_list(x)], True
-    else:
-        items = list(x)
-        if items and hasattr(items[0], "__len__"):  # a list of prompts
-            out, single = [_as_list(p) for p in items], False
-        else:
-            out, single = [_as_list(items)], True
-    if not out:
-        raise ValueError("no prompts")
-    for i, p in enumerate(out):
-        if not p:
-            raise ValueError("input_ids is empty" if single else f"prompt {i} is empty")
-    return out, single
-
-
-def _as_list(x: Any) -> list[int]:
-    if isinstance(x, torch.Tensor):
-        return [int(t) for t in x.reshape(-1).tolist()]
-    if hasattr(x, "tolist"):
-        return [int(t) for t in x.reshape(-1).tolist()]
-    return [int(t) for t in x]
-
-
-def _dtype(d: Any) -> Any:
-    if d is None or d == "auto":
-        return "auto" if d == "auto" else None
-    if isinstance(d, torch.dtype):
-        return d
-    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-            "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}[str(d)]

@@ -6,6 +6,7 @@ compaction)."""
 from __future__ import annotations
 
 import collections
+from collections import Counter
 import json
 import queue
 import socket
@@ -16,11 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from dart_client import DartGenerator
+from dart_client.pruner import model_fingerprint
 from dart_client.random_models import random_drafter
+from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
 from indexer.cli import SAMPLE_DIR
 
 SAMPLE_TOKENIZER = SAMPLE_DIR / "tokenizer.json"
@@ -122,3 +126,17 @@ class TrieHost:
 
 def same_tree(a: Any, b: Any) -> bool:
     return all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b)) and torch.equal(a.parents, b.parents)
+
+
+def write_count_trie(path: Path, docs: list[list[int]], name: str, order: int = 3, vocab: int = 4096) -> Path:
+    """A trie of the documents' n-gram counts, fingerprinted as the sample tokenizer (ids below vocab)."""
+    counts = Counter(tuple(d[i:i + k]) for d in docs for k in range(1, order + 1) for i in range(len(d) - k + 1))
+    levels = []
+    for k in range(1, order + 1):
+        grams = sorted(g for g in counts if len(g) == k)
+        levels.append((np.array(grams, dtype=np.int64).reshape(-1, k),
+                       np.array([counts[g] for g in grams], dtype=np.uint64)))
+    meta = {"name": name, "tokenizer": {"fingerprint": model_fingerprint(SAMPLE_TOKENIZER)}}
+    write_trie(path, order=order, vocab_size=vocab, eos_id=0, meta=meta, plans=plans_from_ngrams(levels),
+               chunks=levels_from_ngrams(levels))
+    return path

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import types
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,8 @@ from click.testing import CliRunner
 
 from dart_client.generate import ProposalGenerator
 from dart_client.proposer import LocalProposer, LookupProposer, RemoteProposer
-from dart_client.pruner import TokenizerMismatchError, model_fingerprint
+from dart_client.pruner import TokenizerMismatchError
 from dart_client.random_models import random_target
-from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
 from ngram_service import NgramIndex
 from ngram_service.proposals import DEFAULTS, propose_lookup
 from tests.dart_testbed import (
@@ -40,6 +38,7 @@ from tests.dart_testbed import (
     encode_prompts,
     free_port,
     one_torch_thread,  # noqa: F401  (autouse)
+    write_count_trie,
 )
 
 needs_server = pytest.mark.needs_server  # skipped without the binary, a failure under CI (conftest)
@@ -75,25 +74,12 @@ def refs(target: Any, prompts: list[list[int]]) -> list[list[int]]:
     return out
 
 
-def _write_trie(path: Path, docs: list[list[int]], order: int = 3, vocab: int = 4096) -> Path:
-    counts = Counter(tuple(d[i:i + k]) for d in docs for k in range(1, order + 1) for i in range(len(d) - k + 1))
-    levels = []
-    for k in range(1, order + 1):
-        grams = sorted(g for g in counts if len(g) == k)
-        levels.append((np.array(grams, dtype=np.int64).reshape(-1, k),
-                       np.array([counts[g] for g in grams], dtype=np.uint64)))
-    meta = {"name": "propose-decoding-test", "tokenizer": {"fingerprint": model_fingerprint(SAMPLE_TOKENIZER)}}
-    write_trie(path, order=order, vocab_size=vocab, eos_id=0, meta=meta, plans=plans_from_ngrams(levels),
-               chunks=levels_from_ngrams(levels))
-    return path
-
-
 @pytest.fixture(scope="module")
 def trie(tmp_path_factory: pytest.TempPathFactory, prompts: list[list[int]], refs: list[list[int]]) -> Path:
     rng = np.random.default_rng(0)
     docs = [prompts[i] + refs[i] for i in KNOWN]
     docs += [prompts[i] + [int(t) for t in rng.integers(1, 4096, MAX_NEW)] for i in MISLEADING]
-    return _write_trie(tmp_path_factory.mktemp("proposals") / "known.ngt", docs)
+    return write_count_trie(tmp_path_factory.mktemp("proposals") / "known.ngt", docs, "propose-decoding-test")
 
 
 @pytest.fixture(scope="module")

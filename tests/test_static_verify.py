@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,12 @@ from dart_client.generate import ProposalGenerator  # noqa: E402
 from dart_client.kv_cache import CacheOverflowError  # noqa: E402
 from dart_client.oracle import OracleDrafter, OracleTarget  # noqa: E402
 from dart_client.proposer import LocalProposer, LookupProposer  # noqa: E402
-from dart_client.pruner import model_fingerprint  # noqa: E402
 from dart_client.random_models import random_drafter, random_sample_target, random_target  # noqa: E402
-from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie  # noqa: E402
 from tests.dart_testbed import (  # noqa: E402
     encode_prompts,
     fitted_drafter,
     one_torch_thread,  # noqa: F401  (autouse)
+    write_count_trie,
 )
 
 MAX_NEW = 24
@@ -67,18 +65,7 @@ def trie(tmp_path_factory: pytest.TempPathFactory, prompts: list[list[int]], ref
     rng = np.random.default_rng(0)
     docs = [p + (r if i % 2 == 0 else [int(t) for t in rng.integers(1, 4096, MAX_NEW)])
             for i, (p, r) in enumerate(zip(prompts, refs))]
-    order = 3
-    counts = Counter(tuple(d[i:i + k]) for d in docs for k in range(1, order + 1) for i in range(len(d) - k + 1))
-    levels = []
-    for k in range(1, order + 1):
-        grams = sorted(g for g in counts if len(g) == k)
-        levels.append((np.array(grams, dtype=np.int64).reshape(-1, k),
-                       np.array([counts[g] for g in grams], dtype=np.uint64)))
-    meta = {"name": "static-verify-test", "tokenizer": {"fingerprint": model_fingerprint(SAMPLE_TOKENIZER)}}
-    path = tmp_path_factory.mktemp("static") / "known.ngt"
-    write_trie(path, order=order, vocab_size=4096, eos_id=0, meta=meta, plans=plans_from_ngrams(levels),
-               chunks=levels_from_ngrams(levels))
-    return path
+    return write_count_trie(tmp_path_factory.mktemp("static") / "known.ngt", docs, "static-verify-test")
 
 
 def _decode(gen: Any, prompts: list[list[int]], new: int = MAX_NEW) -> list[tuple[list[int], list[int]]]:
