@@ -224,17 +224,24 @@ def decompress_trie(src: BinaryIO, dest: BinaryIO) -> None:
     shutil.copyfileobj(reader, dest, 1 << 20)
 
 
+def decompress_trie_file(src: str | Path, dest: BinaryIO, location: str,
+                         error: type[Exception] = TrieFormatError) -> None:
+    """decompress_trie from the file ``src``: a corrupted stream or a file
+    that is no trie raised as ``error``, its message naming ``location``."""
+    import zstandard
+
+    try:
+        with open(src, "rb") as f:
+            decompress_trie(f, dest)
+    except zstandard.ZstdError as e:
+        raise error(f"{location}: corrupted zstd-compressed trie: {e}") from e
+    except TrieFormatError as e:
+        raise error(f"{location}: {e}") from None
+
+
 def _decompress(path: str) -> bytes:
     import io
 
-    import zstandard
-
     out = io.BytesIO()
-    try:
-        with open(path, "rb") as f:
-            decompress_trie(f, out)
-    except zstandard.ZstdError as e:
-        raise TrieFormatError(f"{path}: corrupted zstd-compressed trie: {e}") from e
-    except TrieFormatError as e:
-        raise TrieFormatError(f"{path}: {e}") from None
+    decompress_trie_file(path, out, path)
     return out.getvalue()

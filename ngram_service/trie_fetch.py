@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from ngram_service.index import ZSTD_MAGIC, NgramIndex, TrieFormatError, decompress_trie
+from ngram_service.index import ZSTD_MAGIC, NgramIndex, TrieFormatError, decompress_trie_file
 
 __all__ = ["REMOTE_SCHEMES", "TrieFetchError", "cache_path", "decompress_to_memory", "fetch_trie", "is_compressed",
            "is_remote"]
@@ -77,7 +77,7 @@ def decompress_to_memory(path: str) -> str:
     os.set_inheritable(fd, True)
     t0 = time.monotonic()
     with os.fdopen(os.dup(fd), "wb") as dest:
-        _decompress_into(Path(path), dest, path)
+        decompress_trie_file(path, dest, path, TrieFetchError)
     log_event("info", "trie_decompressed", path=path, bytes=os.fstat(fd).st_size,
               seconds=round(time.monotonic() - t0, 3))
     return f"/proc/self/fd/{fd}"
@@ -172,18 +172,6 @@ def _download(location: str, out: BinaryIO) -> int:
     return written
 
 
-def _decompress_into(src: Path, dest: BinaryIO, location: str) -> None:
-    import zstandard
-
-    try:
-        with open(src, "rb") as f:
-            decompress_trie(f, dest)
-    except zstandard.ZstdError as e:
-        raise TrieFetchError(f"{location}: corrupted zstd-compressed trie: {e}") from e
-    except TrieFormatError as e:
-        raise TrieFetchError(f"{location}: {e}") from None
-
-
 def _fetch_into(location: str, dest: Path) -> int:
     """Download, check, and atomically rename into ``dest``; returns the bytes downloaded."""
     tmp_paths: list[Path] = []
@@ -201,7 +189,7 @@ def _fetch_into(location: str, dest: Path) -> int:
             compressed = f.read(4) == ZSTD_MAGIC
         if compressed:
             with temp() as plain:
-                _decompress_into(ready, plain, location)
+                decompress_trie_file(ready, plain, location, TrieFetchError)
             ready = tmp_paths[1]
         try:
             _verify(ready)

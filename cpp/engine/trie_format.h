@@ -2,6 +2,7 @@
 // specification; this header is its single definition in code.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 namespace ngram {
 
@@ -28,6 +29,18 @@ struct FileHeader {
   uint64_t reserved;
 };
 static_assert(sizeof(FileHeader) == 64, "header is 64 bytes");
+
+// A header with the magic and these fields; the section table's fields are
+// the writer's to fill (SectionFile::commit).
+inline FileHeader make_header(uint32_t version, uint32_t order, uint64_t vocab_size, int64_t eos_id) {
+  FileHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.version = version;
+  h.order = order;
+  h.vocab_size = vocab_size;
+  h.eos_id = eos_id;
+  return h;
+}
 
 enum class SectionKind : uint32_t {
   kMeta = 1,         // UTF-8 JSON: tokenizer, corpus manifest, build parameters

@@ -76,46 +76,46 @@ inline uint64_t section_bytes(SectionKind kind, uint64_t count, uint32_t width) 
   }
 }
 
+// The group of sections a kind belongs to, as error messages name it: the
+// tokens (with the counts they are sized by), the dense runs, the token
+// samples, the child offsets, and the count ranks.
+enum class SectionGroup : uint8_t { kTokens, kDenseRuns, kTokenSamples, kChildOffsets, kCounts };
+
+inline SectionGroup section_group(SectionKind kind) {
+  switch (kind) {
+    case SectionKind::kTokens:
+    case SectionKind::kTokenBits:
+    case SectionKind::kTokenStarts:
+    case SectionKind::kTokenEnds:
+    case SectionKind::kUsedTokens:
+    case SectionKind::kUsedTokenRanks: return SectionGroup::kTokens;
+    case SectionKind::kDenseRuns:
+    case SectionKind::kDenseBits:
+    case SectionKind::kDenseRanks: return SectionGroup::kDenseRuns;
+    case SectionKind::kTokenSamples: return SectionGroup::kTokenSamples;
+    case SectionKind::kChildOffsets:
+    case SectionKind::kChildLow:
+    case SectionKind::kChildHigh:
+    case SectionKind::kChildSelect: return SectionGroup::kChildOffsets;
+    default: return SectionGroup::kCounts;
+  }
+}
+
 // The sentence an error message gives when a level's section of this kind is
 // missing where the layout needs it (or present where it does not), and when
 // its count or width is not the layout's.
 inline const char* layout_missing_message(SectionKind kind) {
-  switch (kind) {
-    case SectionKind::kTokens:
-    case SectionKind::kTokenBits:
-    case SectionKind::kTokenStarts:
-    case SectionKind::kTokenEnds:
-    case SectionKind::kUsedTokens:
-    case SectionKind::kUsedTokenRanks: return "token section missing or unexpected";
-    case SectionKind::kDenseRuns:
-    case SectionKind::kDenseBits:
-    case SectionKind::kDenseRanks: return "dense run sections missing or unexpected";
-    case SectionKind::kTokenSamples: return "token samples missing or unexpected";
-    case SectionKind::kChildOffsets:
-    case SectionKind::kChildLow:
-    case SectionKind::kChildHigh:
-    case SectionKind::kChildSelect: return "child offset sections missing or unexpected";
-    default: return "count sections missing";
-  }
+  static constexpr const char* kText[] = {"token section missing or unexpected",
+                                          "dense run sections missing or unexpected",
+                                          "token samples missing or unexpected",
+                                          "child offset sections missing or unexpected", "count sections missing"};
+  return kText[static_cast<uint8_t>(section_group(kind))];
 }
 inline const char* layout_size_message(SectionKind kind) {
-  switch (kind) {
-    case SectionKind::kTokens:
-    case SectionKind::kTokenBits:
-    case SectionKind::kTokenStarts:
-    case SectionKind::kTokenEnds:
-    case SectionKind::kUsedTokens:
-    case SectionKind::kUsedTokenRanks: return "token and count sections differ in size";
-    case SectionKind::kDenseRuns:
-    case SectionKind::kDenseBits:
-    case SectionKind::kDenseRanks: return "dense run sections differ in size";
-    case SectionKind::kTokenSamples: return "token samples differ in size";
-    case SectionKind::kChildOffsets:
-    case SectionKind::kChildLow:
-    case SectionKind::kChildHigh:
-    case SectionKind::kChildSelect: return "child offsets differ in size";
-    default: return "count rank sections differ in size";
-  }
+  static constexpr const char* kText[] = {"token and count sections differ in size", "dense run sections differ in size",
+                                          "token samples differ in size", "child offsets differ in size",
+                                          "count rank sections differ in size"};
+  return kText[static_cast<uint8_t>(section_group(kind))];
 }
 
 }  // namespace ngram

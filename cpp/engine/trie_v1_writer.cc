@@ -193,13 +193,7 @@ void TrieV1Writer::finish() {
                         " bytes, laid out " + std::to_string(e.length));
     table.push_back(e);
   }
-  FileHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof(kMagic));
-  h.version = kFormatVersion;
-  h.order = order_;
-  h.vocab_size = vocab_size_;
-  h.eos_id = eos_id_;
-  file_->commit(h, table, file_size_);
+  file_->commit(make_header(kFormatVersion, order_, vocab_size_, eos_id_), table, file_size_);
   finished_ = true;
 }
 

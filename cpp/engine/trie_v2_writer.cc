@@ -366,13 +366,7 @@ uint64_t write_from_v1(const TrieV1& src, uint64_t vocab, int64_t eos_id, const 
       if (e.kind != static_cast<uint32_t>(s.kind) || e.level != k || e.count != s.count || e.width != s.width)
         throw FormatError(path + ": internal error: section " + std::to_string(at - 1) + " is not the layout's");
     }
-  FileHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof(kMagic));
-  h.version = kFormatVersion2;
-  h.order = order;
-  h.vocab_size = vocab;
-  h.eos_id = eos_id;
-  return f.commit(h);
+  return f.commit(make_header(kFormatVersion2, order, vocab, eos_id));
 }
 
 // What each representation writes as version 2: a version-1 trie its
