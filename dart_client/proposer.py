@@ -19,8 +19,10 @@ in the engine's packed layout, one host-to-device copy, ``DraftTrees`` of
 the padded batch tensors.
 
 Parameters: the engine's (``ngram_service.proposals.DEFAULTS``: max_nodes,
-max_depth, max_branch, min_prob, backoff, corpus, lookup, lookup_weight,
-lookup_min_match), checked at construction. ``max_context``: the sequence's
+max_depth, max_branch, min_prob, corpus, lookup, lookup_weight,
+lookup_min_match, discount, lookup_decay, lookup_prior), each named in every
+constructor with the engine's default (None: the default), checked at
+construction. ``max_context``: the sequence's
 last tokens a search sees (None: the engine's limit); the corpus source
 reads only the last order - 1 of them, prompt lookup all of them, and a
 RemoteProposer sends them with every call (8 bytes a token).
@@ -39,6 +41,7 @@ import torch
 from dart_client.draft_trees import DraftTree, DraftTrees, TreeStaging, tree_batch
 from dart_client.host_link import HostLink, PrunerStats, check_fingerprint, model_fingerprint
 from ngram_service import NgramIndex, _engine, proposals
+from ngram_service.proposals import DEFAULTS
 
 __all__ = ["LocalProposer", "LookupProposer", "ProposeTiming", "RemoteProposer"]
 
@@ -63,10 +66,10 @@ class ProposeTiming:
 
 
 def _check_params(params: dict[str, Any]) -> dict[str, Any]:
-    """The engine's defaults with ``params`` over them, checked by the engine
-    (ValueError naming the field, TypeError for an unknown name)."""
+    """``params`` (every parameter, None: its default) with the engine's
+    defaults for None, checked by the engine (ValueError naming the field)."""
     proposals.propose_params(**params)
-    return {**proposals.DEFAULTS, **params}
+    return {k: DEFAULTS[k] if v is None else v for k, v in params.items()}
 
 
 def _lookup(context: np.ndarray, vocab: int, params: dict[str, Any]) -> Any:
@@ -80,11 +83,17 @@ def _lookup(context: np.ndarray, vocab: int, params: dict[str, Any]) -> Any:
 class _ProposerBase:
     """The calls, the trees back as tensors; subclasses propose."""
 
-    def __init__(self, *, max_context: int | None = None, **params: Any) -> None:
+    def __init__(self, *, max_context: int | None = None, max_nodes: int = DEFAULTS["max_nodes"],
+                 max_depth: int = DEFAULTS["max_depth"], max_branch: int = DEFAULTS["max_branch"],
+                 min_prob: float = DEFAULTS["min_prob"], corpus: bool = DEFAULTS["corpus"],
+                 lookup: bool = DEFAULTS["lookup"], lookup_weight: float = DEFAULTS["lookup_weight"],
+                 lookup_min_match: int = DEFAULTS["lookup_min_match"], discount: float = DEFAULTS["discount"],
+                 lookup_decay: float = DEFAULTS["lookup_decay"],
+                 lookup_prior: float = DEFAULTS["lookup_prior"]) -> None:
         if max_context is not None and not 1 <= max_context <= MAX_CONTEXT:
             raise ValueError(f"max_context must be in 1..{MAX_CONTEXT}, got {max_context}")
         self.max_context = int(max_context or MAX_CONTEXT)
-        self.params = _check_params(params)
+        self.params = _check_params(proposals.propose_keywords(locals()))
         self.stats = PrunerStats()
         self.timing = ProposeTiming()
         self._staging = TreeStaging()
@@ -183,8 +192,14 @@ class LocalProposer(_ProposerBase):
     """
 
     def __init__(self, trie: str | Path | NgramIndex, *, tokenizer: Any = None,
-                 tokenizer_fingerprint: str | None = None, threads: int | None = None, **params: Any) -> None:
-        super().__init__(**params)
+                 tokenizer_fingerprint: str | None = None, threads: int | None = None, max_context: int | None = None,
+                 max_nodes: int = DEFAULTS["max_nodes"], max_depth: int = DEFAULTS["max_depth"],
+                 max_branch: int = DEFAULTS["max_branch"], min_prob: float = DEFAULTS["min_prob"],
+                 corpus: bool = DEFAULTS["corpus"], lookup: bool = DEFAULTS["lookup"],
+                 lookup_weight: float = DEFAULTS["lookup_weight"], lookup_min_match: int = DEFAULTS["lookup_min_match"],
+                 discount: float = DEFAULTS["discount"], lookup_decay: float = DEFAULTS["lookup_decay"],
+                 lookup_prior: float = DEFAULTS["lookup_prior"]) -> None:
+        super().__init__(max_context=max_context, **proposals.propose_keywords(locals()))
         self.index = trie if isinstance(trie, NgramIndex) else NgramIndex.open(trie)
         self.info = self.index.info()
         fp = tokenizer_fingerprint or (model_fingerprint(tokenizer) if tokenizer is not None else None)
@@ -227,15 +242,24 @@ class RemoteProposer(HostLink, _ProposerBase):
     host alone for a back-off (backoff_initial, doubling up to backoff_max
     seconds; reset by a success) before trying it again, as RemotePruner
     does. transport, index, client_options, the tokenizer fingerprint check:
-    as RemotePruner's (HostLink.KEYWORDS). Other keywords: propose's
-    parameters, and max_context.
+    as RemotePruner's (HostLink.KEYWORDS; an unknown keyword is a
+    TypeError naming it). Other keywords: propose's parameters, and
+    max_context.
     """
 
     without_host = "proposing by prompt lookup alone"
 
-    def __init__(self, targets: str | Sequence[str], **kwargs: Any) -> None:
-        host = HostLink.take_keywords(kwargs)
-        super().__init__(**kwargs)
+    def __init__(self, targets: str | Sequence[str], *, max_context: int | None = None,
+                 max_nodes: int = DEFAULTS["max_nodes"], max_depth: int = DEFAULTS["max_depth"],
+                 max_branch: int = DEFAULTS["max_branch"], min_prob: float = DEFAULTS["min_prob"],
+                 corpus: bool = DEFAULTS["corpus"], lookup: bool = DEFAULTS["lookup"],
+                 lookup_weight: float = DEFAULTS["lookup_weight"], lookup_min_match: int = DEFAULTS["lookup_min_match"],
+                 discount: float = DEFAULTS["discount"], lookup_decay: float = DEFAULTS["lookup_decay"],
+                 lookup_prior: float = DEFAULTS["lookup_prior"], **host_keywords: Any) -> None:
+        host = HostLink.take_keywords(host_keywords)
+        if host_keywords:
+            raise TypeError(f"RemoteProposer() got an unexpected keyword argument {next(iter(host_keywords))!r}")
+        super().__init__(max_context=max_context, **proposals.propose_keywords(locals()))
         self.order = 0
         self._connect(targets, **host)
 

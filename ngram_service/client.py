@@ -30,7 +30,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ngram_service import _engine, tree
+from ngram_service import _engine, proposals, tree
 from ngram_service.index import TopK, info_dict
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 
@@ -415,21 +415,30 @@ class NgramClient(_ClientBase):
         is accepted for compatibility (the host decides)."""
         return self._call(self._prune_many(requests, tree.prune_keywords(locals())), timeout)
 
-    def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.DraftTree:
+    def propose(self, context: Any, *, timeout: float | None = None, max_nodes: int | None = None,
+                max_depth: int | None = None, max_branch: int | None = None, min_prob: float | None = None,
+                corpus: bool | None = None, lookup: bool | None = None, lookup_weight: float | None = None,
+                lookup_min_match: int | None = None, discount: float | None = None, lookup_decay: float | None = None,
+                lookup_prior: float | None = None) -> tree.DraftTree:
         """A draft tree of the corpus' and the context's likeliest
         continuations of ``context`` (int [N], the whole sequence so far);
-        see NgramIndex.propose (same parameters, defaults and tree; scores
-        are path probabilities). Bad values: grpc.RpcError
-        INVALID_ARGUMENT with the engine's message."""
-        return self._call(self._propose_one(context, params), timeout)
+        see NgramIndex.propose (same parameters and tree; None, the default
+        of each: the host's default, the engine's table; scores are path
+        probabilities). Bad values: grpc.RpcError INVALID_ARGUMENT with the
+        engine's message."""
+        return self._call(self._propose_one(context, proposals.propose_keywords(locals())), timeout)
 
     def propose_batch(self, contexts: Any, *, timeout: float | None = None, threads: int | None = None,
-                      **params: Any) -> list[tree.DraftTree]:
+                      max_nodes: int | None = None, max_depth: int | None = None, max_branch: int | None = None,
+                      min_prob: float | None = None, corpus: bool | None = None, lookup: bool | None = None,
+                      lookup_weight: float | None = None, lookup_min_match: int | None = None,
+                      discount: float | None = None, lookup_decay: float | None = None,
+                      lookup_prior: float | None = None) -> list[tree.DraftTree]:
         """propose for many contexts in one call, one parameter set; see
-        NgramIndex.propose_batch (an invalid context is INVALID_ARGUMENT
-        prefixed ``contexts[i]:``). ``threads`` is accepted for
-        compatibility (the host decides)."""
-        return self._call(self._propose_many(contexts, params), timeout)
+        NgramIndex.propose_batch (None: the host's default; an invalid
+        context is INVALID_ARGUMENT prefixed ``contexts[i]:``). ``threads``
+        is accepted for compatibility (the host decides)."""
+        return self._call(self._propose_many(contexts, proposals.propose_keywords(locals())), timeout)
 
 
 class AsyncNgramClient(_ClientBase):
@@ -484,9 +493,17 @@ class AsyncNgramClient(_ClientBase):
                           ngram_on_first_level: bool | None = None) -> list[tree.DraftTree]:
         return await self._call(self._prune_many(requests, tree.prune_keywords(locals())), timeout)
 
-    async def propose(self, context: Any, *, timeout: float | None = None, **params: Any) -> tree.DraftTree:
-        return await self._call(self._propose_one(context, params), timeout)
+    async def propose(self, context: Any, *, timeout: float | None = None, max_nodes: int | None = None,
+                      max_depth: int | None = None, max_branch: int | None = None, min_prob: float | None = None,
+                      corpus: bool | None = None, lookup: bool | None = None, lookup_weight: float | None = None,
+                      lookup_min_match: int | None = None, discount: float | None = None,
+                      lookup_decay: float | None = None, lookup_prior: float | None = None) -> tree.DraftTree:
+        return await self._call(self._propose_one(context, proposals.propose_keywords(locals())), timeout)
 
     async def propose_batch(self, contexts: Any, *, timeout: float | None = None, threads: int | None = None,
-                            **params: Any) -> list[tree.DraftTree]:
-        return await self._call(self._propose_many(contexts, params), timeout)
+                            max_nodes: int | None = None, max_depth: int | None = None, max_branch: int | None = None,
+                            min_prob: float | None = None, corpus: bool | None = None, lookup: bool | None = None,
+                            lookup_weight: float | None = None, lookup_min_match: int | None = None,
+                            discount: float | None = None, lookup_decay: float | None = None,
+                            lookup_prior: float | None = None) -> list[tree.DraftTree]:
+        return await self._call(self._propose_many(contexts, proposals.propose_keywords(locals())), timeout)

@@ -12,6 +12,8 @@ import numpy as np
 
 from ngram_service import _engine
 from ngram_service._engine import TrieFormatError
+from ngram_service.proposals import DEFAULTS as PROPOSE_DEFAULTS
+from ngram_service.proposals import propose_keywords
 from ngram_service.tree import FIELD_DEFAULTS, DraftTree, prune_keywords
 
 #: A zstd-compressed trie's first bytes (``ngram-build --compress``): the engine's definition.
@@ -47,9 +49,16 @@ class Prune(Protocol):
 
 
 class Propose(Protocol):
-    """``NgramIndex.propose``'s signature (the engine's method)."""
+    """``NgramIndex.propose``'s signature (the engine's method, whose own
+    signature text is the engine table's: ``help(idx.propose)``)."""
 
-    def __call__(self, context: Any, *, timeout: float | None = None, **params: Any) -> DraftTree: ...
+    def __call__(self, context: Any, *, max_nodes: int = PROPOSE_DEFAULTS["max_nodes"],
+                 max_depth: int = PROPOSE_DEFAULTS["max_depth"], max_branch: int = PROPOSE_DEFAULTS["max_branch"],
+                 min_prob: float = PROPOSE_DEFAULTS["min_prob"], corpus: bool = PROPOSE_DEFAULTS["corpus"],
+                 lookup: bool = PROPOSE_DEFAULTS["lookup"], lookup_weight: float = PROPOSE_DEFAULTS["lookup_weight"],
+                 lookup_min_match: int = PROPOSE_DEFAULTS["lookup_min_match"],
+                 discount: float = PROPOSE_DEFAULTS["discount"], lookup_decay: float = PROPOSE_DEFAULTS["lookup_decay"],
+                 lookup_prior: float = PROPOSE_DEFAULTS["lookup_prior"], timeout: float | None = None) -> DraftTree: ...
 
 
 class NgramIndex:
@@ -81,10 +90,10 @@ class NgramIndex:
     parameters (the engine's table, kPruneFields) and errors as
     ``ngram_service.tree.prune``.
 
-    ``propose(context, *, timeout=None, **params)``: a draft tree grown from
-    the trie and the context alone (no drafter), a DraftTree whose scores
-    are path probabilities; parameters and errors as
-    ``ngram_service.proposals.propose``.
+    ``propose(context, *, max_nodes=64, ..., timeout=None)``: a draft tree
+    grown from the trie and the context alone (no drafter), a DraftTree
+    whose scores are path probabilities; parameters (the engine's table,
+    kProposeFields) and errors as ``ngram_service.proposals.propose``.
     """
 
     conditional_probs: ConditionalProbs
@@ -162,10 +171,17 @@ class NgramIndex:
         return _engine.prune_batch(self._t, requests, threads=threads, timeout=timeout, **prune_keywords(locals()))
 
     def propose_batch(self, contexts: Any, *, threads: int | None = None, timeout: float | None = None,
-                      **params: Any) -> list[DraftTree]:
+                      max_nodes: int = PROPOSE_DEFAULTS["max_nodes"], max_depth: int = PROPOSE_DEFAULTS["max_depth"],
+                      max_branch: int = PROPOSE_DEFAULTS["max_branch"], min_prob: float = PROPOSE_DEFAULTS["min_prob"],
+                      corpus: bool = PROPOSE_DEFAULTS["corpus"], lookup: bool = PROPOSE_DEFAULTS["lookup"],
+                      lookup_weight: float = PROPOSE_DEFAULTS["lookup_weight"],
+                      lookup_min_match: int = PROPOSE_DEFAULTS["lookup_min_match"],
+                      discount: float = PROPOSE_DEFAULTS["discount"],
+                      lookup_decay: float = PROPOSE_DEFAULTS["lookup_decay"],
+                      lookup_prior: float = PROPOSE_DEFAULTS["lookup_prior"]) -> list[DraftTree]:
         """Many proposals on all cores, GIL released; see ngram_service.proposals.propose_batch.
         timeout: seconds (None: no limit); TimeoutError, and no trees, once it passes."""
-        return _engine.propose_batch(self._t, contexts, threads=threads, timeout=timeout, **params)
+        return _engine.propose_batch(self._t, contexts, threads=threads, timeout=timeout, **propose_keywords(locals()))
 
     def info(self) -> dict[str, Any]:
         """Header, metadata (tokenizer, corpus manifest, build parameters) and

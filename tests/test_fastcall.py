@@ -1,6 +1,7 @@
-"""The per-query entry points (prune, conditional_probs) are fast-call functions
-(cpp/python/fastcall.h): Python's argument rules, arrays read where they lie
-(in any byte order), the same answers by every route."""
+"""The per-query entry points (prune, propose, conditional_probs) are fast-call
+functions (cpp/python/fastcall.h): Python's argument rules, arrays read where
+they lie (in any byte order), the same answers by every route; prune's and
+propose's parameters named in every signature from the engine's tables."""
 from __future__ import annotations
 
 import inspect
@@ -9,9 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import GOLDEN
-from ngram_service import NgramIndex, _engine
+from ngram_service import NgramIndex, _engine, proposals
 from ngram_service import tree as tree_module
 from ngram_service.client import AsyncNgramClient, NgramClient
+from ngram_service.index import Propose
 from ngram_service.tree import prune as tree_prune
 
 
@@ -101,10 +103,10 @@ def test_any_byte_order_and_layout(golden) -> None:
 FIELDS = [row["name"] for row in _engine.PRUNE_FIELDS]
 
 
-def _keywords(f) -> dict[str, object]:
+def _keywords(f, fields: list[str] = FIELDS) -> dict[str, object]:
     """The table's parameters among f's keyword-only ones, in order, with their defaults."""
     ps = inspect.signature(f).parameters.values()
-    return {p.name: p.default for p in ps if p.kind is p.KEYWORD_ONLY and p.name in FIELDS}
+    return {p.name: p.default for p in ps if p.kind is p.KEYWORD_ONLY and p.name in fields}
 
 
 def test_prune_signatures_name_every_parameter_of_the_engine_table(golden) -> None:
@@ -149,3 +151,83 @@ def test_none_is_the_default_everywhere(golden) -> None:
     for got in (idx.prune_batch(reqs, **nones), tree_module.prune_batch(idx.engine, reqs, **nones)):
         assert all(same_tree(g, w) for g, w in zip(got, want))
     assert tree_module.prune_params(**nones) == tree_module.prune_params()
+
+
+# ---- propose's parameters: named, from the engine's table ----------------------------
+
+PROPOSE_FIELDS = [row["name"] for row in _engine.PROPOSE_FIELDS]
+PROPOSE_DEFAULTS = {row["name"]: row["default"] for row in _engine.PROPOSE_FIELDS}
+
+
+def _no_var_keyword(f) -> bool:
+    return all(p.kind is not p.VAR_KEYWORD for p in inspect.signature(f).parameters.values())
+
+
+def test_propose_signatures_name_every_parameter_of_the_engine_table(golden) -> None:
+    """help() and IDEs show propose's parameters by name with the engine's defaults (None for a
+    client: the host's), and no route takes **kwargs: a row of kProposeFields missing from any
+    signature fails here."""
+    idx = golden[0]
+    in_process = (proposals.propose, proposals.propose_batch, proposals.propose_lookup, proposals.propose_params,
+                  NgramIndex.propose_batch, idx.propose, idx.propose_batch, Propose.__call__, _engine.propose,
+                  _engine.Trie.propose, _engine.propose_batch, _engine.propose_lookup, _engine.propose_params)
+    typed = {k: (v, type(v)) for k, v in PROPOSE_DEFAULTS.items()}  # 1.0 a float in help(), not 1
+    for f in in_process:
+        got = _keywords(f, PROPOSE_FIELDS)
+        assert {k: (v, type(v)) for k, v in got.items()} == typed, f
+        assert list(got) == PROPOSE_FIELDS, f  # the table's order
+    clients = (NgramClient.propose, NgramClient.propose_batch, AsyncNgramClient.propose,
+               AsyncNgramClient.propose_batch)
+    for f in clients:
+        assert _keywords(f, PROPOSE_FIELDS) == dict.fromkeys(PROPOSE_FIELDS), f
+    for f in in_process + clients:
+        assert _no_var_keyword(f), f
+    assert proposals.DEFAULTS == PROPOSE_DEFAULTS == _engine.PROPOSE_DEFAULTS
+
+
+def test_the_proposers_name_every_parameter_of_the_engine_table() -> None:
+    pytest.importorskip("torch")
+    from dart_client.proposer import LocalProposer, LookupProposer, RemoteProposer
+
+    for cls in (LocalProposer, LookupProposer, RemoteProposer):
+        assert _keywords(cls, PROPOSE_FIELDS) == PROPOSE_DEFAULTS, cls
+    assert _no_var_keyword(LocalProposer) and _no_var_keyword(LookupProposer)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nodes'"):
+        LookupProposer(nodes=3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nodes'"):
+        RemoteProposer("127.0.0.1:1", nodes=3)
+    assert LookupProposer(**dict.fromkeys(PROPOSE_FIELDS)).params == PROPOSE_DEFAULTS
+
+
+@pytest.mark.parametrize("call", [
+    lambda idx, c: idx.propose(c, nodes=4),
+    lambda idx, c: idx.propose_batch([c], nodes=4),
+    lambda idx, c: _engine.propose(idx.engine, c, nodes=4),
+    lambda idx, c: proposals.propose(idx.engine, c, nodes=4),
+    lambda idx, c: proposals.propose_batch(idx.engine, [c], nodes=4),
+    lambda idx, c: proposals.propose_lookup(c, 4096, nodes=4),
+    lambda idx, c: proposals.propose_params(nodes=4),
+    lambda idx, c: NgramClient("127.0.0.1:1").propose(c, nodes=4),
+    lambda idx, c: NgramClient("127.0.0.1:1").propose_batch([c], nodes=4),
+])
+def test_an_unknown_propose_keyword_is_a_type_error_naming_it(golden, call) -> None:
+    idx, reqs, _ = golden
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nodes'"):
+        call(idx, reqs[0][0])
+
+
+def test_none_is_propose_default_everywhere(golden) -> None:
+    """A propose parameter given as None is its default from the engine's table, by every in-process route."""
+    idx, reqs, _ = golden
+    nones = dict.fromkeys(PROPOSE_FIELDS)
+    contexts = [r[0] for r in reqs]
+    want = [idx.propose(c) for c in contexts]
+    for c, w in zip(contexts, want):
+        assert same_tree(idx.propose(c, **nones), w)
+        assert same_tree(proposals.propose(idx.engine, c, **nones), w)
+        assert same_tree(proposals.propose_lookup(c, idx.vocab_size, **nones),
+                         proposals.propose_lookup(c, idx.vocab_size))
+    for got in (idx.propose_batch(contexts, **nones), proposals.propose_batch(idx.engine, contexts, **nones)):
+        assert all(same_tree(g, w) for g, w in zip(got, want))
+    assert proposals.propose_params(**nones) == proposals.propose_params()
+    assert not same_tree(idx.propose(contexts[0], max_nodes=2), want[0])  # the keyword does something

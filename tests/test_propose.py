@@ -323,7 +323,7 @@ def test_bad_input_is_named(tries: dict, call, message: str) -> None:
 
 
 def test_unknown_keyword_is_a_type_error(tries: dict) -> None:
-    with pytest.raises(TypeError, match="unexpected keyword 'nodes'; parameters are max_nodes"):
+    with pytest.raises(TypeError, match=r"propose\(\) got an unexpected keyword argument 'nodes'"):
         tries[(1, "mmap")].propose([1], nodes=3)
 
 

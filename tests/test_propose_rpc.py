@@ -277,7 +277,7 @@ def test_engine_context_limit(server: ServerProcess) -> None:
 def test_client_side_errors(server: ServerProcess) -> None:
     """What cannot be encoded is refused before any call, as NgramIndex refuses it."""
     with server.client() as c:
-        with pytest.raises(TypeError, match="unexpected keyword 'beam_width'"):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'beam_width'"):
             c.propose([1, 2], beam_width=3)
         with pytest.raises(ValueError, match="max_nodes must be an integer"):
             c.propose([1, 2], max_nodes=2.5)

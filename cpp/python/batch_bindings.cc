@@ -233,15 +233,13 @@ a lattice whose root or first level the trie cannot serve has depth 0.)")
 
   // LatticeBatch.prune: a fast-call method (fastcall.h) whose keywords and
   // signature text are kPruneFields' (param_conversion.h).
-  static const std::string prune_doc = prune_call_doc(
-      "prune", "$self, trie, out, rows=None", "threads=0",
-      "The engine's search of rows (None: all) on trie (an _engine.Trie, or an _engine.NoTrie: the drafter "
-      "alone), each tree into the same row of out (a TreeBatch); parameters as prune's (None or left out: the "
-      "default); threads 0: all cores.");
-  static PyMethodDef prune_method = {
-      "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&lattice_batch_prune)),
-      METH_FASTCALL | METH_KEYWORDS, prune_doc.c_str()};
-  add_fastcall(m, &prune_method, m.attr("LatticeBatch"));
+  add_fastcall(m, "prune", &lattice_batch_prune,
+               prune_call_doc(
+                   "prune", "$self, trie, out, rows=None", "threads=0",
+                   "The engine's search of rows (None: all) on trie (an _engine.Trie, or an _engine.NoTrie: the "
+                   "drafter alone), each tree into the same row of out (a TreeBatch); parameters as prune's (None "
+                   "or left out: the default); threads 0: all cores."),
+               m.attr("LatticeBatch"));
 
   py::class_<TreeBatch>(m, "TreeBatch", R"(The draft trees of a batch, filled by LatticeBatch.prune or decode, packed by pack.
 

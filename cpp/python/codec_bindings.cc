@@ -55,7 +55,7 @@ void bind_codecs(py::module_& m) {
       [](const std::string& index, const std::string& fingerprint, const py::dict& params,
          const py::iterable& contexts) {
         std::string out =
-            wire::propose_tree_head(index, fingerprint, given_propose_params(params, "propose", false, true));
+            wire::propose_tree_head(index, fingerprint, given_propose_params(params));
         Ids ids;
         size_t i = 0;
         for (const py::handle c : contexts) {

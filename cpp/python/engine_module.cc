@@ -203,12 +203,10 @@ PYBIND11_MODULE(_engine, m) {
 
   // conditional_probs: a fast-call method (fastcall.h), called once per
   // query by some callers.
-  static PyMethodDef conditional_probs_method = {
-      "conditional_probs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&conditional_probs_fastcall)),
-      METH_FASTCALL | METH_KEYWORDS,
-      "conditional_probs(contexts, candidates, *, timeout=None)\nDART-compatible conditional probabilities "
-      "(see ngram_service.NgramIndex.conditional_probs)."};
-  add_fastcall(m, &conditional_probs_method, m.attr("Trie"));
+  add_fastcall(m, "conditional_probs", &conditional_probs_fastcall,
+               "conditional_probs(contexts, candidates, *, timeout=None)\nDART-compatible conditional probabilities "
+               "(see ngram_service.NgramIndex.conditional_probs).",
+               m.attr("Trie"));
   bind_batches(m);
   bind_prune(m);  // after Trie, whose method prune becomes
   bind_propose(m);  // after Trie and DraftTree

@@ -1,8 +1,11 @@
-// Functions called once per draft step (prune, conditional_probs) as plain
-// CPython METH_FASTCALL | METH_KEYWORDS functions rather than pybind11 ones:
-// their Python overhead is part of every step's latency, and pybind11's
-// dispatcher (keyword names matched by strcmp, then each argument's caster)
-// costs about a microsecond more per call. Everything else stays pybind11.
+// Functions called once per draft step (prune, propose, conditional_probs)
+// as plain CPython METH_FASTCALL | METH_KEYWORDS functions rather than
+// pybind11 ones: their Python overhead is part of every step's latency, and
+// pybind11's dispatcher (keyword names matched by strcmp, then each
+// argument's caster) costs about a microsecond more per call. The other
+// functions that take prune's or propose's parameters are fast-call too,
+// so that every one has the signature made from the engine's table
+// (param_conversion.h). Everything else stays pybind11.
 #pragma once
 #include <pybind11/pybind11.h>
 
@@ -11,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace ngram_py {
 
@@ -105,16 +109,24 @@ T* bound_object(PyObject* obj) {
   return vh ? vh.template value_ptr<T>() : nullptr;
 }
 
-// A METH_FASTCALL | METH_KEYWORDS C function as a module-level function
-// (self: nullptr) or, with `method_of`, a method of that class.
-inline void add_fastcall(py::handle scope, PyMethodDef* def, py::handle method_of = py::handle()) {
+// A METH_FASTCALL | METH_KEYWORDS C function.
+using FastCall = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames);
+
+// `call` as the module-level function `name` of `scope` (self: nullptr) or,
+// with `method_of`, a method of that class; `doc` its docstring (a head
+// "name(...)\n--\n\n" is its signature for help() and inspect). The
+// definition and the docstring are kept for the process, as CPython needs.
+inline void add_fastcall(py::handle scope, const char* name, FastCall call, std::string doc,
+                         py::handle method_of = py::handle()) {
+  auto* def = new PyMethodDef{name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(call)),
+                              METH_FASTCALL | METH_KEYWORDS, (new std::string(std::move(doc)))->c_str()};
   py::object f;
   if (method_of)
     f = py::reinterpret_steal<py::object>(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(method_of.ptr()), def));
   else
     f = py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, py::getattr(scope, "__name__").ptr()));
   if (!f) throw py::error_already_set();
-  py::setattr(method_of ? method_of : scope, def->ml_name, f);
+  py::setattr(method_of ? method_of : scope, name, f);
 }
 
 }  // namespace ngram_py

@@ -54,12 +54,13 @@ double written(float v) { return std::stod(number_text(v)); }
 
 }  // namespace
 
-// An integer field's range as its messages write it ("1..1024"), made once.
-static const std::string& integer_range(uint32_t i) {
-  static const std::array<std::string, kPruneFieldCount> ranges = [] {
-    std::array<std::string, kPruneFieldCount> r;
-    for (uint32_t j = 0; j < kPruneFieldCount; ++j)
-      if (kPruneFields[j].integer) r[j] = std::to_string(kPruneFields[j].lo) + ".." + std::to_string(kPruneFields[j].hi);
+// A table's integer fields' ranges as their messages write them ("1..1024"), made once.
+template <class Field, size_t N>
+static const std::string& integer_range(const Field (&table)[N], uint32_t i) {
+  static const std::array<std::string, N> ranges = [&table] {
+    std::array<std::string, N> r;
+    for (size_t j = 0; j < N; ++j)
+      if (table[j].integer) r[j] = std::to_string(table[j].lo) + ".." + std::to_string(table[j].hi);
     return r;
   }();
   return ranges[i];
@@ -79,7 +80,7 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
     }
     if (!h || h.is_none()) continue;  // not given: the table's default
     if (f.integer) {
-      p.*f.integer = integer(h, f.name, integer_range(i));
+      p.*f.integer = integer(h, f.name, integer_range(kPruneFields, i));
     } else if (f.weight) {
       const double w = PyFloat_Check(h.ptr()) ? PyFloat_AS_DOUBLE(h.ptr()) : PyFloat_AsDouble(h.ptr());
       if (w == -1.0 && PyErr_Occurred()) {
@@ -99,46 +100,86 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
   }
 }
 
-PruneParamHandles prune_handles(PyObject* const* args, size_t first) {
-  PruneParamHandles h;
-  for (size_t i = 0; i < h.size(); ++i) h[i] = args[first + i];
-  return h;
+void load_propose_params(const ProposeParamHandles& v, ProposeParams& p) {
+  p = ProposeParams{};
+  for (uint32_t i = 0; i < kProposeFieldCount; ++i) {
+    const ProposeField& f = kProposeFields[i];
+    const py::handle h = v[i];
+    if (!h || h.is_none()) continue;  // not given: the table's default
+    if (f.integer) p.*f.integer = integer(h, f.name, integer_range(kProposeFields, i));
+    else if (f.unit) p.*f.unit = static_cast<float>(real(h, f.name));
+    else p.*f.flag = truth(h, f.name);
+  }
+}
+
+// A float default as Python writes it (1.0, not 1: a float in help()).
+static std::string float_text(float v) {
+  std::string s = number_text(v);
+  return s.find_first_of(".en") == std::string::npos ? s + ".0" : s;
 }
 
 // A default as Python writes it in a signature.
 static std::string default_text(const PruneField& f, const PruneParams& d) {
   if (f.integer) return std::to_string(d.*f.integer);
-  if (f.weight) return number_text(d.*f.weight);
+  if (f.weight) return float_text(d.*f.weight);
   if (f.flag) return d.*f.flag ? "True" : "False";
   return "None";  // a weight per level (DART's), the token (the trie's)
+}
+static std::string default_text(const ProposeField& f, const ProposeParams& d) {
+  if (f.integer) return std::to_string(d.*f.integer);
+  if (f.unit) return float_text(d.*f.unit);
+  return d.*f.flag ? "True" : "False";
+}
+
+// The docstring of a binding that takes a table's keywords (param_conversion.h).
+template <class Params, class Field, size_t N>
+static std::string call_doc(const Field (&table)[N], const std::string& name, const std::string& lead,
+                            const std::string& trail, const std::string& doc) {
+  const Params defaults;
+  std::string s = name + "(" + lead + (lead.empty() ? "*" : ", *");
+  for (const Field& f : table) s += std::string(", ") + f.name + "=" + default_text(f, defaults);
+  if (!trail.empty()) s += ", " + trail;
+  return s + ")\n--\n\n" + doc;
 }
 
 std::string prune_call_doc(const std::string& name, const std::string& lead, const std::string& trail,
                            const std::string& doc) {
-  const PruneParams defaults;
-  std::string s = name + "(" + lead + (lead.empty() ? "*" : ", *");
-  for (const PruneField& f : kPruneFields) s += std::string(", ") + f.name + "=" + default_text(f, defaults);
-  if (!trail.empty()) s += ", " + trail;
-  return s + ")\n--\n\n" + doc;
+  return call_doc<PruneParams>(kPruneFields, name, lead, trail, doc);
+}
+
+std::string propose_call_doc(const std::string& name, const std::string& lead, const std::string& trail,
+                             const std::string& doc) {
+  return call_doc<ProposeParams>(kProposeFields, name, lead, trail, doc);
+}
+
+// A dict's keywords as a table's handles (None: not given); returns which
+// were given (bit i: row i). An unknown name is a TypeError naming `call`
+// and the table's names.
+template <class Field, size_t N>
+static uint32_t dict_handles(const Field (&table)[N], const py::handle& params, const char* call,
+                             std::array<py::handle, N>& h) {
+  uint32_t given = 0;
+  for (const auto& item : py::reinterpret_borrow<py::dict>(params)) {
+    const std::string key = py::str(item.first);
+    uint32_t i = 0;
+    while (i < N && key != table[i].name) ++i;
+    if (i == N) {
+      std::string known;
+      for (const Field& f : table) known += std::string(known.empty() ? "" : ", ") + f.name;
+      throw py::type_error(std::string(call) + ": unexpected keyword '" + key + "'; parameters are " + known);
+    }
+    if (!item.second.is_none()) {
+      h[i] = item.second;
+      given |= 1u << i;
+    }
+  }
+  return given;
 }
 
 GivenPruneParams given_prune_params(const py::handle& params) {
   PruneParamHandles h{};
   GivenPruneParams g;
-  for (const auto& item : py::reinterpret_borrow<py::dict>(params)) {
-    const std::string key = py::str(item.first);
-    uint32_t i = 0;
-    while (i < kPruneFieldCount && key != kPruneFields[i].name) ++i;
-    if (i == kPruneFieldCount) {
-      std::string known;
-      for (const PruneField& f : kPruneFields) known += std::string(known.empty() ? "" : ", ") + f.name;
-      throw py::type_error("prune: unexpected keyword '" + key + "'; parameters are " + known);
-    }
-    if (!item.second.is_none()) {
-      h[i] = item.second;
-      g.given |= 1u << i;
-    }
-  }
+  g.given = dict_handles(kPruneFields, params, "prune", h);
   load_prune_params(h, g.values);
   return g;
 }
@@ -156,29 +197,11 @@ py::dict prune_params_dict(const PruneParams& p, bool defaults_only) {
   return out;
 }
 
-GivenProposeParams given_propose_params(const py::handle& params, const char* call, bool skip_timeout,
-                                        bool none_unset) {
+GivenProposeParams given_propose_params(const py::handle& params) {
+  ProposeParamHandles h{};
   GivenProposeParams g;
-  ProposeParams& p = g.values;
-  for (const auto& item : py::reinterpret_borrow<py::dict>(params)) {
-    const std::string key = py::str(item.first);
-    const py::handle v = item.second;
-    if (skip_timeout && key == "timeout") continue;
-    if (none_unset && v.is_none()) continue;
-    uint32_t i = 0;
-    while (i < kProposeFieldCount && key != kProposeFields[i].name) ++i;
-    if (i == kProposeFieldCount) {
-      std::string known;
-      for (const ProposeField& f : kProposeFields) known += std::string(known.empty() ? "" : ", ") + f.name;
-      throw py::type_error(std::string(call) + ": unexpected keyword '" + key + "'; parameters are " + known +
-                           (skip_timeout ? ", timeout" : ""));
-    }
-    const ProposeField& f = kProposeFields[i];
-    if (f.integer) p.*f.integer = integer(v, f.name, std::to_string(f.lo) + ".." + std::to_string(f.hi));
-    else if (f.unit) p.*f.unit = static_cast<float>(real(v, f.name));
-    else p.*f.flag = truth(v, f.name);
-    g.given |= 1u << i;
-  }
+  g.given = dict_handles(kProposeFields, params, "propose", h);
+  load_propose_params(h, g.values);
   return g;
 }
 

@@ -2,7 +2,7 @@
 // ProposeParams: the one conversion of every binding that takes them (the
 // searches, LatticeBatch.prune, and the request codecs, which also keep
 // which ones were given), the signature text of the bindings that take
-// prune's, and both tables as Python sees them (PRUNE_FIELDS,
+// either set, and both tables as Python sees them (PRUNE_FIELDS,
 // PROPOSE_FIELDS). Values are converted here (ValueError naming the
 // parameter for a wrong type); their ranges are the engine's to check.
 #pragma once
@@ -21,24 +21,47 @@ namespace ngram_py {
 // is one not given: the table's default (for eos_token_id, unset: the
 // trie's EOS).
 using PruneParamHandles = std::array<pybind11::handle, ngram::kPruneFieldCount>;
+// propose's, in kProposeFields' order; a null handle or None: the default.
+using ProposeParamHandles = std::array<pybind11::handle, ngram::kProposeFieldCount>;
 
 // Into p (its weight buffers reused: no allocation once grown).
 void load_prune_params(const PruneParamHandles& given, ngram::PruneParams& p);
+// Into p, the defaults first.
+void load_propose_params(const ProposeParamHandles& given, ngram::ProposeParams& p);
 
-// A fast-call binding that takes prune's keywords (fastcall.h): its
-// parameter names, `lead` then kPruneFields' names then `trail`, so that a
+// A fast-call binding that takes a table's keywords (fastcall.h): its
+// parameter names, `lead` then the table's names then `trail`, so that a
 // row added to the table is a keyword of every such binding.
-template <size_t L, size_t T>
-std::array<const char*, L + ngram::kPruneFieldCount + T> prune_call_names(const std::array<const char*, L>& lead,
-                                                                         const std::array<const char*, T>& trail) {
-  std::array<const char*, L + ngram::kPruneFieldCount + T> names{};
+template <class Field, size_t N, size_t L, size_t T>
+std::array<const char*, L + N + T> call_names(const Field (&table)[N], const std::array<const char*, L>& lead,
+                                              const std::array<const char*, T>& trail) {
+  std::array<const char*, L + N + T> names{};
   for (size_t i = 0; i < L; ++i) names[i] = lead[i];
-  for (size_t i = 0; i < ngram::kPruneFieldCount; ++i) names[L + i] = ngram::kPruneFields[i].name;
-  for (size_t i = 0; i < T; ++i) names[L + ngram::kPruneFieldCount + i] = trail[i];
+  for (size_t i = 0; i < N; ++i) names[L + i] = table[i].name;
+  for (size_t i = 0; i < T; ++i) names[L + N + i] = trail[i];
   return names;
 }
-// Its arguments args[first + i] (nullptr: not given) as kPruneFields' handles.
-PruneParamHandles prune_handles(PyObject* const* args, size_t first);
+template <size_t L, size_t T>
+auto prune_call_names(const std::array<const char*, L>& lead, const std::array<const char*, T>& trail) {
+  return call_names(ngram::kPruneFields, lead, trail);
+}
+template <size_t L, size_t T>
+auto propose_call_names(const std::array<const char*, L>& lead, const std::array<const char*, T>& trail) {
+  return call_names(ngram::kProposeFields, lead, trail);
+}
+// Its arguments args[first + i] (nullptr: not given) as the table's handles.
+template <size_t N>
+std::array<pybind11::handle, N> call_handles(PyObject* const* args, size_t first) {
+  std::array<pybind11::handle, N> h;
+  for (size_t i = 0; i < N; ++i) h[i] = args[first + i];
+  return h;
+}
+inline PruneParamHandles prune_handles(PyObject* const* args, size_t first) {
+  return call_handles<ngram::kPruneFieldCount>(args, first);
+}
+inline ProposeParamHandles propose_handles(PyObject* const* args, size_t first) {
+  return call_handles<ngram::kProposeFieldCount>(args, first);
+}
 // Its docstring: a head that CPython reads as the signature
 // ("name(lead, *, beam_width=20, ..., trail)\n--\n\n", each default the
 // table's), so that help() and inspect.signature show every parameter,
@@ -46,6 +69,8 @@ PruneParamHandles prune_handles(PyObject* const* args, size_t first);
 // ("$self, trie, out, rows=None"; "timeout=None").
 std::string prune_call_doc(const std::string& name, const std::string& lead, const std::string& trail,
                            const std::string& doc);
+std::string propose_call_doc(const std::string& name, const std::string& lead, const std::string& trail,
+                             const std::string& doc);
 
 // The parameters of a request sent to a host: the values, and which were
 // given (None: not given), so that the host's defaults (the engine's) fill
@@ -69,12 +94,9 @@ struct GivenProposeParams {
   uint32_t given = 0;  // bit i: kProposeFields[i] was given
   bool has(uint32_t i) const { return (given >> i) & 1; }
 };
-// From a dict (or kwargs) of propose's keywords over the engine's defaults.
-// `call` names the caller in a TypeError for an unknown name; "timeout" is
-// passed over when `skip_timeout`; None values are not given when
-// `none_unset`, else a ValueError.
-GivenProposeParams given_propose_params(const pybind11::handle& params, const char* call, bool skip_timeout,
-                                        bool none_unset);
+// From a dict of propose's keywords over the engine's defaults (None: not
+// given); an unknown name is a TypeError naming the known ones.
+GivenProposeParams given_propose_params(const pybind11::handle& params);
 
 // propose's parameters as a dict, in kProposeFields' order; floats as the
 // decimal they were written as (1e-4, not 9.99999975e-05) when `as_written`,

@@ -293,32 +293,18 @@ vocabulary gives.)")
   // that NgramIndex.prune is), prune_batch and prune_params: fast-call
   // functions (fastcall.h) whose keywords and signature text are
   // kPruneFields' (param_conversion.h).
-  static const std::string prune_doc = "DART tree pruning of one lattice (see ngram_service.tree.prune).";
-  static const std::string prune_function_doc =
-      prune_call_doc("prune", "trie, prefix, topk_tokens, topk_probs", "timeout=None", prune_doc);
-  static const std::string prune_method_doc =
-      prune_call_doc("prune", "$self, prefix, topk_tokens, topk_probs", "timeout=None", prune_doc);
-  static const std::string prune_batch_doc = prune_call_doc(
-      "prune_batch", "trie, requests", "threads=None, timeout=None",
-      "Many requests on `threads` threads (None: all cores), see ngram_service.tree.prune_batch.");
-  static const std::string prune_params_doc = prune_call_doc(
-      "prune_params", "", "",
-      "prune's keyword parameters converted as prune converts them, as a dict (weights as lists, "
-      "eos_token_id None for the trie's); None or left out: the default.");
-  static PyMethodDef prune_function = {
-      "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<true>)),
-      METH_FASTCALL | METH_KEYWORDS, prune_function_doc.c_str()};
-  static PyMethodDef prune_method = {
-      "prune", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_fastcall<false>)),
-      METH_FASTCALL | METH_KEYWORDS, prune_method_doc.c_str()};
-  static PyMethodDef prune_batch_function = {
-      "prune_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_batch_fastcall)),
-      METH_FASTCALL | METH_KEYWORDS, prune_batch_doc.c_str()};
-  static PyMethodDef prune_params_function = {
-      "prune_params", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&prune_params_fastcall)),
-      METH_FASTCALL | METH_KEYWORDS, prune_params_doc.c_str()};
-  add_fastcall(m, &prune_function);
-  add_fastcall(m, &prune_method, m.attr("Trie"));
-  add_fastcall(m, &prune_batch_function);
-  add_fastcall(m, &prune_params_function);
+  const std::string prune_doc = "DART tree pruning of one lattice (see ngram_service.tree.prune).";
+  add_fastcall(m, "prune", &prune_fastcall<true>,
+               prune_call_doc("prune", "trie, prefix, topk_tokens, topk_probs", "timeout=None", prune_doc));
+  add_fastcall(m, "prune", &prune_fastcall<false>,
+               prune_call_doc("prune", "$self, prefix, topk_tokens, topk_probs", "timeout=None", prune_doc),
+               m.attr("Trie"));
+  add_fastcall(m, "prune_batch", &prune_batch_fastcall,
+               prune_call_doc("prune_batch", "trie, requests", "threads=None, timeout=None",
+                              "Many requests on `threads` threads (None: all cores), see "
+                              "ngram_service.tree.prune_batch."));
+  add_fastcall(m, "prune_params", &prune_params_fastcall,
+               prune_call_doc("prune_params", "", "",
+                              "prune's keyword parameters converted as prune converts them, as a dict (weights as "
+                              "lists, eos_token_id None for the trie's); None or left out: the default."));
 }
