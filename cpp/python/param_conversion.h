@@ -74,12 +74,16 @@ std::string propose_call_doc(const std::string& name, const std::string& lead, c
 
 // The parameters of a request sent to a host: the values, and which were
 // given (None: not given), so that the host's defaults (the engine's) fill
-// the rest.
-struct GivenPruneParams {
-  ngram::PruneParams values;
-  uint32_t given = 0;  // bit i: kPruneFields[i] was given
+// the rest. Bit i of `given`: row i of the parameter set's table.
+template <class Params>
+struct GivenParams {
+  Params values;
+  uint32_t given = 0;
   bool has(uint32_t i) const { return (given >> i) & 1; }
 };
+using GivenPruneParams = GivenParams<ngram::PruneParams>;
+using GivenProposeParams = GivenParams<ngram::ProposeParams>;
+
 // From a dict of prune's keywords; an unknown name is a TypeError naming
 // the known ones.
 GivenPruneParams given_prune_params(const pybind11::handle& params);
@@ -89,11 +93,6 @@ GivenPruneParams given_prune_params(const pybind11::handle& params);
 // default value (the integers and the scalar weight: PRUNE_DEFAULTS).
 pybind11::dict prune_params_dict(const ngram::PruneParams& p, bool defaults_only);
 
-struct GivenProposeParams {
-  ngram::ProposeParams values;
-  uint32_t given = 0;  // bit i: kProposeFields[i] was given
-  bool has(uint32_t i) const { return (given >> i) & 1; }
-};
 // From a dict of propose's keywords over the engine's defaults (None: not
 // given); an unknown name is a TypeError naming the known ones.
 GivenProposeParams given_propose_params(const pybind11::handle& params);
