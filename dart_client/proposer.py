@@ -20,7 +20,8 @@ the padded batch tensors.
 
 Parameters: the engine's (``ngram_service.proposals.DEFAULTS``: max_nodes,
 max_depth, max_branch, min_prob, corpus, lookup, lookup_weight,
-lookup_min_match, discount, lookup_decay, lookup_prior), each named in every
+lookup_min_match, discount, lookup_decay, lookup_prior, order_weight,
+root_branch), each named in every
 constructor with the engine's default (None: the default), checked at
 construction. ``max_context``: the sequence's
 last tokens a search sees (None: the engine's limit); the corpus source
@@ -88,8 +89,8 @@ class _ProposerBase:
                  min_prob: float = DEFAULTS["min_prob"], corpus: bool = DEFAULTS["corpus"],
                  lookup: bool = DEFAULTS["lookup"], lookup_weight: float = DEFAULTS["lookup_weight"],
                  lookup_min_match: int = DEFAULTS["lookup_min_match"], discount: float = DEFAULTS["discount"],
-                 lookup_decay: float = DEFAULTS["lookup_decay"],
-                 lookup_prior: float = DEFAULTS["lookup_prior"]) -> None:
+                 lookup_decay: float = DEFAULTS["lookup_decay"], lookup_prior: float = DEFAULTS["lookup_prior"],
+                 order_weight: float = DEFAULTS["order_weight"], root_branch: int = DEFAULTS["root_branch"]) -> None:
         if max_context is not None and not 1 <= max_context <= MAX_CONTEXT:
             raise ValueError(f"max_context must be in 1..{MAX_CONTEXT}, got {max_context}")
         self.max_context = int(max_context or MAX_CONTEXT)
@@ -198,7 +199,8 @@ class LocalProposer(_ProposerBase):
                  corpus: bool = DEFAULTS["corpus"], lookup: bool = DEFAULTS["lookup"],
                  lookup_weight: float = DEFAULTS["lookup_weight"], lookup_min_match: int = DEFAULTS["lookup_min_match"],
                  discount: float = DEFAULTS["discount"], lookup_decay: float = DEFAULTS["lookup_decay"],
-                 lookup_prior: float = DEFAULTS["lookup_prior"]) -> None:
+                 lookup_prior: float = DEFAULTS["lookup_prior"], order_weight: float = DEFAULTS["order_weight"],
+                 root_branch: int = DEFAULTS["root_branch"]) -> None:
         super().__init__(max_context=max_context, **proposals.propose_keywords(locals()))
         self.index = trie if isinstance(trie, NgramIndex) else NgramIndex.open(trie)
         self.info = self.index.info()
@@ -255,7 +257,8 @@ class RemoteProposer(HostLink, _ProposerBase):
                  corpus: bool = DEFAULTS["corpus"], lookup: bool = DEFAULTS["lookup"],
                  lookup_weight: float = DEFAULTS["lookup_weight"], lookup_min_match: int = DEFAULTS["lookup_min_match"],
                  discount: float = DEFAULTS["discount"], lookup_decay: float = DEFAULTS["lookup_decay"],
-                 lookup_prior: float = DEFAULTS["lookup_prior"], **host_keywords: Any) -> None:
+                 lookup_prior: float = DEFAULTS["lookup_prior"], order_weight: float = DEFAULTS["order_weight"],
+                 root_branch: int = DEFAULTS["root_branch"], **host_keywords: Any) -> None:
         host = HostLink.take_keywords(host_keywords)
         if host_keywords:
             raise TypeError(f"RemoteProposer() got an unexpected keyword argument {next(iter(host_keywords))!r}")

@@ -136,12 +136,16 @@ inline void fuzz_propose(const ngram::TrieIndex& t, Bytes& in) {
   const uint8_t set = in.take<uint8_t>();
   if (set & 1) params.max_nodes = in.take<int16_t>();
   if (set & 2) params.max_depth = in.take<int8_t>();
-  if (set & 4) params.max_branch = in.take<int8_t>();
+  if (set & 4) {
+    params.max_branch = in.take<int8_t>();
+    params.root_branch = in.take<int8_t>();
+  }
   if (set & 8) params.min_prob = in.take<float>();
   if (set & 16) {
     params.discount = in.take<uint8_t>() / 255.0f;
     params.lookup_decay = in.take<uint8_t>() / 255.0f;
     params.lookup_prior = in.take<uint8_t>() / 255.0f;
+    params.order_weight = in.take<uint8_t>() / 255.0f;
   }
   if (set & 32) params.lookup_min_match = in.take<int8_t>();
   params.corpus = !(set & 64);

@@ -419,7 +419,8 @@ class NgramClient(_ClientBase):
                 max_depth: int | None = None, max_branch: int | None = None, min_prob: float | None = None,
                 corpus: bool | None = None, lookup: bool | None = None, lookup_weight: float | None = None,
                 lookup_min_match: int | None = None, discount: float | None = None, lookup_decay: float | None = None,
-                lookup_prior: float | None = None) -> tree.DraftTree:
+                lookup_prior: float | None = None, order_weight: float | None = None,
+                root_branch: int | None = None) -> tree.DraftTree:
         """A draft tree of the corpus' and the context's likeliest
         continuations of ``context`` (int [N], the whole sequence so far);
         see NgramIndex.propose (same parameters and tree; None, the default
@@ -433,7 +434,8 @@ class NgramClient(_ClientBase):
                       min_prob: float | None = None, corpus: bool | None = None, lookup: bool | None = None,
                       lookup_weight: float | None = None, lookup_min_match: int | None = None,
                       discount: float | None = None, lookup_decay: float | None = None,
-                      lookup_prior: float | None = None) -> list[tree.DraftTree]:
+                      lookup_prior: float | None = None, order_weight: float | None = None,
+                      root_branch: int | None = None) -> list[tree.DraftTree]:
         """propose for many contexts in one call, one parameter set; see
         NgramIndex.propose_batch (None: the host's default; an invalid
         context is INVALID_ARGUMENT prefixed ``contexts[i]:``). ``threads``
@@ -497,7 +499,8 @@ class AsyncNgramClient(_ClientBase):
                       max_depth: int | None = None, max_branch: int | None = None, min_prob: float | None = None,
                       corpus: bool | None = None, lookup: bool | None = None, lookup_weight: float | None = None,
                       lookup_min_match: int | None = None, discount: float | None = None,
-                      lookup_decay: float | None = None, lookup_prior: float | None = None) -> tree.DraftTree:
+                      lookup_decay: float | None = None, lookup_prior: float | None = None,
+                      order_weight: float | None = None, root_branch: int | None = None) -> tree.DraftTree:
         return await self._call(self._propose_one(context, proposals.propose_keywords(locals())), timeout)
 
     async def propose_batch(self, contexts: Any, *, timeout: float | None = None, threads: int | None = None,
@@ -505,5 +508,6 @@ class AsyncNgramClient(_ClientBase):
                             min_prob: float | None = None, corpus: bool | None = None, lookup: bool | None = None,
                             lookup_weight: float | None = None, lookup_min_match: int | None = None,
                             discount: float | None = None, lookup_decay: float | None = None,
-                            lookup_prior: float | None = None) -> list[tree.DraftTree]:
+                            lookup_prior: float | None = None, order_weight: float | None = None,
+                            root_branch: int | None = None) -> list[tree.DraftTree]:
         return await self._call(self._propose_many(contexts, proposals.propose_keywords(locals())), timeout)

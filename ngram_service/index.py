@@ -58,7 +58,9 @@ class Propose(Protocol):
                  lookup: bool = PROPOSE_DEFAULTS["lookup"], lookup_weight: float = PROPOSE_DEFAULTS["lookup_weight"],
                  lookup_min_match: int = PROPOSE_DEFAULTS["lookup_min_match"],
                  discount: float = PROPOSE_DEFAULTS["discount"], lookup_decay: float = PROPOSE_DEFAULTS["lookup_decay"],
-                 lookup_prior: float = PROPOSE_DEFAULTS["lookup_prior"], timeout: float | None = None) -> DraftTree: ...
+                 lookup_prior: float = PROPOSE_DEFAULTS["lookup_prior"],
+                 order_weight: float = PROPOSE_DEFAULTS["order_weight"],
+                 root_branch: int = PROPOSE_DEFAULTS["root_branch"], timeout: float | None = None) -> DraftTree: ...
 
 
 class NgramIndex:
@@ -178,7 +180,9 @@ class NgramIndex:
                       lookup_min_match: int = PROPOSE_DEFAULTS["lookup_min_match"],
                       discount: float = PROPOSE_DEFAULTS["discount"],
                       lookup_decay: float = PROPOSE_DEFAULTS["lookup_decay"],
-                      lookup_prior: float = PROPOSE_DEFAULTS["lookup_prior"]) -> list[DraftTree]:
+                      lookup_prior: float = PROPOSE_DEFAULTS["lookup_prior"],
+                      order_weight: float = PROPOSE_DEFAULTS["order_weight"],
+                      root_branch: int = PROPOSE_DEFAULTS["root_branch"]) -> list[DraftTree]:
         """Many proposals on all cores, GIL released; see ngram_service.proposals.propose_batch.
         timeout: seconds (None: no limit); TimeoutError, and no trees, once it passes."""
         return _engine.propose_batch(self._t, contexts, threads=threads, timeout=timeout, **propose_keywords(locals()))

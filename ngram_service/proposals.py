@@ -42,18 +42,21 @@ def propose(trie: _engine.Trie, context: Any, *, max_nodes: int = DEFAULTS["max_
             lookup: bool = DEFAULTS["lookup"], lookup_weight: float = DEFAULTS["lookup_weight"],
             lookup_min_match: int = DEFAULTS["lookup_min_match"], discount: float = DEFAULTS["discount"],
             lookup_decay: float = DEFAULTS["lookup_decay"], lookup_prior: float = DEFAULTS["lookup_prior"],
+            order_weight: float = DEFAULTS["order_weight"], root_branch: int = DEFAULTS["root_branch"],
             timeout: float | None = None) -> DraftTree:
     """A draft tree of the likeliest continuations of ``context``.
 
     context: int [N] (N >= 1), the whole sequence so far; its last token is
     the root. max_nodes: nodes kept, root excluded; max_depth; max_branch:
-    continuations considered per node; min_prob: the path-probability
+    continuations considered per node; root_branch: at the root; min_prob: the path-probability
     floor; corpus / lookup: the trie's and the context's own continuations
     (either may be turned off); lookup_weight; lookup_min_match: the
     shortest suffix matched in the context; discount: taken from each
     corpus count for the next shorter suffix; lookup_decay: a match of m
     tokens weighs 1 - lookup_decay^m; lookup_prior: n occurrences weigh
-    n / (n + lookup_prior). Any of these given as None is its default (the
+    n / (n + lookup_prior); order_weight: the share of its probabilities a
+    corpus suffix of two or more tokens keeps (the rest goes to the next
+    shorter suffix). Any of these given as None is its default (the
     engine's table, kProposeFields: DEFAULTS). timeout: seconds (None: no
     limit), after which the engine stops soon (it checks every few dozen
     nodes) and raises TimeoutError, no tree returned.
@@ -72,8 +75,9 @@ def propose_batch(trie: _engine.Trie, contexts: Iterable[Any], *, threads: int |
                   min_prob: float = DEFAULTS["min_prob"], corpus: bool = DEFAULTS["corpus"],
                   lookup: bool = DEFAULTS["lookup"], lookup_weight: float = DEFAULTS["lookup_weight"],
                   lookup_min_match: int = DEFAULTS["lookup_min_match"], discount: float = DEFAULTS["discount"],
-                  lookup_decay: float = DEFAULTS["lookup_decay"],
-                  lookup_prior: float = DEFAULTS["lookup_prior"]) -> list[DraftTree]:
+                  lookup_decay: float = DEFAULTS["lookup_decay"], lookup_prior: float = DEFAULTS["lookup_prior"],
+                  order_weight: float = DEFAULTS["order_weight"],
+                  root_branch: int = DEFAULTS["root_branch"]) -> list[DraftTree]:
     """propose for many contexts on ``threads`` threads (None: all cores),
     the GIL released; one set of parameters (as in ``propose``) for all. An
     invalid context raises ValueError prefixed ``contexts[i]:``. timeout:

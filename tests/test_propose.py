@@ -57,13 +57,14 @@ def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int,
     one node at a time as docs/PROPOSALS.md says."""
     p = {**DEFAULTS, **given}
     n = len(context)
-    d, branch = F(p["discount"]), p["max_branch"]
+    d, order_weight = F(p["discount"]), F(p["order_weight"])
 
-    def most_frequent(counts: dict[int, int]) -> list[tuple[int, int]]:
-        return sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))[:branch]
+    def most_frequent(counts: dict[int, int], width: int) -> list[tuple[int, int]]:
+        return sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))[:width]
 
-    def corpus_scores(seq: list[int]) -> dict[int, np.float32]:
-        """Interpolated absolute discounting, longest suffix first."""
+    def corpus_scores(seq: list[int], width: int) -> dict[int, np.float32]:
+        """Interpolated absolute discounting, longest suffix first; a suffix
+        of two or more tokens keeps order_weight of its share."""
         L = min(data.order - 1, len(seq))
         out: dict[int, np.float32] = {}
         weight = F(1)
@@ -72,11 +73,12 @@ def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int,
             after = data.after.get(s)
             if not after:
                 continue
+            keep = order_weight if ln >= 2 else F(1)
             inv = F(1) / F(data.counts[s])
-            for w, c in most_frequent(after):
+            for w, c in most_frequent(after, width):
                 own = F(F(F(c) - d) * inv) if F(c) > d else F(0)
-                out[w] = F(out.get(w, F(0)) + F(weight * own))
-            weight = F(weight * F(F(d * F(len(after))) * inv))
+                out[w] = F(out.get(w, F(0)) + F(weight * F(keep * own)))
+            weight = F(weight * F(F(1) - F(keep * F(F(1) - F(F(d * F(len(after))) * inv)))))
         return out
 
     # The document source: where the context's longest suffix match ends.
@@ -91,7 +93,7 @@ def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int,
     if n >= 2 and best >= p["lookup_min_match"]:
         root_occ = [i for i in range(n - 1) if lens[i] == best][-LIMITS["max_occurrences"]:]
 
-    def doc_scores(path: tuple[int, ...]) -> dict[int, np.float32]:
+    def doc_scores(path: tuple[int, ...], width: int) -> dict[int, np.float32]:
         depth = len(path)
         occ = [i + depth for i in root_occ if i + depth <= n - 2 and tuple(context[i + 1:i + 1 + depth]) == path]
         if not occ:
@@ -102,17 +104,18 @@ def reference(data: Corpus, context: list[int], **given) -> list[tuple[int, int,
         m = F(len(occ))
         evidence = F(F(F(p["lookup_weight"]) * F(m / F(m + F(p["lookup_prior"])))) * F(F(1) - decayed))
         inv = F(1) / m
-        return {w: F(F(F(c) * inv) * evidence) for w, c in most_frequent(Counter(context[j + 1] for j in occ))}
+        return {w: F(F(F(c) * inv) * evidence) for w, c in most_frequent(Counter(context[j + 1] for j in occ), width)}
 
     def combine(c: np.float32, dc: np.float32) -> np.float32:
         return min(F(1), F(F(1) - F(F(F(1) - c) * F(F(1) - dc))) if c > 0 and dc > 0 else max(c, dc))
 
     def children(path: tuple[int, ...]) -> list[tuple[int, np.float32]]:
-        corpus = corpus_scores(list(context) + list(path)) if p["corpus"] else {}
-        document = doc_scores(path) if p["lookup"] else {}
+        width = p["max_branch"] if path else p["root_branch"]
+        corpus = corpus_scores(list(context) + list(path), width) if p["corpus"] else {}
+        document = doc_scores(path, width) if p["lookup"] else {}
         scores = {w: combine(corpus.get(w, F(0)), document.get(w, F(0))) for w in corpus.keys() | document.keys()}
         ranked = sorted(scores.items(), key=lambda ws: (-ws[1], ws[0]))
-        return [(w, s) for w, s in ranked if s > 0][:branch]
+        return [(w, s) for w, s in ranked if s > 0][:width]
 
     chosen = [(context[-1], -1, 0, F(1), ())]  # token, parent, depth, prob, path
     kids: dict[int, list] = {}
@@ -173,6 +176,9 @@ PARAMS = [
     {"discount": 1.0, "max_branch": 32, "max_nodes": 120},
     {"discount": 0.0, "lookup_decay": 1.0},
     {"discount": 0.3, "lookup_decay": 0.0, "lookup_prior": 0.0, "max_depth": 16},
+    {"order_weight": 1.0, "root_branch": 16},
+    {"order_weight": 0.0, "discount": 0.0},
+    {"order_weight": 0.3, "root_branch": 2, "max_branch": 5},
     {"lookup": False},
     {"corpus": False, "lookup_min_match": 1},
     {"lookup_weight": 0.3, "lookup_min_match": 3, "min_prob": 0.01},
@@ -310,6 +316,8 @@ def test_prompt_lookup_alone_follows_the_context(tmp_path: Path) -> None:
     (lambda t: t.propose([1], min_prob=float("nan")), "min_prob = nan: must be in [0, 1]"),
     (lambda t: t.propose([1], discount=1.5), "discount = 1.5: must be in [0, 1]"),
     (lambda t: t.propose([1], lookup_prior=-1.0), "lookup_prior = -1: must be in [0, 1]"),
+    (lambda t: t.propose([1], order_weight=1.5), "order_weight = 1.5: must be in [0, 1]"),
+    (lambda t: t.propose([1], root_branch=33), "root_branch = 33: must be in 1..32"),
     (lambda t: t.propose([1], lookup_weight=-0.1), "lookup_weight = -0.1: must be in [0, 1]"),
     (lambda t: t.propose([1], max_nodes=True), "max_nodes must be an integer, got True"),
     (lambda t: t.propose([1], lookup=1), "lookup must be True or False, got 1"),
@@ -331,7 +339,7 @@ def test_limits_and_defaults_are_the_engines() -> None:
     assert LIMITS["max_nodes"] == 4096 and LIMITS["max_depth"] == 64 and LIMITS["max_branch"] == 32
     assert DEFAULTS == {"max_nodes": 64, "max_depth": 16, "max_branch": 16, "min_prob": 1e-4, "corpus": True,
                         "lookup": True, "lookup_weight": 1.0, "lookup_min_match": 1, "discount": 0.75,
-                        "lookup_decay": 0.5, "lookup_prior": 1.0}
+                        "lookup_decay": 0.5, "lookup_prior": 1.0, "order_weight": 0.6, "root_branch": 32}
     assert list(itertools.islice(DEFAULTS, 1)) == ["max_nodes"]
 
 

@@ -2,11 +2,11 @@
 // interpolated absolute discounting. With L = min(order - 1, length of the
 // node's sequence), the stored suffixes s of length l = L, L-1, ..., 1 that
 // have continuations are read longest first; each gives each of its run's
-// `branch` most frequent continuations w the score max(count(s+w) - d, 0) /
-// count(s) times its weight, and the next shorter suffix d * N(s) / count(s)
-// of its own weight (N(s): s's distinct continuations); the longest's weight
-// is 1. w's score is the sum of what it is given. docs/PROPOSALS.md is the
-// specification.
+// `width` most frequent continuations w the score k * max(count(s+w) - d, 0)
+// / count(s) times its weight, and the next shorter suffix 1 - k * (1 - d *
+// N(s) / count(s)) of its own weight (N(s): s's distinct continuations; k:
+// order_weight where l >= 2, else 1); the longest's weight is 1. w's score
+// is the sum of what it is given. docs/PROPOSALS.md is the specification.
 //
 // The source also places each node's suffixes in the trie (a row of
 // entries per node, `positions[row + len]`), as far as its parent's runs
@@ -76,9 +76,9 @@ class CorpusSource {
 
   // index: the owner of the trie's RunTopCache and RunBounds (nullptr for a
   // trie that has no runs).
-  CorpusSource(const Trie& trie, const TrieIndex* index, float discount, uint32_t branch, CorpusScratch& s)
+  CorpusSource(const Trie& trie, const TrieIndex* index, float discount, float order_weight, CorpusScratch& s)
       : trie_(trie), index_(index), bounds_(index ? &index->run_bounds() : nullptr), s_(s),
-        max_len_(trie.order() - 1), branch_(branch), discount_(discount) {
+        max_len_(trie.order() - 1), discount_(discount), order_weight_(order_weight) {
     s_.positions.clear();
     s_.top_refs.clear();
   }
@@ -133,15 +133,16 @@ class CorpusSource {
       } else {
         ratio = run_ratio(len, at, lo, hi, inv, tail + (L - len));
       }
-      b += weight * ratio;
-      weight *= shorter_weight(lo, hi, inv);
+      b += weight * (kept(len) * ratio);
+      weight *= shorter_weight(len, lo, hi, inv);
     }
     return b;
   }
 
-  // Scores a prepared node's continuations into scores (L >= 1), and notes
-  // how each run was read, for its children's hints (family_hints).
-  void score(uint32_t row, const int32_t* tail, uint32_t L, ContinuationScores& scores);
+  // Scores a prepared node's continuations into scores (L >= 1), each
+  // suffix's `width` most frequent, and notes how each run was read, for
+  // its children's hints (family_hints).
+  void score(uint32_t row, const int32_t* tail, uint32_t L, uint32_t width, ContinuationScores& scores);
 
   // The hints of the family of children children[first, end) (their
   // tokens set, best first) of the node just scored with suffix length L;
@@ -191,10 +192,13 @@ class CorpusSource {
 
   const RunTop& long_run_top(uint32_t len, uint64_t node, uint64_t lo, uint64_t hi, const int32_t* suffix);
   float run_ratio(uint32_t len, uint64_t at, uint64_t lo, uint64_t hi, float inv, const int32_t* suffix);
-  // The share a suffix with children [lo, hi) and 1 / count `inv` leaves
-  // to the next shorter one: d * N / count.
-  float shorter_weight(uint64_t lo, uint64_t hi, float inv) const {
-    return discount_ * static_cast<float>(hi - lo) * inv;
+  // The share of its discounted probabilities a suffix of len tokens keeps:
+  // order_weight, or all for a single token (none is shorter).
+  float kept(uint32_t len) const { return len >= 2 ? order_weight_ : 1.0f; }
+  // The share a suffix of len tokens with children [lo, hi) and 1 / count
+  // `inv` leaves to the next shorter one: 1 - kept * (1 - d * N / count).
+  float shorter_weight(uint32_t len, uint64_t lo, uint64_t hi, float inv) const {
+    return 1.0f - kept(len) * (1.0f - discount_ * static_cast<float>(hi - lo) * inv);
   }
   // A continuation's own score at a suffix: max(count - d, 0) / count(s).
   float discounted(float count, float inv) const { return count > discount_ ? (count - discount_) * inv : 0.0f; }
@@ -206,8 +210,8 @@ class CorpusSource {
   const RunBounds* bounds_;  // index_'s (nullptr without one)
   CorpusScratch& s_;
   const uint32_t max_len_;
-  const uint32_t branch_;
   const float discount_;
+  const float order_weight_;
 };
 
 // A long run's most frequent continuations: from the trie's cache, else read
@@ -269,7 +273,8 @@ const RunTop& CorpusSource<Trie>::long_run_top(uint32_t len, uint64_t node, uint
 }
 
 template <class Trie>
-void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, ContinuationScores& scores) {
+void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, uint32_t width,
+                               ContinuationScores& scores) {
   CorpusScratch& s = s_;
   float weight = 1.0f;
   for (uint32_t len = L; len >= 1; --len) {
@@ -279,18 +284,19 @@ void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, Co
     uint64_t lo, hi;
     trie_.children(len, at, &lo, &hi);
     if (lo >= hi) continue;
-    // A weight of 0 (a discount of 0 gives one) leaves nothing to the
+    // A weight of 0 (a discount of 0 with an order_weight of 1 gives one) leaves nothing to the
     // shorter suffixes: their runs are not read.
     if (weight == 0.0f) {
       for (uint32_t l = len; l >= 1; --l) s.run_read[l] = RunRead::kLater;
       return;
     }
     const float inv = 1.0f / static_cast<float>(trie_.count(len, at));
+    const float keep = kept(len);
     const int32_t* suffix = tail + (L - len);
     if (hi - lo < RunTopCache::kMinRun) {
       TopCounts top;
       const bool copied = trie_.for_each_in_run(suffix, len, lo, hi, s.run_tokens[len],
-                                                [&](int32_t tok, uint64_t c) { top.offer(c, tok, branch_); });
+                                                [&](int32_t tok, uint64_t c) { top.offer(c, tok, width); });
       if (copied) {  // a chosen child finds its entry in the copy
         s.run_read[len] = RunRead::kCopied;
         s.run_lo[len] = lo;
@@ -298,7 +304,7 @@ void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, Co
         s.run_read[len] = RunRead::kLater;
       }
       for (uint32_t j = 0; j < top.size; ++j)
-        scores.add_corpus(top.tokens[j], weight * discounted(static_cast<float>(top.counts[j]), inv));
+        scores.add_corpus(top.tokens[j], weight * (keep * discounted(static_cast<float>(top.counts[j]), inv)));
     } else {
       const RunTop& top = long_run_top(len, at, lo, hi, suffix);
       s.run_read[len] = RunRead::kTop;
@@ -310,11 +316,11 @@ void CorpusSource<Trie>::score(uint32_t row, const int32_t* tail, uint32_t L, Co
         s.run_top_ref[len] = kInTop | s.top_refs.size();
         s.top_refs.push_back(&top);
       }
-      const uint32_t n = std::min(top.size, branch_);
+      const uint32_t n = std::min(top.size, width);
       for (uint32_t j = 0; j < n; ++j)
-        scores.add_corpus(top.entries[j].token, weight * discounted(top.entries[j].count, inv));
+        scores.add_corpus(top.entries[j].token, weight * (keep * discounted(top.entries[j].count, inv)));
     }
-    weight *= shorter_weight(lo, hi, inv);
+    weight *= shorter_weight(len, lo, hi, inv);
   }
 }
 

@@ -89,10 +89,10 @@ float DocumentSource::bound(const Matches& m) {
   return static_cast<float>(most) * inv * evidence(m);
 }
 
-void DocumentSource::score(const Matches& m, ContinuationScores& scores) {
+void DocumentSource::score(const Matches& m, uint32_t cap, ContinuationScores& scores) {
   if (m.size == 0) return;
   TopCounts top;
-  for_each_next_token(m, [&](int32_t tok, uint64_t c) { top.offer(c, tok, cap_); });
+  for_each_next_token(m, [&](int32_t tok, uint64_t c) { top.offer(c, tok, cap); });
   const float inv = 1.0f / static_cast<float>(m.size);
   const float w = evidence(m);
   for (uint32_t j = 0; j < top.size; ++j) scores.set_document(top.tokens[j], static_cast<float>(top.counts[j]) * inv * w);

@@ -26,15 +26,13 @@ class DocumentSource {
   };
 
   // A new sequence: its context (n tokens) and the source's parameters.
-  void start(const int64_t* context, uint64_t n, uint32_t min_match, float weight, float decay, float prior,
-             uint32_t cap) {
+  void start(const int64_t* context, uint64_t n, uint32_t min_match, float weight, float decay, float prior) {
     ctx_ = context;
     n_ = n;
     min_match_ = min_match;
     weight_ = weight;
     decay_ = decay;
     prior_ = prior;
-    cap_ = cap;
     occurrences_.clear();
   }
   // The root's occurrences: every match of the context's suffix.
@@ -45,7 +43,7 @@ class DocumentSource {
   // the share of its most frequent next token, times the evidence's weight.
   float bound(const Matches& m);
   // Scores the `cap` most frequent tokens that follow the occurrences into scores.
-  void score(const Matches& m, ContinuationScores& scores);
+  void score(const Matches& m, uint32_t cap, ContinuationScores& scores);
 
  private:
   // f(token, count) for each distinct token that follows the occurrences, in token order.
@@ -60,7 +58,6 @@ class DocumentSource {
   float weight_ = 1.0f;
   float decay_ = 0.5f;
   float prior_ = 1.0f;
-  uint32_t cap_ = 0;
   std::vector<uint32_t> occurrences_;  // every node's, node by node
   std::vector<uint32_t> match_at_;     // the root's candidate match ends: where the last token stands
   std::vector<uint32_t> match_lens_;   // and their match lengths

@@ -106,10 +106,11 @@ class ProposalSearch {
   // trie with no runs).
   ProposalSearch(const Trie& trie, const TrieIndex* index, const int64_t* context, uint64_t n,
                  const ProposeParams& p, ProposeState& ws, const Interrupt& stop)
-      : corpus_(trie, index, p.discount, static_cast<uint32_t>(p.max_branch), ws.corpus), document_(ws.document),
-        ws_(ws.search), ctx_(context), n_(n), p_(p), stop_(stop), branch_(static_cast<uint32_t>(p.max_branch)) {
+      : corpus_(trie, index, p.discount, p.order_weight, ws.corpus), document_(ws.document), ws_(ws.search),
+        ctx_(context), n_(n), p_(p), stop_(stop), branch_(static_cast<uint32_t>(p.max_branch)),
+        root_branch_(static_cast<uint32_t>(p.root_branch)) {
     document_.start(context, n, static_cast<uint32_t>(p.lookup_min_match), p.lookup_weight, p.lookup_decay,
-                    p.lookup_prior, branch_);
+                    p.lookup_prior);
   }
 
   void run(DraftTree& out);
@@ -136,6 +137,7 @@ class ProposalSearch {
   const ProposeParams& p_;
   const Interrupt& stop_;
   const uint32_t branch_;
+  const uint32_t root_branch_;
 };
 
 // Puts c into the frontier, sorted worst first: after every candidate it
@@ -223,12 +225,14 @@ void ProposalSearch<Trie>::expand(uint32_t v) {
   const uint32_t depth = ws.nodes[v].depth;
   const uint32_t L = fill_tail(v);
 
+  // The root's children are the likeliest nodes of all: it considers more.
+  const uint32_t width = v == 0 ? root_branch_ : branch_;
   ws.scores.clear();
-  if (L > 0) corpus_.score(ws.nodes[v].corpus, ws.tail.data(), L, ws.scores);
-  if (p_.lookup) document_.score(ws.nodes[v].document, ws.scores);
+  if (L > 0) corpus_.score(ws.nodes[v].corpus, ws.tail.data(), L, width, ws.scores);
+  if (p_.lookup) document_.score(ws.nodes[v].document, width, ws.scores);
   const float prob = ws.nodes[v].prob;
   const uint32_t first = static_cast<uint32_t>(ws.children.size());
-  const uint32_t kept = ws.scores.select(branch_);
+  const uint32_t kept = ws.scores.select(width);
   for (uint32_t j = 0; j < kept; ++j) {
     const float child = prob * ws.scores.score(j);
     if (!(child >= p_.min_prob) || child <= 0.0f) break;  // the rest score no higher

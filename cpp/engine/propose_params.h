@@ -25,7 +25,7 @@ struct ProposeLimits {
 struct ProposeParams {
   int64_t max_nodes = 64;
   int64_t max_depth = 16;
-  int64_t max_branch = 16;     // each node's best continuations considered
+  int64_t max_branch = 16;     // each node's best continuations considered (but the root's)
   float min_prob = 1e-4f;      // nodes whose path probability is below are not kept
   bool corpus = true;          // continuations from the trie
   bool lookup = true;          // continuations from the sequence's own earlier occurrences
@@ -34,6 +34,8 @@ struct ProposeParams {
   float discount = 0.75f;      // taken from each count and given to the next shorter suffix
   float lookup_decay = 0.5f;   // a document match of m tokens weighs 1 - lookup_decay^m
   float lookup_prior = 1.0f;   // n document occurrences weigh n / (n + lookup_prior)
+  float order_weight = 0.6f;   // the share of its probabilities a corpus suffix of 2+ tokens keeps
+  int64_t root_branch = 32;    // the root's continuations considered
 };
 
 // One parameter of a proposal: its field number in the wire's ProposeParams
@@ -58,7 +60,7 @@ inline constexpr ProposeField kProposeFields[] = {
      "nodes kept, root excluded"},
     {2, "max_depth", &ProposeParams::max_depth, nullptr, nullptr, 0, ProposeLimits::kMaxDepth, "deepest node"},
     {3, "max_branch", &ProposeParams::max_branch, nullptr, nullptr, 1, ProposeLimits::kMaxBranch,
-     "continuations considered per node, and per suffix of the corpus"},
+     "continuations considered per node but the root, and per suffix of the corpus"},
     {4, "min_prob", nullptr, &ProposeParams::min_prob, nullptr, 0, 0, "path-probability floor"},
     {6, "corpus", nullptr, nullptr, &ProposeParams::corpus, 0, 0, "the trie's continuations"},
     {7, "lookup", nullptr, nullptr, &ProposeParams::lookup, 0, 0, "the context's own earlier continuations"},
@@ -72,6 +74,10 @@ inline constexpr ProposeField kProposeFields[] = {
      "a document match of m tokens weighs 1 - lookup_decay^m"},
     {12, "lookup_prior", nullptr, &ProposeParams::lookup_prior, nullptr, 0, 0,
      "n document occurrences weigh n / (n + lookup_prior)"},
+    {13, "order_weight", nullptr, &ProposeParams::order_weight, nullptr, 0, 0,
+     "share of its probabilities a corpus suffix of 2+ tokens keeps, the rest to the shorter"},
+    {14, "root_branch", &ProposeParams::root_branch, nullptr, nullptr, 1, ProposeLimits::kMaxBranch,
+     "continuations considered at the root"},
 };
 // The wire field that held the scoring's former parameter, refused by name.
 inline constexpr uint32_t kRemovedBackoffField = 5;

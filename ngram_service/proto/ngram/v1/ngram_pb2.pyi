@@ -155,7 +155,7 @@ class PruneTreeResponse(_message.Message):
     def __init__(self, trees: _Optional[_Iterable[_Union[PrunedTreeNodes, _Mapping]]] = ...) -> None: ...
 
 class ProposeParams(_message.Message):
-    __slots__ = ("max_nodes", "max_depth", "max_branch", "min_prob", "backoff", "corpus", "lookup", "lookup_weight", "lookup_min_match", "discount", "lookup_decay", "lookup_prior")
+    __slots__ = ("max_nodes", "max_depth", "max_branch", "min_prob", "backoff", "corpus", "lookup", "lookup_weight", "lookup_min_match", "discount", "lookup_decay", "lookup_prior", "order_weight", "root_branch")
     MAX_NODES_FIELD_NUMBER: _ClassVar[int]
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MAX_BRANCH_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,8 @@ class ProposeParams(_message.Message):
     DISCOUNT_FIELD_NUMBER: _ClassVar[int]
     LOOKUP_DECAY_FIELD_NUMBER: _ClassVar[int]
     LOOKUP_PRIOR_FIELD_NUMBER: _ClassVar[int]
+    ORDER_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    ROOT_BRANCH_FIELD_NUMBER: _ClassVar[int]
     max_nodes: int
     max_depth: int
     max_branch: int
@@ -180,7 +182,9 @@ class ProposeParams(_message.Message):
     discount: float
     lookup_decay: float
     lookup_prior: float
-    def __init__(self, max_nodes: _Optional[int] = ..., max_depth: _Optional[int] = ..., max_branch: _Optional[int] = ..., min_prob: _Optional[float] = ..., backoff: _Optional[float] = ..., corpus: _Optional[bool] = ..., lookup: _Optional[bool] = ..., lookup_weight: _Optional[float] = ..., lookup_min_match: _Optional[int] = ..., discount: _Optional[float] = ..., lookup_decay: _Optional[float] = ..., lookup_prior: _Optional[float] = ...) -> None: ...
+    order_weight: float
+    root_branch: int
+    def __init__(self, max_nodes: _Optional[int] = ..., max_depth: _Optional[int] = ..., max_branch: _Optional[int] = ..., min_prob: _Optional[float] = ..., backoff: _Optional[float] = ..., corpus: _Optional[bool] = ..., lookup: _Optional[bool] = ..., lookup_weight: _Optional[float] = ..., lookup_min_match: _Optional[int] = ..., discount: _Optional[float] = ..., lookup_decay: _Optional[float] = ..., lookup_prior: _Optional[float] = ..., order_weight: _Optional[float] = ..., root_branch: _Optional[int] = ...) -> None: ...
 
 class ProposeInput(_message.Message):
     __slots__ = ("context",)
