@@ -15,7 +15,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -24,10 +23,7 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.shard_discovery import expand_inputs  # noqa: E402
 from indexer.shards import ShardReader  # noqa: E402
-
-
-def source_of(path: str) -> str:
-    return re.sub(r"-\d+$", "", Path(path).name.split(".")[0])
+from ngram_eval.leave_one_source_out import source_of  # noqa: E402
 
 
 def split(corpus: str, out: Path, per_source: int) -> dict[str, int]:

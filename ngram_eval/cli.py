@@ -122,7 +122,9 @@ def _old_json_file(args: list[str]) -> list[str]:
 JSON_FILE = Deprecation("--json FILE", "--json", None, note=" (the JSON on stdout instead of the table: --json > FILE)")
 #: Options that apply only to one kind of evaluation (their parameter names).
 DART_ONLY = ("beam_width", "ngram_weight", "threads")
-PROPOSALS_ONLY = ("sources", "discount", "suffix_corpus")
+PROPOSALS_ONLY = ("sources", "discount", "suffix_corpus", "leave_one_source_out")
+#: Options of the leave-one-source-out protocol only.
+LOSO_ONLY = ("orders", "work", "test_tokens", "max_doc_tokens", "hold_out", "jobs", "suffix_baseline")
 SYNTHETIC_ONLY = ("steps", "depth", "topk", "hit", "decay", "true_bonus", "noise", "seed")
 _PRUNE = {p.name: p for p in PRUNE_PARAMS}
 _PROPOSE = {p.name: p for p in PROPOSE_PARAMS}
@@ -132,7 +134,7 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 
 @click.command("ngram-eval", cls=_EvalCommand, context_settings=CONTEXT_SETTINGS)
 # Folders pass click's check: _check_tries rejects them with a hint (`--text a/ b/` makes b/ a TRIE).
-@click.argument("tries", nargs=-1, required=True, type=click.Path(exists=True), metavar="TRIE...")
+@click.argument("tries", nargs=-1, type=click.Path(exists=True), metavar="TRIE...")
 @click.option("--lattices", type=click.Path(exists=True, dir_okay=False),
               help="A lattice log (Parquet, one row per decoding step) from dart-generate --log-lattices.")
 @click.option("--text", "texts", multiple=True, type=click.Path(exists=True),
@@ -146,7 +148,7 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
               help="Evaluate the tries' own draft trees (NgramIndex.propose: no drafter, no lattices) on --text, "
                    "teacher forced, beside prompt lookup alone (docs/PROPOSALS.md), with each tree's calibration "
                    "(its node scores against the share accepted). Uses --max-nodes, --sources, --discount and "
-                   "--suffix-corpus; the lattice options are refused.")
+                   "--suffix-corpus, or --leave-one-source-out; the lattice options are refused.")
 @param_list_option(_PRUNE["max_nodes"], default=None,
                    show_default=f"{_PRUNE['max_nodes'].default}; {','.join(map(str, PROPOSAL_MAX_NODES))} "
                                 "with --proposals",
@@ -165,6 +167,27 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
                    "settings. Give the shards the tries were built from (files or folders, the formats ngram-build "
                    "reads, tokenized with --tokenizer; repeat it per input). Reading and sorting 12 M tokens takes "
                    "about half a minute and 1 GB.")
+@click.option("--leave-one-source-out", "leave_one_source_out", multiple=True, type=click.Path(exists=True),
+              metavar="CORPUS",
+              help="--proposals on text no build has seen, instead of TRIE and --text: for each source of CORPUS "
+                   "(shards named SOURCE-NNNN.*; files or folders, repeat it per input), tries of --order built "
+                   "from the other sources alone, and that source's documents replayed (docs/EVALUATION.md).")
+@click.option("--order", "orders", default="3", show_default=True, callback=lambda _c, _p, v: _int_list(v, 2, 32),
+              metavar="LIST", help="--leave-one-source-out: the orders of the tries built, comma-separated.")
+@click.option("--work", type=click.Path(file_okay=False, path_type=Path),
+              help="--leave-one-source-out: folder for the tries built and the test documents, kept and reused "
+                   "by the next run with the same inputs (default: a temporary folder, removed at the end).")
+@click.option("--test-tokens", default=20_000, show_default=True, type=click.IntRange(1),
+              help="--leave-one-source-out: test tokens per source (whole documents, so at least this many).")
+@click.option("--max-doc-tokens", default=2048, show_default=True, type=click.IntRange(1),
+              help="--leave-one-source-out: a test document's first tokens replayed.")
+@click.option("--hold-out", "hold_out", metavar="LIST",
+              help="--leave-one-source-out: only these sources held out, comma-separated (default: each).")
+@click.option("--build-jobs", "jobs", default=1, show_default=True, type=click.IntRange(1),
+              help="--leave-one-source-out: build worker processes.")
+@click.option("--suffix-baseline", is_flag=True,
+              help="--leave-one-source-out: also report SuffixDecoding with its global tree over the other sources "
+                   "(about half a minute and 1 GB a source).")
 @click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
               help="Synthetic lattices: how many to draw (positions sampled uniformly).")
 @click.option("--depth", default=8, show_default=True, type=click.IntRange(1, LIMITS["max_depth"]),
@@ -193,7 +216,8 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
 def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts: tuple[str, ...],
          tokenizer: str | None, text_field: str, proposals: bool, max_nodes: list[int] | None, beam_width: list[int],
          ngram_weight: list[float], sources: list[str], discount: list[float], suffix_corpus: tuple[str, ...],
-         steps: int, depth: int, topk: int,
+         leave_one_source_out: tuple[str, ...], orders: list[int], work: Path | None, test_tokens: int,
+         max_doc_tokens: int, hold_out: str | None, jobs: int, suffix_baseline: bool, steps: int, depth: int, topk: int,
          hit: float, decay: float, true_bonus: float, noise: float, seed: int, threads: int, as_json: bool,
          json_file: str | None, plot_out: str | None, quiet: bool) -> None:
     """Replays draft lattices through each TRIE's DART pruning and reports the
@@ -211,11 +235,31 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
     draft trees instead (no drafter): tokens per verification step, teacher
     forced, beside prompt lookup alone and (with --suffix-corpus)
     SuffixDecoding, and whether the trees' scores are calibrated
-    probabilities (docs/EVALUATION.md, "Proposals")."""
+    probabilities (docs/EVALUATION.md, "Proposals"). With
+    --leave-one-source-out CORPUS instead of TRIE and --text, builds the
+    tries itself: each source of CORPUS is replayed on tries of the
+    others (docs/EVALUATION.md, "Leave one source out")."""
     if json_file is not None:
         if as_json:
             raise click.UsageError("--json and --json FILE: give one (--json FILE is deprecated)")
         click.echo(JSON_FILE.message("ngram-eval"), err=True)
+    if not leave_one_source_out:
+        refuse_given(ctx, LOSO_ONLY, "only with --leave-one-source-out")
+    elif not proposals:
+        raise click.UsageError("--leave-one-source-out: only with --proposals")
+    else:
+        if tries or texts or lattices:
+            raise click.UsageError("--leave-one-source-out builds its tries and chooses its documents: "
+                                   "give no TRIE, --text or --lattices")
+        refuse_given(ctx, ("suffix_corpus", "plot_out"), "not with --leave-one-source-out")
+        if not tokenizer:
+            raise click.UsageError("--leave-one-source-out needs --tokenizer (the tries are built with it)")
+        _leave_one_source_out(leave_one_source_out, tokenizer, text_field, orders, work, test_tokens,
+                              max_doc_tokens, hold_out, jobs, suffix_baseline, sources, discount, max_nodes,
+                              Output(as_json, json_file, None), quiet)
+        return
+    if not tries:
+        raise click.UsageError("Missing argument 'TRIE...'.")
     if proposals and not texts:
         raise click.UsageError("--proposals needs --text FILE [--text FILE ...] (held-out documents to replay)")
     if bool(lattices) == bool(texts):
@@ -313,6 +357,41 @@ def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenize
     from ngram_eval.plot import plot_proposals
 
     _report(result, format_proposals(result), out, plot_proposals)
+
+
+def _int_list(value: str, lo: int, hi: int) -> list[int]:
+    try:
+        items = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: integers, comma-separated") from None
+    bad = [x for x in items if not lo <= x <= hi]
+    if bad or not items:
+        raise click.BadParameter(f"{(bad or [value])[0]!r}: each must be in {lo}..{hi}")
+    return items
+
+
+def _leave_one_source_out(corpus: tuple[str, ...], tokenizer: str, text_field: str, orders: list[int],
+                          work: Path | None, test_tokens: int, max_doc_tokens: int, hold_out: str | None, jobs: int,
+                          suffix_baseline: bool, sources: list[str], discount: list[float],
+                          max_nodes: list[int] | None, out: Output, quiet: bool) -> None:
+    import tempfile
+
+    from indexer.shards import ShardError
+    from ngram_eval.leave_one_source_out import LosoConfig, format_loso, leave_one_source_out
+
+    say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+    settings = [ProposeSetting(n, src, b) for n, src, b in
+                itertools.product(max_nodes or PROPOSAL_MAX_NODES, sources, discount)]
+    only = [s.strip() for s in hold_out.split(",") if s.strip()] if hold_out else None
+    with tempfile.TemporaryDirectory(prefix="ngram-eval-loso-") as tmp:
+        cfg = LosoConfig(corpus=list(corpus), tokenizer=tokenizer, work=work or Path(tmp), orders=orders, only=only,
+                         test_tokens=test_tokens, max_doc_tokens=max_doc_tokens, text_field=text_field, jobs=jobs,
+                         suffix_baseline=suffix_baseline)
+        try:
+            result = leave_one_source_out(cfg, settings, progress=say)
+        except (ShardError, ValueError) as e:
+            raise click.ClickException(str(e)) from None
+    _report(result, format_loso(result), out, lambda _r, _p: None)
 
 
 class Output(NamedTuple):

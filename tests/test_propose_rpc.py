@@ -42,6 +42,7 @@ PARAMS = [
     {"lookup_weight": 0.5, "lookup_min_match": 1, "max_nodes": 200},
     {"max_nodes": 0},
     {"max_depth": 1, "max_branch": 32},
+    {"order_weight": 1.0, "root_branch": 3},
 ]
 
 
@@ -167,7 +168,7 @@ def test_request_bytes_are_protobufs(server: ServerProcess, contexts: list[np.nd
     the server answers a request protobuf wrote with the same trees."""
     with server.client(index="sample", tokenizer_fingerprint="fp") as c:
         params = {"max_nodes": 9, "discount": 0.25, "lookup": False, "lookup_min_match": 3, "lookup_decay": 0.3,
-                  "lookup_prior": 0.5}
+                  "lookup_prior": 0.5, "order_weight": 0.9, "root_branch": 4}
         sent = [*contexts, np.zeros(0, np.int64), [2**62, -5]]
         raw = c.propose_tree_request(sent, **params)
         want = pb.ProposeTreeRequest(index="sample", tokenizer_fingerprint="fp", params=pb.ProposeParams(**params),

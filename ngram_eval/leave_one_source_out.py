@@ -1,0 +1,209 @@
+"""Leave one source out: proposals on a kind of text no build has seen
+(``ngram-eval --proposals --leave-one-source-out CORPUS``; docs/EVALUATION.md).
+
+A corpus' shards are grouped by source, the name before ``-NNNN`` (shards
+named SOURCE-NNNN.*: ``peps-0001.json.gz`` is ``peps``). For each source, a
+trie of each order is built from the other sources' shards alone
+(``ngram-build``'s pipeline; kept in the work folder under a name that
+hashes its inputs, so a rerun reuses it and a changed corpus does not), and
+the source's own documents, in the order of the SHA-1 of their text (a
+fixed, content-defined choice, as ``bench/heldout_split.py`` makes it), each
+cut to its first ``max_doc_tokens`` tokens, until ``test_tokens`` tokens are
+taken, are replayed teacher forced through ``evaluate_proposals``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ngram_eval.proposal_replay import ProposeSetting, evaluate_proposals
+from ngram_eval.synthetic import load_documents
+
+#: A test document's first tokens replayed: long documents would otherwise
+#: make one source's figure one document's.
+MAX_DOC_TOKENS = 2048
+#: Test tokens per source (at least: whole documents are taken).
+TEST_TOKENS = 20_000
+#: Documents per source read to choose from (the SHA-1 order's first).
+MAX_DOCS = 200
+
+
+def source_of(path: str) -> str:
+    """A shard's source: its name before the extension and ``-NNNN``."""
+    return re.sub(r"-\d+$", "", Path(path).name.split(".")[0])
+
+
+def shards_by_source(corpus: Sequence[str]) -> dict[str, list[str]]:
+    """The corpus' shard files (as ngram-build finds them) by source, sorted."""
+    from indexer.shard_discovery import expand_inputs
+
+    out: dict[str, list[str]] = {}
+    for f in sorted(expand_inputs(list(corpus))):
+        out.setdefault(source_of(f), []).append(f)
+    return dict(sorted(out.items()))
+
+
+def pick_documents(files: Sequence[str], n: int, text_field: str = "text") -> list[str]:
+    """The n texts of these shards with the smallest SHA-1."""
+    from indexer.shards import ShardReader
+
+    texts = [t for f in files for batch in ShardReader(Path(f), text_field) for t in batch]
+    return [t for _, t in sorted((hashlib.sha1(t.encode()).hexdigest(), t) for t in texts)[:n]]
+
+
+@dataclass
+class LosoConfig:
+    """What a leave-one-source-out run reads and builds."""
+
+    corpus: list[str]
+    tokenizer: str
+    work: Path
+    orders: list[int]
+    only: list[str] | None = None     # these held-out sources only (default: all)
+    test_tokens: int = TEST_TOKENS
+    max_doc_tokens: int = MAX_DOC_TOKENS
+    text_field: str = "text"
+    jobs: int = 1                     # build workers
+    suffix_baseline: bool = False     # SuffixDecoding over the other sources too
+
+
+def _inputs_key(files: Sequence[str], tokenizer: str, order: int) -> str:
+    """A digest of a build's inputs (paths, sizes, modification times), its
+    tokenizer and order: a kept trie is reused only for the same."""
+    h = hashlib.sha1(f"{order}\0{tokenizer}".encode())
+    for f in [*files, tokenizer]:
+        st = os.stat(f) if os.path.isfile(f) else None
+        h.update(f"\0{f}\0{st.st_size if st else ''}\0{st.st_mtime_ns if st else ''}".encode())
+    return h.hexdigest()[:12]
+
+
+def _trie_for(cfg: LosoConfig, src: str, train: list[str], order: int,
+              say: Callable[[str], None]) -> tuple[str, float | None]:
+    """The kept trie of the other sources at this order, built when missing;
+    and the build's seconds (None when kept)."""
+    import time
+
+    from indexer.pipeline import BuildConfig, build
+
+    path = cfg.work / f"without-{src}-o{order}-{_inputs_key(train, cfg.tokenizer, order)}.ngt"
+    if path.is_file():
+        say(f"{src}: order {order}: {path} kept from an earlier run")
+        return str(path), None
+    say(f"{src}: order {order}: building {path.name} from {len(train)} shards of the other sources")
+    t0 = time.perf_counter()
+    build(BuildConfig(inputs=train, out=str(path), tokenizer=cfg.tokenizer, order=order, workers=cfg.jobs,
+                      text_field=cfg.text_field), progress=lambda _m: None)
+    return str(path), time.perf_counter() - t0
+
+
+def _test_documents(cfg: LosoConfig, src: str, files: list[str]) -> list[Any]:
+    """The source's test documents as token arrays (their texts kept in the work folder)."""
+    test = cfg.work / f"test-{src}-{_inputs_key(files, cfg.tokenizer, 0)}.jsonl"
+    if not test.is_file():
+        tmp = test.with_name(f".{test.name}.{os.getpid()}")
+        tmp.write_text("".join(json.dumps({"text": t}) + "\n"
+                               for t in pick_documents(files, MAX_DOCS, cfg.text_field)))
+        os.replace(tmp, test)
+    docs: list[Any] = []
+    for d in load_documents([str(test)], cfg.tokenizer)[0]:
+        if sum(len(x) for x in docs) >= cfg.test_tokens:
+            break
+        docs.append(d[:cfg.max_doc_tokens])
+    return docs
+
+
+def leave_one_source_out(cfg: LosoConfig, settings: Sequence[ProposeSetting],
+                         progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Every held-out source's evaluation (``evaluate_proposals``' JSON, one
+    trie per order, with the build times) and the summary table. Raises
+    ValueError for a corpus of fewer than two sources or an unknown source."""
+    by_source = shards_by_source(cfg.corpus)
+    if len(by_source) < 2:
+        raise ValueError(f"{', '.join(cfg.corpus)}: leave one source out needs shards of at least two sources "
+                         f"(named SOURCE-NNNN.*), found {', '.join(by_source) or 'none'}")
+    chosen = cfg.only or list(by_source)
+    unknown = [s for s in chosen if s not in by_source]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not a source of {', '.join(cfg.corpus)} "
+                         f"(its sources: {', '.join(by_source)})")
+    cfg.work.mkdir(parents=True, exist_ok=True)
+    tok = None
+    per_source: dict[str, dict[str, Any]] = {}
+    for src in chosen:
+        train = [f for s, fs in by_source.items() if s != src for f in fs]
+        tries, builds = [], {}
+        for order in cfg.orders:
+            path, seconds = _trie_for(cfg, src, train, order, progress)
+            tries.append(path)
+            builds[str(order)] = seconds
+        docs = _test_documents(cfg, src, by_source[src])
+        corpus, info = None, None
+        if cfg.suffix_baseline:
+            from indexer.tokenizer import load_tokenizer
+            from ngram_eval.suffix_baseline import ARCTIC_DEFAULTS, VLLM_DEFAULTS, load_corpus_suffixes
+
+            tok = tok or load_tokenizer(cfg.tokenizer)
+            corpus, info = load_corpus_suffixes(train, tok, max(VLLM_DEFAULTS.max_depth, ARCTIC_DEFAULTS.max_depth),
+                                                text_field=cfg.text_field, progress=progress)
+        res = evaluate_proposals(tries, docs, settings, progress=lambda m, s=src: progress(f"{s}: {m}"),
+                                 suffix_corpus=corpus, suffix_corpus_info=info)
+        del corpus
+        res["build_seconds"] = builds
+        per_source[src] = res
+        progress(f"{src}: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in summarize({src: res}).items()))
+    return {"mode": "leave_one_source_out", "corpus": list(cfg.corpus), "orders": list(cfg.orders),
+            "test_tokens": cfg.test_tokens, "max_doc_tokens": cfg.max_doc_tokens,
+            "table": summarize(per_source), "sources": per_source}
+
+
+def _columns(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One source's figures worth a column: name -> replay."""
+    out: dict[str, dict[str, Any]] = {"chain (best)": result["lookup_chain"]["best"]}
+    for n, r in result["lookup_alone"].items():
+        out[f"document, {n}"] = r
+    for t in result["tries"]:
+        for r in t["rows"]:
+            out[f"o{t['order']} {r['sources']}, {r['max_nodes']}"] = r
+    for r in (result.get("suffix_baseline") or {}).get("rows", []):
+        s = r["setting"]
+        out[f"SD {s['name']}, " + (f"{r['max_nodes']}" if r["max_nodes"] else f"c{s['max_spec_tokens']}")] = r
+    return out
+
+
+def summarize(per_source: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per column: each source's tokens per step, their mean (each source
+    weighing the same) and pooled (all steps together)."""
+    names: list[str] = []
+    for res in per_source.values():
+        names += [k for k in _columns(res) if k not in names]
+    table: dict[str, Any] = {}
+    for k in names:
+        have = {s: r for s, res in per_source.items() if (r := _columns(res).get(k))}
+        tps = {s: r["tokens_per_step"] for s, r in have.items()}
+        table[k] = {"by_source": tps, "mean": sum(tps.values()) / len(tps) if tps else None,
+                    "pooled": sum(r["tokens"] for r in have.values()) / max(1, sum(r["steps"] for r in have.values()))}
+    return table
+
+
+def format_loso(result: dict[str, Any]) -> str:
+    """The table: a row per held-out source, then the mean of sources and pooled."""
+    per_source, table = result["sources"], result["table"]
+    names = list(table)
+    width = max(9, *(len(n) for n in names))
+    lines = ["tokens per verification step, teacher forced, on each source with a trie of the others",
+             f"{'held-out source':<16} {'docs':>4} {'tokens':>7} " + " ".join(f"{n:>{width}}" for n in names)]
+    for src, res in per_source.items():
+        lines.append(f"{src:<16} {res['documents']:>4} {res['tokens']:>7,} "
+                     + " ".join(f"{table[n]['by_source'].get(src, float('nan')):>{width}.3f}" for n in names))
+    docs = sum(r["documents"] for r in per_source.values())
+    toks = sum(r["tokens"] for r in per_source.values())
+    lines.append(f"{'mean of sources':<16} {docs:>4} {toks:>7,} "
+                 + " ".join(f"{table[n]['mean']:>{width}.3f}" for n in names))
+    lines.append(f"{'pooled':<16} {'':>4} {'':>7} " + " ".join(f"{table[n]['pooled']:>{width}.3f}" for n in names))
+    return "\n".join(lines)
