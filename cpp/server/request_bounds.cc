@@ -62,11 +62,12 @@ RequestCost prune_cost(uint64_t trees, uint64_t first_level_cells, uint64_t cell
 }
 
 RequestCost propose_cost(uint64_t trees, uint64_t context_tokens, uint64_t max_nodes, uint64_t max_branch,
-                         uint64_t order) {
+                         uint64_t root_branch, uint64_t order) {
   RequestCost c;
-  c.work = add(mul(mul(mul(trees, add(max_nodes, 1)), max_branch), order), context_tokens);
-  c.work_terms = grouped(trees) + " trees x " + grouped(add(max_nodes, 1)) + " nodes x " + grouped(max_branch) +
-                 " branches x order " + grouped(order) + " + " + grouped(context_tokens) + " context tokens";
+  c.work = add(mul(mul(trees, add(mul(max_nodes, max_branch), root_branch)), order), context_tokens);
+  c.work_terms = grouped(trees) + " trees x (" + grouped(max_nodes) + " nodes x " + grouped(max_branch) +
+                 " branches + " + grouped(root_branch) + " at the root) x order " + grouped(order) + " + " +
+                 grouped(context_tokens) + " context tokens";
   c.reply_bytes = add(mul(trees, tree_bytes(add(max_nodes, 1), true)), kHeader);
   c.reply_terms = grouped(trees) + " trees of up to " + grouped(add(max_nodes, 1)) + " nodes";
   return c;

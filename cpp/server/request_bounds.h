@@ -31,11 +31,12 @@ RequestCost topk_cost(uint64_t k, uint64_t context_len);
 // kept; `cells_after_first` is K_1 + ... summed over the trees.
 RequestCost prune_cost(uint64_t trees, uint64_t first_level_cells, uint64_t cells_after_first, uint64_t beam_width,
                        uint64_t max_nodes, bool with_scores);
-// ProposeTree: per tree, (max_nodes + 1) expansions x max_branch
-// continuations x the trie's order (each suffix length a continuation may be
-// read after), plus one unit per context token (the document source's scan).
+// ProposeTree: per tree, max_nodes expansions x max_branch continuations
+// and the root's root_branch, x the trie's order (each suffix length a
+// continuation may be read after), plus one unit per context token (the
+// document source's scan).
 RequestCost propose_cost(uint64_t trees, uint64_t context_tokens, uint64_t max_nodes, uint64_t max_branch,
-                         uint64_t order);
+                         uint64_t root_branch, uint64_t order);
 
 // OK, or the refusal naming the bound and the figure: INVALID_ARGUMENT for
 // work over --max-request-work (the request as posed can never run),

@@ -495,7 +495,8 @@ Status NgramServiceImpl::propose_tree(const v1::ProposeTreeRequest& req, v1::Pro
   for (const auto& c : req.contexts()) tokens += static_cast<uint64_t>(c.context_size());
   const auto clamp = [](int64_t v, uint64_t most) { return std::min<uint64_t>(v < 0 ? 0 : v, most); };
   if (Status st = check_cost(propose_cost(n, tokens, clamp(params.max_nodes, ProposeLimits::kMaxNodes),
-                                          clamp(params.max_branch, ProposeLimits::kMaxBranch), t.order()),
+                                          clamp(params.max_branch, ProposeLimits::kMaxBranch),
+                                          clamp(params.root_branch, ProposeLimits::kMaxBranch), t.order()),
                              lim);
       !st.ok())
     return st;
