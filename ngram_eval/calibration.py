@@ -114,6 +114,27 @@ class Calibration:
                 "accepted": int(self.accepted.sum()), "calibration_error": err, "bins": bins, "by_depth": by_depth}
 
 
+def pool_calibrations(cals: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several ``Calibration.as_dict()`` reports (the same bins) as one:
+    their nodes, scores and accepted nodes summed per bin and per depth."""
+    pooled = Calibration([cals[0]["bins"][0]["lo"], *(b["hi"] for b in cals[0]["bins"])])
+    depth = max((d["depth"] for c in cals for d in c["by_depth"]), default=0) + 1
+    pooled.depth_nodes = np.zeros(depth, np.int64)
+    pooled.depth_predicted = np.zeros(depth, np.float64)
+    pooled.depth_accepted = np.zeros(depth, np.int64)
+    for c in cals:
+        for i, b in enumerate(c["bins"]):
+            if b["nodes"]:
+                pooled.nodes[i] += b["nodes"]
+                pooled.predicted[i] += b["mean_predicted"] * b["nodes"]
+                pooled.accepted[i] += round(b["accepted_share"] * b["nodes"])
+        for d in c["by_depth"]:
+            pooled.depth_nodes[d["depth"]] += d["nodes"]
+            pooled.depth_predicted[d["depth"]] += d["expected_accepted"]
+            pooled.depth_accepted[d["depth"]] += d["accepted"]
+    return pooled.as_dict()
+
+
 def format_calibration(entries: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
     """Table lines: a row per bin, per entry (a label and ``as_dict()``) the
     mean predicted probability, the share accepted and the nodes; bins of

@@ -251,12 +251,12 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
         if tries or texts or lattices:
             raise click.UsageError("--leave-one-source-out builds its tries and chooses its documents: "
                                    "give no TRIE, --text or --lattices")
-        refuse_given(ctx, ("suffix_corpus", "plot_out"), "not with --leave-one-source-out")
+        refuse_given(ctx, ("suffix_corpus",), "not with --leave-one-source-out")
         if not tokenizer:
             raise click.UsageError("--leave-one-source-out needs --tokenizer (the tries are built with it)")
         _leave_one_source_out(leave_one_source_out, tokenizer, text_field, orders, work, test_tokens,
                               max_doc_tokens, hold_out, jobs, suffix_baseline, sources, discount, max_nodes,
-                              Output(as_json, json_file, None), quiet)
+                              Output(as_json, json_file, plot_out), quiet)
         return
     if not tries:
         raise click.UsageError("Missing argument 'TRIE...'.")
@@ -391,7 +391,9 @@ def _leave_one_source_out(corpus: tuple[str, ...], tokenizer: str, text_field: s
             result = leave_one_source_out(cfg, settings, progress=say)
         except (ShardError, ValueError) as e:
             raise click.ClickException(str(e)) from None
-    _report(result, format_loso(result), out, lambda _r, _p: None)
+    from ngram_eval.plot import plot_proposals
+
+    _report(result, format_loso(result), out, lambda r, path: plot_proposals(r["pooled"], path))
 
 
 class Output(NamedTuple):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ngram_eval.calibration import format_calibration, pool_calibrations
 from ngram_eval.proposal_replay import ProposeSetting, evaluate_proposals
 from ngram_eval.synthetic import load_documents
 
@@ -159,7 +160,7 @@ def leave_one_source_out(cfg: LosoConfig, settings: Sequence[ProposeSetting],
         progress(f"{src}: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in summarize({src: res}).items()))
     return {"mode": "leave_one_source_out", "corpus": list(cfg.corpus), "orders": list(cfg.orders),
             "test_tokens": cfg.test_tokens, "max_doc_tokens": cfg.max_doc_tokens,
-            "table": summarize(per_source), "sources": per_source}
+            "table": summarize(per_source), "pooled": pooled(per_source), "sources": per_source}
 
 
 def _columns(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -191,6 +192,38 @@ def summarize(per_source: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
+def _mean(reps: Sequence[dict[str, Any]]) -> float:
+    return sum(r["tokens_per_step"] for r in reps) / len(reps)
+
+
+def pooled(per_source: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The sources as one evaluation, in ``evaluate_proposals``' shape (what
+    ``plot_proposals`` draws): each row's tokens per step the mean of the
+    sources', its calibration the sources' nodes pooled."""
+    results = list(per_source.values())
+    first = results[0]
+    tries = []
+    for i, t in enumerate(first["tries"]):
+        rows = [{**{k: r[k] for k in ("max_nodes", "sources", "discount")},
+                 "tokens_per_step": _mean([res["tries"][i]["rows"][j] for res in results]),
+                 "calibration": pool_calibrations([res["tries"][i]["rows"][j]["calibration"] for res in results])}
+                for j, r in enumerate(t["rows"])]
+        tries.append({"path": "tries of the other sources", "order": t["order"], "rows": rows,
+                      "calibration_row": t["calibration_row"]})
+    out: dict[str, Any] = {
+        "documents": sum(r["documents"] for r in results), "tokens": sum(r["tokens"] for r in results),
+        "texts": ["each source, on tries of the others"],
+        "lookup_alone": {n: {"tokens_per_step": _mean([res["lookup_alone"][n] for res in results])}
+                         for n in first["lookup_alone"]},
+        "tries": tries}
+    if first.get("suffix_baseline"):
+        out["suffix_baseline"] = {"rows": [
+            {"setting": r["setting"], "max_nodes": r["max_nodes"],
+             "tokens_per_step": _mean([res["suffix_baseline"]["rows"][j] for res in results])}
+            for j, r in enumerate(first["suffix_baseline"]["rows"])]}
+    return out
+
+
 def format_loso(result: dict[str, Any]) -> str:
     """The table: a row per held-out source, then the mean of sources and pooled."""
     per_source, table = result["sources"], result["table"]
@@ -206,4 +239,10 @@ def format_loso(result: dict[str, Any]) -> str:
     lines.append(f"{'mean of sources':<16} {docs:>4} {toks:>7,} "
                  + " ".join(f"{table[n]['mean']:>{width}.3f}" for n in names))
     lines.append(f"{'pooled':<16} {'':>4} {'':>7} " + " ".join(f"{table[n]['pooled']:>{width}.3f}" for n in names))
+    cal = []
+    for t in result["pooled"]["tries"]:
+        r = t["rows"][t["calibration_row"]]
+        cal.append((f"order {t['order']} ({r['max_nodes']} nodes)", r["calibration"]))
+    lines += ["", "Calibration, every source's nodes pooled: nodes by predicted path probability (their score), "
+                  "the mean score and the share accepted", *format_calibration(cal)]
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from conftest import SAMPLE_CORPUS, SAMPLE_TOKENIZER
 from indexer.pipeline import BuildConfig, build
-from ngram_eval.calibration import BIN_EDGES, Calibration, path_matches
+from ngram_eval.calibration import BIN_EDGES, Calibration, path_matches, pool_calibrations
 from ngram_eval.cli import main as eval_main
 from ngram_eval.proposal_replay import ProposeSetting, calibration_row, replay
 from ngram_service import NgramIndex
@@ -115,6 +115,27 @@ def test_reported_calibration_matches_the_true_probabilities(markov_trie: Path) 
             assert x["expected_accepted"] / x["accepted"] == pytest.approx(1, abs=0.08), x
     # the accepted nodes are what the replay accepted: every step's path is among them
     assert d["accepted"] >= sum(k * c for k, c in enumerate(rep.accepted))
+
+
+def test_pooled_reports_are_one_report_of_all_nodes() -> None:
+    rng = np.random.default_rng(3)
+    parts = []
+    whole = Calibration()
+    for _ in range(3):
+        scores = rng.random(500) ** 3
+        accepted = (rng.random(500) < scores).astype(np.float64)
+        depths = rng.integers(1, 9, 500)
+        one = Calibration()
+        one.add(scores, accepted, depths)
+        whole.add(scores, accepted, depths)
+        parts.append(one.as_dict())
+    got, want = pool_calibrations(parts), whole.as_dict()
+    assert got["nodes"] == want["nodes"] == 1500 and got["accepted"] == want["accepted"]
+    assert got["expected_accepted"] == pytest.approx(want["expected_accepted"], rel=1e-12)
+    assert got["calibration_error"] == pytest.approx(want["calibration_error"], rel=1e-9)
+    assert got["by_depth"] == pytest.approx(want["by_depth"])
+    for g, w in zip(got["bins"], want["bins"]):
+        assert g["nodes"] == w["nodes"] and g["mean_predicted"] == pytest.approx(w["mean_predicted"])
 
 
 def test_calibration_row_prefers_the_default_proposals() -> None:

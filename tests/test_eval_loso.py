@@ -5,6 +5,7 @@ reused only for the same inputs, and bad input gets a usage error."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -79,6 +80,11 @@ def test_each_source_is_replayed_on_tries_of_the_others(corpus: Path, tmp_path: 
         assert result["table"]["o3 both, 16"]["by_source"][src] == res["tries"][1]["rows"][0]["tokens_per_step"]
     means = result["table"]["o3 both, 16"]
     assert means["mean"] == pytest.approx(sum(means["by_source"].values()) / 3)
+    # The sources as one: the mean figure, every source's judged nodes.
+    row = result["pooled"]["tries"][1]["rows"][0]
+    assert row["tokens_per_step"] == means["mean"]
+    assert row["calibration"]["nodes"] == sum(r["tries"][1]["rows"][0]["calibration"]["nodes"]
+                                              for r in result["sources"].values()) > 0
 
     # A second run reuses the tries; a shard that changed is built again.
     code, _, err = run("--proposals", "--leave-one-source-out", str(corpus), "-t", TOKENIZER, "--max-nodes", "16",
@@ -92,6 +98,14 @@ def test_each_source_is_replayed_on_tries_of_the_others(corpus: Path, tmp_path: 
     assert code == 0, err
     assert "building without-beta-o3-" in err
     assert out.splitlines()[1].split()[:2] == ["held-out", "source"] and out.splitlines()[2].startswith("beta")
+    assert "Calibration, every source's nodes pooled" in out and "order 3 (16 nodes)" in out
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed: --plot not checked")
+    png = tmp_path / "loso.png"
+    code, _, err = run("--proposals", "--leave-one-source-out", str(corpus), "-t", TOKENIZER, "--max-nodes", "16",
+                       "--test-tokens", "1500", "--work", str(work), "--plot", str(png), "-q")
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize("args, message", [
