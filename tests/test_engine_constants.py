@@ -110,4 +110,5 @@ def test_the_parameter_tables_are_the_engine_s() -> None:
     assert by_name["ngram_weight"].high == LIMITS["max_weight"] and by_name["eos_token_id"].low == -1
     assert {p.name: p.high for p in PROPOSE_PARAMS if p.type is int} == {
         "max_nodes": PROPOSE_LIMITS["max_nodes"], "max_depth": PROPOSE_LIMITS["max_depth"],
-        "max_branch": PROPOSE_LIMITS["max_branch"], "lookup_min_match": PROPOSE_LIMITS["max_match"]}
+        "max_branch": PROPOSE_LIMITS["max_branch"], "lookup_min_match": PROPOSE_LIMITS["max_match"],
+        "root_branch": PROPOSE_LIMITS["max_branch"]}
