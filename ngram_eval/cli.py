@@ -254,6 +254,7 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
         refuse_given(ctx, ("suffix_corpus",), "not with --leave-one-source-out")
         if not tokenizer:
             raise click.UsageError("--leave-one-source-out needs --tokenizer (the tries are built with it)")
+        _load_tokenizer(tokenizer)  # a bad one is named before any build
         _leave_one_source_out(leave_one_source_out, tokenizer, text_field, orders, work, test_tokens,
                               max_doc_tokens, hold_out, jobs, suffix_baseline, sources, discount, max_nodes,
                               Output(as_json, json_file, plot_out), quiet)
@@ -283,14 +284,7 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
         except RuntimeError as e:
             raise click.ClickException(f"--plot: {e}") from None
     say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
-    tok = None
-    if tokenizer:
-        from indexer.tokenizer import TokenizerError, load_tokenizer
-
-        try:
-            tok = load_tokenizer(tokenizer)
-        except (TokenizerError, OSError) as e:
-            raise click.BadParameter(str(e), param_hint="--tokenizer") from None
+    tok = _load_tokenizer(tokenizer) if tokenizer else None
     _check_tries(tries, tok, texts)
     if proposals:
         out = Output(as_json, json_file, plot_out)
@@ -357,6 +351,15 @@ def _evaluate_proposals(tries: tuple[str, ...], texts: tuple[str, ...], tokenize
     from ngram_eval.plot import plot_proposals
 
     _report(result, format_proposals(result), out, plot_proposals)
+
+
+def _load_tokenizer(spec: str) -> Any:
+    from indexer.tokenizer import TokenizerError, load_tokenizer
+
+    try:
+        return load_tokenizer(spec)
+    except (TokenizerError, OSError) as e:
+        raise click.BadParameter(str(e), param_hint="--tokenizer") from None
 
 
 def _int_list(value: str, lo: int, hi: int) -> list[int]:

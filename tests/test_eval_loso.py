@@ -124,8 +124,10 @@ def test_each_source_is_replayed_on_tries_of_the_others(corpus: Path, tmp_path: 
     (["--proposals", "--leave-one-source-out", "{corpus}", "-t", TOKENIZER, "--order", "3,1"],
      "Invalid value for '--order': 1: each must be in 2..32"),
     (["--proposals", "--text", str(SAMPLE), "-t", TOKENIZER], "Missing argument 'TRIE...'."),
+    (["--proposals", "--leave-one-source-out", "{corpus}", "-t", "{one}/none.json"],
+     "Invalid value for --tokenizer: {one}/none.json: no such tokenizer file or folder"),
 ], ids=["one-source", "unknown-source", "no-tokenizer", "no-proposals", "trie-too", "order-alone", "order-range",
-        "no-trie"])
+        "no-trie", "bad-tokenizer"])
 def test_bad_input_is_a_usage_error(corpus: Path, trie: Path, tmp_path: Path, args: list[str], message: str) -> None:
     one = tmp_path / "one"
     one.mkdir()
