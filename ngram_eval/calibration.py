@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BIN_EDGES", "Calibration", "format_calibration", "path_matches"]
+__all__ = ["BIN_EDGES", "Calibration", "format_calibration", "path_matches", "pool_calibrations"]
 
 #: Bin edges of predicted path probability; the last bin holds 1.0.
 BIN_EDGES = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

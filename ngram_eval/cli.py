@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -21,7 +22,7 @@ from ngram_eval.proposal_replay import SOURCES, ProposeSetting, evaluate_proposa
 from ngram_eval.replay import PruneSetting
 from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
-from ngram_service import NgramIndex, TrieFormatError
+from ngram_service import NgramIndex, TrieFormatError, _engine
 from ngram_service.cli_options import (CONTEXT_SETTINGS, DeprecatedOption, Deprecation, FiniteFloatRange, ToolCommand,
                                        deprecated_option,
                                        json_option, param_list_option, param_option, quiet_option, refuse_given,
@@ -172,7 +173,8 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
               help="--proposals on text no build has seen, instead of TRIE and --text: for each source of CORPUS "
                    "(shards named SOURCE-NNNN.*; files or folders, repeat it per input), tries of --order built "
                    "from the other sources alone, and that source's documents replayed (docs/EVALUATION.md).")
-@click.option("--order", "orders", default="3", show_default=True, callback=lambda _c, _p, v: _int_list(v, 2, 32),
+@click.option("--order", "orders", default="3", show_default=True,
+              callback=lambda _c, _p, v: _int_list(v, 2, _engine.MAX_ORDER),
               metavar="LIST", help="--leave-one-source-out: the orders of the tries built, comma-separated.")
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path),
               help="--leave-one-source-out: folder for the tries built and the test documents, kept and reused "
@@ -243,11 +245,23 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
         if as_json:
             raise click.UsageError("--json and --json FILE: give one (--json FILE is deprecated)")
         click.echo(JSON_FILE.message("ngram-eval"), err=True)
+    if proposals:
+        refuse_given(ctx, DART_ONLY, "only without --proposals (DART pruning)")
+        refuse_given(ctx, SYNTHETIC_ONLY, "only without --proposals (synthetic lattices)")
+    else:
+        refuse_given(ctx, PROPOSALS_ONLY, "only with --proposals")
+        if lattices:
+            refuse_given(ctx, SYNTHETIC_ONLY + ("text_field",), "only with --text (synthetic lattices)")
     if not leave_one_source_out:
         refuse_given(ctx, LOSO_ONLY, "only with --leave-one-source-out")
-    elif not proposals:
-        raise click.UsageError("--leave-one-source-out: only with --proposals")
-    else:
+    if plot_out:  # before any work: a missing matplotlib would otherwise fail after the whole evaluation
+        from ngram_eval.plot import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except RuntimeError as e:
+            raise click.ClickException(f"--plot: {e}") from None
+    if leave_one_source_out:
         if tries or texts or lattices:
             raise click.UsageError("--leave-one-source-out builds its tries and chooses its documents: "
                                    "give no TRIE, --text or --lattices")
@@ -265,24 +279,10 @@ def main(ctx: click.Context, tries: tuple[str, ...], lattices: str | None, texts
         raise click.UsageError("--proposals needs --text FILE [--text FILE ...] (held-out documents to replay)")
     if bool(lattices) == bool(texts):
         raise click.UsageError("give exactly one of --lattices FILE or --text FILE [--text FILE ...]")
-    if proposals:
-        refuse_given(ctx, DART_ONLY, "only without --proposals (DART pruning)")
-        refuse_given(ctx, SYNTHETIC_ONLY, "only without --proposals (synthetic lattices)")
-    else:
-        refuse_given(ctx, PROPOSALS_ONLY, "only with --proposals")
-        if lattices:
-            refuse_given(ctx, SYNTHETIC_ONLY + ("text_field",), "only with --text (synthetic lattices)")
     if max_nodes is None:
         max_nodes = list(PROPOSAL_MAX_NODES) if proposals else [_PRUNE["max_nodes"].default]
     if texts and not tokenizer:
         raise click.UsageError("--text needs --tokenizer (the tokenizer the tries were built with)")
-    if plot_out:  # before any work: a missing matplotlib would otherwise fail after the whole evaluation
-        from ngram_eval.plot import require_matplotlib
-
-        try:
-            require_matplotlib()
-        except RuntimeError as e:
-            raise click.ClickException(f"--plot: {e}") from None
     say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
     tok = _load_tokenizer(tokenizer) if tokenizer else None
     _check_tries(tries, tok, texts)
@@ -379,24 +379,26 @@ def _leave_one_source_out(corpus: tuple[str, ...], tokenizer: str, text_field: s
                           max_nodes: list[int] | None, out: Output, quiet: bool) -> None:
     import tempfile
 
-    from indexer.shards import ShardError
+    from indexer.build_config import BuildError
     from ngram_eval.leave_one_source_out import LosoConfig, format_loso, leave_one_source_out
 
     say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
     settings = [ProposeSetting(n, src, b) for n, src, b in
                 itertools.product(max_nodes or PROPOSAL_MAX_NODES, sources, discount)]
     only = [s.strip() for s in hold_out.split(",") if s.strip()] if hold_out else None
-    with tempfile.TemporaryDirectory(prefix="ngram-eval-loso-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ngram-eval-loso-") if work is None else contextlib.nullcontext() as tmp:
         cfg = LosoConfig(corpus=list(corpus), tokenizer=tokenizer, work=work or Path(tmp), orders=orders, only=only,
                          test_tokens=test_tokens, max_doc_tokens=max_doc_tokens, text_field=text_field, jobs=jobs,
                          suffix_baseline=suffix_baseline)
         try:
             result = leave_one_source_out(cfg, settings, progress=say)
-        except (ShardError, ValueError) as e:
+        except (BuildError, ValueError, RuntimeError) as e:  # ShardError and TokenizerError are ValueErrors
             raise click.ClickException(str(e)) from None
+        except OSError as e:
+            raise click.ClickException(f"{e.filename or cfg.work}: {e.strerror or e}") from None
     from ngram_eval.plot import plot_proposals
 
-    _report(result, format_loso(result), out, lambda r, path: plot_proposals(r["pooled"], path))
+    _report(result, format_loso(result), out, lambda r, path: plot_proposals(r["combined"], path))
 
 
 class Output(NamedTuple):

@@ -24,15 +24,13 @@ from typing import Any
 
 from ngram_eval.calibration import format_calibration, pool_calibrations
 from ngram_eval.proposal_replay import ProposeSetting, evaluate_proposals
-from ngram_eval.synthetic import load_documents
+from ngram_eval.synthetic import tokenize_documents
 
 #: A test document's first tokens replayed: long documents would otherwise
 #: make one source's figure one document's.
 MAX_DOC_TOKENS = 2048
 #: Test tokens per source (at least: whole documents are taken).
 TEST_TOKENS = 20_000
-#: Documents per source read to choose from (the SHA-1 order's first).
-MAX_DOCS = 200
 
 
 def source_of(path: str) -> str:
@@ -45,17 +43,17 @@ def shards_by_source(corpus: Sequence[str]) -> dict[str, list[str]]:
     from indexer.shard_discovery import expand_inputs
 
     out: dict[str, list[str]] = {}
-    for f in sorted(expand_inputs(list(corpus))):
+    for f in sorted(map(str, expand_inputs(list(corpus)))):
         out.setdefault(source_of(f), []).append(f)
     return dict(sorted(out.items()))
 
 
-def pick_documents(files: Sequence[str], n: int, text_field: str = "text") -> list[str]:
-    """The n texts of these shards with the smallest SHA-1."""
+def by_digest(files: Sequence[str], text_field: str = "text") -> list[str]:
+    """The texts of these shards in the order of their SHA-1 (empty ones left out)."""
     from indexer.shards import ShardReader
 
-    texts = [t for f in files for batch in ShardReader(Path(f), text_field) for t in batch]
-    return [t for _, t in sorted((hashlib.sha1(t.encode()).hexdigest(), t) for t in texts)[:n]]
+    texts = [t for f in files for batch in ShardReader(Path(f), text_field) for t in batch if t]
+    return [t for _, t in sorted((hashlib.sha1(t.encode()).hexdigest(), t) for t in texts)]
 
 
 @dataclass
@@ -74,10 +72,12 @@ class LosoConfig:
     suffix_baseline: bool = False     # SuffixDecoding over the other sources too
 
 
-def _inputs_key(files: Sequence[str], tokenizer: str, order: int) -> str:
-    """A digest of a build's inputs (paths, sizes, modification times), its
-    tokenizer and order: a kept trie is reused only for the same."""
-    h = hashlib.sha1(f"{order}\0{tokenizer}".encode())
+def _inputs_key(files: Sequence[str], cfg: LosoConfig, *extra: object) -> str:
+    """A digest of the inputs (paths, sizes, modification times), the
+    tokenizer, the text field and ``extra`` (the order, or the test set's
+    sizes): a kept file is reused only for the same."""
+    tokenizer = cfg.tokenizer
+    h = hashlib.sha1("\0".join(map(str, (tokenizer, cfg.text_field, *extra))).encode())
     for f in [*files, tokenizer]:
         st = os.stat(f) if os.path.isfile(f) else None
         h.update(f"\0{f}\0{st.st_size if st else ''}\0{st.st_mtime_ns if st else ''}".encode())
@@ -92,7 +92,7 @@ def _trie_for(cfg: LosoConfig, src: str, train: list[str], order: int,
 
     from indexer.pipeline import BuildConfig, build
 
-    path = cfg.work / f"without-{src}-o{order}-{_inputs_key(train, cfg.tokenizer, order)}.ngt"
+    path = cfg.work / f"without-{src}-o{order}-{_inputs_key(train, cfg, order)}.ngt"
     if path.is_file():
         say(f"{src}: order {order}: {path} kept from an earlier run")
         return str(path), None
@@ -103,19 +103,29 @@ def _trie_for(cfg: LosoConfig, src: str, train: list[str], order: int,
     return str(path), time.perf_counter() - t0
 
 
-def _test_documents(cfg: LosoConfig, src: str, files: list[str]) -> list[Any]:
-    """The source's test documents as token arrays (their texts kept in the work folder)."""
-    test = cfg.work / f"test-{src}-{_inputs_key(files, cfg.tokenizer, 0)}.jsonl"
-    if not test.is_file():
-        tmp = test.with_name(f".{test.name}.{os.getpid()}")
-        tmp.write_text("".join(json.dumps({"text": t}) + "\n"
-                               for t in pick_documents(files, MAX_DOCS, cfg.text_field)))
-        os.replace(tmp, test)
-    docs: list[Any] = []
-    for d in load_documents([str(test)], cfg.tokenizer)[0]:
-        if sum(len(x) for x in docs) >= cfg.test_tokens:
+def _test_documents(cfg: LosoConfig, src: str, files: list[str], tok: Any) -> list[Any]:
+    """The source's test documents as token arrays, each cut to
+    max_doc_tokens, in SHA-1 order until test_tokens are taken; their texts
+    are kept in the work folder (the record of what was tested, and what a
+    rerun with the same inputs reads)."""
+    test = cfg.work / f"test-{src}-{_inputs_key(files, cfg, cfg.test_tokens, cfg.max_doc_tokens)}.jsonl"
+    if test.is_file():
+        texts = [json.loads(line)["text"] for line in test.read_text().splitlines()]
+        return [d[:cfg.max_doc_tokens] for d in tokenize_documents(tok, texts)]
+    texts, docs, taken = by_digest(files, cfg.text_field), [], 0
+    for at in range(0, len(texts), 64):  # tokenized a batch at a time: a source may be large
+        for d in tokenize_documents(tok, texts[at:at + 64]):
+            if taken >= cfg.test_tokens:
+                break
+            docs.append(d[:cfg.max_doc_tokens])
+            taken += len(docs[-1])
+        if taken >= cfg.test_tokens:
             break
-        docs.append(d[:cfg.max_doc_tokens])
+    if not docs:
+        raise ValueError(f"{src}: no text to replay in {', '.join(files)} (field {cfg.text_field!r})")
+    tmp = test.with_name(f".{test.name}.{os.getpid()}")
+    tmp.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:len(docs)]))
+    os.replace(tmp, test)
     return docs
 
 
@@ -128,13 +138,15 @@ def leave_one_source_out(cfg: LosoConfig, settings: Sequence[ProposeSetting],
     if len(by_source) < 2:
         raise ValueError(f"{', '.join(cfg.corpus)}: leave one source out needs shards of at least two sources "
                          f"(named SOURCE-NNNN.*), found {', '.join(by_source) or 'none'}")
-    chosen = cfg.only or list(by_source)
+    chosen = list(dict.fromkeys(cfg.only)) if cfg.only else list(by_source)
     unknown = [s for s in chosen if s not in by_source]
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: not a source of {', '.join(cfg.corpus)} "
                          f"(its sources: {', '.join(by_source)})")
+    from indexer.tokenizer import load_tokenizer
+
     cfg.work.mkdir(parents=True, exist_ok=True)
-    tok = None
+    tok = load_tokenizer(cfg.tokenizer)
     per_source: dict[str, dict[str, Any]] = {}
     for src in chosen:
         train = [f for s, fs in by_source.items() if s != src for f in fs]
@@ -143,13 +155,11 @@ def leave_one_source_out(cfg: LosoConfig, settings: Sequence[ProposeSetting],
             path, seconds = _trie_for(cfg, src, train, order, progress)
             tries.append(path)
             builds[str(order)] = seconds
-        docs = _test_documents(cfg, src, by_source[src])
+        docs = _test_documents(cfg, src, by_source[src], tok)
         corpus, info = None, None
         if cfg.suffix_baseline:
-            from indexer.tokenizer import load_tokenizer
             from ngram_eval.suffix_baseline import ARCTIC_DEFAULTS, VLLM_DEFAULTS, load_corpus_suffixes
 
-            tok = tok or load_tokenizer(cfg.tokenizer)
             corpus, info = load_corpus_suffixes(train, tok, max(VLLM_DEFAULTS.max_depth, ARCTIC_DEFAULTS.max_depth),
                                                 text_field=cfg.text_field, progress=progress)
         res = evaluate_proposals(tries, docs, settings, progress=lambda m, s=src: progress(f"{s}: {m}"),
@@ -160,7 +170,7 @@ def leave_one_source_out(cfg: LosoConfig, settings: Sequence[ProposeSetting],
         progress(f"{src}: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in summarize({src: res}).items()))
     return {"mode": "leave_one_source_out", "corpus": list(cfg.corpus), "orders": list(cfg.orders),
             "test_tokens": cfg.test_tokens, "max_doc_tokens": cfg.max_doc_tokens,
-            "table": summarize(per_source), "pooled": pooled(per_source), "sources": per_source}
+            "table": summarize(per_source), "combined": combined(per_source), "sources": per_source}
 
 
 def _columns(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -196,10 +206,11 @@ def _mean(reps: Sequence[dict[str, Any]]) -> float:
     return sum(r["tokens_per_step"] for r in reps) / len(reps)
 
 
-def pooled(per_source: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def combined(per_source: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sources as one evaluation, in ``evaluate_proposals``' shape (what
     ``plot_proposals`` draws): each row's tokens per step the mean of the
-    sources', its calibration the sources' nodes pooled."""
+    sources' (the table's "mean of sources"), its calibration every
+    source's nodes pooled."""
     results = list(per_source.values())
     first = results[0]
     tries = []
@@ -240,7 +251,7 @@ def format_loso(result: dict[str, Any]) -> str:
                  + " ".join(f"{table[n]['mean']:>{width}.3f}" for n in names))
     lines.append(f"{'pooled':<16} {'':>4} {'':>7} " + " ".join(f"{table[n]['pooled']:>{width}.3f}" for n in names))
     cal = []
-    for t in result["pooled"]["tries"]:
+    for t in result["combined"]["tries"]:
         r = t["rows"][t["calibration_row"]]
         cal.append((f"order {t['order']} ({r['max_nodes']} nodes)", r["calibration"]))
     lines += ["", "Calibration, every source's nodes pooled: nodes by predicted path probability (their score), "

@@ -72,9 +72,13 @@ def load_documents(paths: Sequence[str], tokenizer: str, text_field: str = "text
     for f in files:
         for texts in ShardReader(Path(f), text_field):
             nbytes += sum(len(t.encode("utf-8")) for t in texts)
-            for ids in tok.encode_batch(texts):
-                docs.append(np.asarray(list(ids) + [tok.eos_id], np.int64))
+            docs += tokenize_documents(tok, texts)
     return docs, nbytes
+
+
+def tokenize_documents(tok: Any, texts: Sequence[str]) -> list[np.ndarray]:
+    """Texts as a build tokenizes documents: each followed by the tokenizer's EOS."""
+    return [np.asarray(list(ids) + [tok.eos_id], np.int64) for ids in tok.encode_batch(list(texts))]
 
 
 def _distinct_draws(rng: np.random.Generator, cdf: np.ndarray, n: int, exclude: int) -> np.ndarray:

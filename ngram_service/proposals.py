@@ -48,8 +48,9 @@ def propose(trie: _engine.Trie, context: Any, *, max_nodes: int = DEFAULTS["max_
 
     context: int [N] (N >= 1), the whole sequence so far; its last token is
     the root. max_nodes: nodes kept, root excluded; max_depth; max_branch:
-    continuations considered per node; root_branch: at the root; min_prob: the path-probability
-    floor; corpus / lookup: the trie's and the context's own continuations
+    continuations considered at every node but the root (and read of each
+    corpus suffix's run); root_branch: the same at the root; min_prob: the
+    path-probability floor; corpus / lookup: the trie's and the context's own continuations
     (either may be turned off); lookup_weight; lookup_min_match: the
     shortest suffix matched in the context; discount: taken from each
     corpus count for the next shorter suffix; lookup_decay: a match of m

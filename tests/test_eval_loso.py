@@ -81,7 +81,7 @@ def test_each_source_is_replayed_on_tries_of_the_others(corpus: Path, tmp_path: 
     means = result["table"]["o3 both, 16"]
     assert means["mean"] == pytest.approx(sum(means["by_source"].values()) / 3)
     # The sources as one: the mean figure, every source's judged nodes.
-    row = result["pooled"]["tries"][1]["rows"][0]
+    row = result["combined"]["tries"][1]["rows"][0]
     assert row["tokens_per_step"] == means["mean"]
     assert row["calibration"]["nodes"] == sum(r["tries"][1]["rows"][0]["calibration"]["nodes"]
                                               for r in result["sources"].values()) > 0
@@ -122,17 +122,27 @@ def test_each_source_is_replayed_on_tries_of_the_others(corpus: Path, tmp_path: 
     (["{trie}", "--proposals", "--text", str(SAMPLE), "-t", TOKENIZER, "--order", "5"],
      "--order: only with --leave-one-source-out"),
     (["--proposals", "--leave-one-source-out", "{corpus}", "-t", TOKENIZER, "--order", "3,1"],
-     "Invalid value for '--order': 1: each must be in 2..32"),
+     "Invalid value for '--order': 1: each must be in 2..16"),
     (["--proposals", "--text", str(SAMPLE), "-t", TOKENIZER], "Missing argument 'TRIE...'."),
     (["--proposals", "--leave-one-source-out", "{corpus}", "-t", "{one}/none.json"],
      "Invalid value for --tokenizer: {one}/none.json: no such tokenizer file or folder"),
+    (["--proposals", "--leave-one-source-out", "{corpus}", "-t", TOKENIZER, "--work", "{trie}/w"],
+     "{trie}/w: Not a directory"),
+    (["--proposals", "--leave-one-source-out", "{corpus}", "-t", TOKENIZER, "--beam-width", "4"],
+     "--beam-width: only without --proposals (DART pruning)"),
+    (["--proposals", "--leave-one-source-out", "{empty}", "-t", TOKENIZER],
+     "no text to replay in {empty}/alpha-0000.jsonl (field 'text')"),
 ], ids=["one-source", "unknown-source", "no-tokenizer", "no-proposals", "trie-too", "order-alone", "order-range",
-        "no-trie", "bad-tokenizer"])
+        "no-trie", "bad-tokenizer", "work-not-a-folder", "dart-option", "empty-source"])
 def test_bad_input_is_a_usage_error(corpus: Path, trie: Path, tmp_path: Path, args: list[str], message: str) -> None:
     one = tmp_path / "one"
     one.mkdir()
     (one / "peps-0000.jsonl.gz").write_bytes(SAMPLE.read_bytes())
-    fill = {"one": str(one), "corpus": str(corpus), "trie": str(trie)}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "alpha-0000.jsonl").write_text('{"text": ""}\n')
+    (empty / "beta-0000.jsonl").write_text((corpus / "beta-0000.jsonl").read_text())
+    fill = {"one": str(one), "corpus": str(corpus), "trie": str(trie), "empty": str(empty)}
     code, _, err = run(*[a.format(**fill) for a in args])
     assert code != 0
     assert message.format(**fill) in " ".join(err.split())

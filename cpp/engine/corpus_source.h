@@ -111,8 +111,9 @@ class CorpusSource {
 
   // A bound of every continuation's corpus score at a prepared node: the
   // sum, in the scores' order and by their float operations, of each stored
-  // suffix's weight times its run's largest continuation probability (the
-  // largest child count over the suffix's count, rounded up in RunBounds).
+  // suffix's weight times its kept share times its run's largest
+  // continuation probability (the largest child count over the suffix's
+  // count, rounded up in RunBounds).
   float bound(uint32_t row, const int32_t* tail, uint32_t L) {
     float b = 0.0f, weight = 1.0f;
     for (uint32_t len = L; len >= 1; --len) {

@@ -60,7 +60,7 @@ inline constexpr ProposeField kProposeFields[] = {
      "nodes kept, root excluded"},
     {2, "max_depth", &ProposeParams::max_depth, nullptr, nullptr, 0, ProposeLimits::kMaxDepth, "deepest node"},
     {3, "max_branch", &ProposeParams::max_branch, nullptr, nullptr, 1, ProposeLimits::kMaxBranch,
-     "continuations considered per node but the root, and per suffix of the corpus"},
+     "continuations considered, and per corpus suffix, at every node but the root"},
     {4, "min_prob", nullptr, &ProposeParams::min_prob, nullptr, 0, 0, "path-probability floor"},
     {6, "corpus", nullptr, nullptr, &ProposeParams::corpus, 0, 0, "the trie's continuations"},
     {7, "lookup", nullptr, nullptr, &ProposeParams::lookup, 0, 0, "the context's own earlier continuations"},
@@ -77,7 +77,7 @@ inline constexpr ProposeField kProposeFields[] = {
     {13, "order_weight", nullptr, &ProposeParams::order_weight, nullptr, 0, 0,
      "share of its probabilities a corpus suffix of 2+ tokens keeps, the rest to the shorter"},
     {14, "root_branch", &ProposeParams::root_branch, nullptr, nullptr, 1, ProposeLimits::kMaxBranch,
-     "continuations considered at the root"},
+     "continuations considered, and per corpus suffix, at the root"},
 };
 // The wire field that held the scoring's former parameter, refused by name.
 inline constexpr uint32_t kRemovedBackoffField = 5;
