@@ -15,20 +15,6 @@
 #include "parallel_batch.h"
 #include "prune_search.h"
 
-// The score of an extension must be the float32 value DART computes, so the
-// compiler may not fuse its multiply and add into one FMA (that rounds once
-// instead of twice). Only score_entry() does that arithmetic.
-#if defined(__clang__)
-#define NGRAM_NO_FP_CONTRACT
-#define NGRAM_FP_CONTRACT_OFF_PRAGMA _Pragma("clang fp contract(off)")
-#elif defined(__GNUC__)
-#define NGRAM_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
-#define NGRAM_FP_CONTRACT_OFF_PRAGMA
-#else
-#define NGRAM_NO_FP_CONTRACT
-#define NGRAM_FP_CONTRACT_OFF_PRAGMA
-#endif
-
 namespace ngram {
 
 template class Workspace<PruneState>;
@@ -100,11 +86,11 @@ inline uint64_t output_key(const Kept& k) {
 // +0.0f turns a -0.0 score into +0.0 (equal as floats, so equal as keys)
 // and changes no other value.
 // Cloned for AVX2 where the CPU has it: the 64-bit keys fill four lanes,
-// not two (AVX2 brings no FMA, and contraction is off anyway).
-__attribute__((target_clones("avx2", "default"))) NGRAM_NO_FP_CONTRACT void score_entry(
+// not two. The score must be the float32 value DART computes: the build
+// turns off fusing its multiply and add into one FMA (CMakeLists.txt).
+__attribute__((target_clones("avx2", "default"))) void score_entry(
     float s, float lw, const float* logit, const float* ngram, uint32_t k, const int32_t* toks, int64_t eos,
     uint32_t gen0, Ext* out) {
-  NGRAM_FP_CONTRACT_OFF_PRAGMA
   if (ngram) {
     for (uint32_t j = 0; j < k; ++j) {
       const float combined = logit[j] + ngram[j];
