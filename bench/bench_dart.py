@@ -137,8 +137,13 @@ def oracle_references(args: argparse.Namespace, vocab: int) -> tuple[list[list[i
     + --new-tokens + 1 tokens, cut there: the texts the oracle follows."""
     from ngram_eval.synthetic import load_documents
 
+    from indexer.tokenizer_source import TokenizerError
+
     spec = args.tokenizer or str(SAMPLE_TOKENIZER if vocab <= 4096 else SHARED / "data" / "qwen3-tokenizer.json")
-    docs, _ = load_documents([args.oracle], spec)
+    try:
+        docs, _ = load_documents([args.oracle], spec)
+    except (TokenizerError, OSError, ValueError) as e:
+        sys.exit(f"--oracle {args.oracle} (tokenizer {spec}): {e}")
     need = args.prompt_tokens + args.new_tokens + 1
     refs = [d[:need].tolist() for d in docs if len(d) >= need][:args.prompts]
     if len(refs) < args.prompts:
@@ -386,6 +391,8 @@ def main() -> None:
         ap.error(f"--kv-cache: dynamic, static or both, got {args.kv_cache!r}")
     if args.cuda_graphs and (dev.type != "cuda" or "static" not in kinds):
         ap.error("--cuda-graphs needs --device cuda and --kv-cache static (CUDA graphs are CUDA's)")
+    if args.trie and not Path(args.trie).is_file():
+        ap.error(f"--trie {args.trie}: no such file")
 
     def kv(kind: str) -> dict[str, Any]:
         return dict(kv_cache=kind, cuda_graphs=args.cuda_graphs and kind == "static")
@@ -403,6 +410,10 @@ def main() -> None:
     def progress(what: str) -> None:  # a large shape takes minutes: say where it is
         print(f"# {time.perf_counter() - start:7.1f} s  {what}", file=sys.stderr, flush=True)
 
+    refs: list[list[int]] = []
+    if args.oracle:  # before the target: a large shape takes a minute to build, a bad tokenizer a second to find
+        progress(f"tokenizing {args.oracle}")
+        refs, prompt_src = oracle_references(args, SHAPES[args.shape]["vocab_size"])
     with tempfile.TemporaryDirectory(prefix="bench-dart-") as work, contextlib.ExitStack() as stack:
         progress(f"building a random {args.shape} target on {dev}")
         target = random_target(args.shape, family=args.family, dtype=dtype, device=dev)
@@ -410,9 +421,7 @@ def main() -> None:
                  f"{next(target.parameters()).device}")
         vocab = target.config.vocab_size
         trie, trie_src = build_trie(args, vocab, Path(work))
-        refs: list[list[int]] = []
         if args.oracle:
-            refs, prompt_src = oracle_references(args, vocab)
             target = OracleTarget(target, refs)
             prompts = [r[:args.prompt_tokens] for r in refs]
             # ragged batches: each document cut at several lengths (rows of one document follow it alike)

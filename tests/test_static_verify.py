@@ -5,7 +5,8 @@ proposals, DART; one prompt and ragged batches whose rows finish at
 different steps), with a random target (its answers depend on every cache
 entry) and with the oracle target; nothing is allocated per step; a forward
 past a fixed capacity is an error, and a capacity left to the generator
-grows. The CUDA-graph test runs where torch sees a GPU
+grows; the fixed-shape forwards a CUDA graph captures read no device value
+on the host (checked on the meta device). The CUDA-graph test runs where torch sees a GPU
 (``python -m pytest -m cuda tests/test_static_verify.py``)."""
 from __future__ import annotations
 
@@ -189,6 +190,48 @@ def test_options_are_checked(target: Any) -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA graphs need a CUDA device; the target is on cpu"):
             ProposalGenerator(target, LookupProposer(), kv_cache="static", cuda_graphs=True)
+
+
+def _to_meta(static: Any, target: Any) -> None:
+    """The target, its cache and the forward's buffers moved to the meta
+    device, where tensors have shapes and no data."""
+    target.to("meta")
+    if isinstance(target, OracleTarget):
+        target._fp, target._docs, target._refs = (t.to("meta") for t in (target._fp, target._docs, target._refs))
+        target._proj = {k: v.to("meta") for k, v in target._proj.items()}
+    static.cache.kv = static.cache.kv.to("meta")
+    static.cache._views()
+    for name in ("_mask", "_ids", "_pos", "_index", "_arange"):
+        setattr(static, name, getattr(static, name).to("meta"))
+    static.device = torch.device("meta")
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+@pytest.mark.parametrize("oracle", [False, True], ids=["random", "oracle"])
+def test_fixed_shape_forwards_read_no_device_value(family: str, oracle: bool) -> None:
+    """What a CUDA graph can capture: a fixed-shape forward (the target's,
+    the oracle's forced answers, the cache's writes, the mask) never reads a
+    device value on the host (.item(), bool(), .tolist()), which would stop
+    a capture. On the meta device any such read raises; every step shape
+    the graphs capture runs there (one row or two, one token or a tree,
+    with and without hidden states)."""
+    for rows, nodes in ((1, 1), (1, 13), (2, 1), (2, 13)):
+        model = random_target("tiny", family=family, seed=3, eos_token_id=0, bos_token_id=0)
+        ids = torch.randint(1, 4000, (rows, 20), generator=torch.Generator().manual_seed(1))
+        target = OracleTarget(model, [r.tolist() + [5] * 100 for r in ids]) if oracle else model
+        static = ProposalGenerator(target, LookupProposer(), eos_token_id=[], fixed_shapes=True)._static
+        assert static is not None
+        lens = torch.tensor([20, 15][:rows])
+        static.begin(rows, 100)
+        static.prefill(ids, lens.tolist(), keep=1, hidden=True)  # eager, on the CPU: it may read values
+        _to_meta(static, target)
+        tree = torch.tril(torch.ones(rows, nodes, nodes, dtype=torch.bool))
+        for hidden in (False, True):
+            out = static.forward(torch.ones(rows, nodes, dtype=torch.long, device="meta"),
+                                 (torch.arange(nodes)[None] + lens[:, None]).to("meta"), tree.to("meta"),
+                                 lens.to("meta"), 20, hidden)
+            assert out.logits.shape == (rows, nodes, 4096) and out.logits.device.type == "meta"
+            assert (out.hidden_states is not None) == hidden
 
 
 @pytest.mark.cuda
