@@ -22,6 +22,8 @@ from conftest import SAMPLE_CORPUS, SAMPLE_TOKENIZER, require_module
 torch = require_module("torch")
 require_module("transformers")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 from dart_client import DartGenerator, LocalPruner  # noqa: E402
 from dart_client.generate import ProposalGenerator  # noqa: E402
 from dart_client.kv_cache import CacheOverflowError  # noqa: E402
@@ -206,15 +208,32 @@ def _to_meta(static: Any, target: Any) -> None:
     static.device = torch.device("meta")
 
 
+class _HostTensorOps(TorchDispatchMode):
+    """Records every op that takes a CPU tensor: under a capture, a copy from
+    host memory (torch.tensor(..., device=cuda), .to(cuda)) is refused, and a
+    CPU value read as a scalar is frozen into the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs or {}))
+        if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in leaves):
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 @pytest.mark.parametrize("oracle", [False, True], ids=["random", "oracle"])
 def test_fixed_shape_forwards_read_no_device_value(family: str, oracle: bool) -> None:
     """What a CUDA graph can capture: a fixed-shape forward (the target's,
     the oracle's forced answers, the cache's writes, the mask) never reads a
     device value on the host (.item(), bool(), .tolist()), which would stop
-    a capture. On the meta device any such read raises; every step shape
-    the graphs capture runs there (one row or two, one token or a tree,
-    with and without hidden states)."""
+    a capture, and takes no tensor from host memory. On the meta device any
+    such read raises, and a dispatch mode sees every op's tensors; every
+    step shape the graphs capture runs there (one row or two, one token or
+    a tree, with and without hidden states)."""
     for rows, nodes in ((1, 1), (1, 13), (2, 1), (2, 13)):
         model = random_target("tiny", family=family, seed=3, eos_token_id=0, bos_token_id=0)
         ids = torch.randint(1, 4000, (rows, 20), generator=torch.Generator().manual_seed(1))
@@ -226,10 +245,12 @@ def test_fixed_shape_forwards_read_no_device_value(family: str, oracle: bool) ->
         static.prefill(ids, lens.tolist(), keep=1, hidden=True)  # eager, on the CPU: it may read values
         _to_meta(static, target)
         tree = torch.tril(torch.ones(rows, nodes, nodes, dtype=torch.bool))
+        ids, pos = torch.ones(rows, nodes, dtype=torch.long, device="meta"), (torch.arange(nodes) + lens[:, None])
+        args = (pos.to("meta"), tree.to("meta"), lens.to("meta"))
         for hidden in (False, True):
-            out = static.forward(torch.ones(rows, nodes, dtype=torch.long, device="meta"),
-                                 (torch.arange(nodes)[None] + lens[:, None]).to("meta"), tree.to("meta"),
-                                 lens.to("meta"), 20, hidden)
+            with _HostTensorOps() as host:
+                out = static.forward(ids, *args, 20, hidden)
+            assert host.ops == []
             assert out.logits.shape == (rows, nodes, 4096) and out.logits.device.type == "meta"
             assert (out.hidden_states is not None) == hidden
 
