@@ -15,9 +15,12 @@ to stdout, JSON to bench/results/dart.json.
 Batches (--batch-sizes, default 1,2,4,8,16): B ragged prompts decoded
 together (one verification forward per step for the whole batch, one prune
 call for its B trees), with the local pruner and, when a host runs, the remote
-one: tokens/s over the batch (all new tokens / wall time) and the time of a
-batch step (median; the steps of the sequence that ran longest, i.e. every
-step of the batch), in a second table and under "batches" in the JSON.
+one, and the target alone on the same B rows (one token per row per
+forward): tokens/s over the batch (all new tokens / wall time), over the
+target alone's at that B ("x AR") and over the mode's own at B = 1, and the
+time of a batch step (median; the steps of the sequence that ran longest,
+i.e. every step of the batch), in a second table and under "batches" in the
+JSON (tokens_per_s_over_ar).
 
 --kv-cache dynamic,static (default: static, the generators' default) runs
 every mode, the target alone included, with each KV cache, the modes named
@@ -263,17 +266,19 @@ def summarize(results: list[Any], mode: str, gen: Any, rounds: int) -> dict[str,
 def run_batches(gen: DartGenerator, prompts: list[list[int]], sizes: list[int], new_tokens: int,
                 mode: str) -> list[dict[str, Any]]:
     rows = []
+    run = gen.autoregressive if is_ar(mode) else gen.generate  # the target alone: one token per row per forward
     for b in sizes:
         batch = [prompts[i % len(prompts)] for i in range(b)]
-        gen.generate(batch, 4, stop_at_eos=False)  # warm-up at this shape
+        run(batch, 4, stop_at_eos=False)  # warm-up at this shape
         t0 = time.perf_counter()
-        results = gen.generate(batch, new_tokens, stop_at_eos=False)
+        results = run(batch, new_tokens, stop_at_eos=False)
         wall = time.perf_counter() - t0
         longest = max(results, key=lambda r: len(r.steps))
         steps = longest.steps
         tokens = sum(len(r.output_ids) for r in results)
         rows.append({
             "mode": mode,
+            "kv_cache": gen.kv_cache,
             "batch": b,
             "new_tokens": tokens,
             "steps": len(steps),
@@ -296,23 +301,25 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def batch_table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'mode':<15}{'B':>4}{'tok/s':>9}{'x B=1':>7}{'step ms':>9}{'target':>9}{'drafter':>9}{'prune':>9}"
-            f"{'transp.':>9}{'verify':>9}{'tau':>6}{'mean B':>8}")
+    head = (f"{'mode':<22}{'B':>4}{'tok/s':>9}{'x AR':>6}{'x B=1':>7}{'step ms':>9}{'target':>9}{'drafter':>9}"
+            f"{'prune':>9}{'transp.':>9}{'verify':>9}{'tau':>6}{'mean B':>8}")
     lines = [head, "-" * len(head)]
     one = {r["mode"]: r["tokens_per_s"] for r in rows if r["batch"] == 1}
     for r in rows:
         p = r["step_parts_mean_s"]
         ms = lambda x: f"{1e3 * x:9.3f}"
-        lines.append(f"{r['mode']:<15}{r['batch']:4d}{r['tokens_per_s']:9.1f}"
-                     f"{r['tokens_per_s'] / one.get(r['mode'], r['tokens_per_s']):7.2f}{ms(r['step_median_s'])}"
+        x_ar = f"{r['tokens_per_s_over_ar']:6.2f}" if "tokens_per_s_over_ar" in r else f"{'-':>6}"
+        x_one = f"{r['tokens_per_s'] / one[r['mode']]:7.2f}" if r["mode"] in one else f"{'-':>7}"
+        lines.append(f"{r['mode']:<22}{r['batch']:4d}{r['tokens_per_s']:9.1f}{x_ar}{x_one}{ms(r['step_median_s'])}"
                      f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
                      f"{ms(p['verify_s'])}{r['mean_accepted_length']:6.2f}{r['mean_batch']:8.2f}")
-    lines.append("(tok/s: all new tokens of the batch / wall; step ms: median batch step; parts: means per batch step)")
+    lines.append("(tok/s: all new tokens of the batch / wall; x AR: over the target alone's at the same B with the "
+                 "same KV cache; step ms: median batch step; parts: means per batch step)")
     return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'mode':<15}{'tau':>6}{'replay':>7}{'tok/s':>9}{'x AR':>6}{'step ms':>9}{'target':>9}{'drafter':>9}"
+    head = (f"{'mode':<22}{'tau':>6}{'replay':>7}{'tok/s':>9}{'x AR':>6}{'step ms':>9}{'target':>9}{'drafter':>9}"
             f"{'prune':>9}{'transp.':>9}{'verify':>9}{'prune+tr':>10}{'p+t med':>9}{'remote':>8}{'fwd/AR':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -327,7 +334,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         remote = f"{r.get('remote_steps', 0)}/{r['steps']}" if "remote_steps" in r else "-"
         replay = f"{r['replay_tau']:7.2f}" if r.get("replay_tau") else f"{'-':>7}"
         speedup = f"{r['tokens_per_s'] / ar:6.2f}" if ar else f"{'-':>6}"
-        lines.append(f"{r['mode']:<15}{r['mean_accepted_length']:6.2f}{replay}{r['tokens_per_s']:9.1f}{speedup}"
+        lines.append(f"{r['mode']:<22}{r['mean_accepted_length']:6.2f}{replay}{r['tokens_per_s']:9.1f}{speedup}"
                      f"{ms(r['step_mean_s'])}"
                      f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
                      f"{ms(p['verify_s'])}{100 * r['prune_transport_share']:9.1f}%{ms(r['prune_transport_median_s'])}"
@@ -437,8 +444,10 @@ def main() -> None:
         probe = DartGenerator(target, random_drafter(target, draft_length=args.draft_length, draft_vocab_size=16),
                               LocalPruner(trie))
         probe.autoregressive(prompts[0], 8)  # warm-up
-        # Seed the draft vocabulary with what the target says most (see the module doc).
-        said = collections.Counter(t for p in prompts for t in probe.autoregressive(p, args.new_tokens).output_ids)
+        # Seed the draft vocabulary with what the target says most (see the module doc): with --oracle, the
+        # documents' continuations, known without decoding them.
+        said = collections.Counter(t for r in refs for t in r[args.prompt_tokens:]) if refs else collections.Counter(
+            t for p in prompts for t in probe.autoregressive(p, args.new_tokens).output_ids)
         dv = min(args.draft_vocab, vocab)
         ids = [t for t, _ in said.most_common(dv)]
         seen = set(ids)
@@ -489,10 +498,10 @@ def main() -> None:
                 progress(f"round {r + 1}/{args.rounds}: {mode}")
                 results[mode] += decode(gen, prompts, args.new_tokens, mode)
             for mode, gen in gens.items():
-                if not is_ar(mode):
+                if sizes:
                     progress(f"round {r + 1}/{args.rounds}: {mode}, batches {args.batch_sizes}")
-                    for row in run_batches(gen, ragged, sizes, args.new_tokens, mode):
-                        batch_rows.setdefault((mode, row["batch"]), []).append(row)
+                for row in run_batches(gen, ragged, sizes, args.new_tokens, mode):
+                    batch_rows.setdefault((mode, row["batch"]), []).append(row)
         rows = [summarize(results[m], m, gens[m], args.rounds) for m in gens]
         if refs:
             for row in rows:
@@ -503,6 +512,11 @@ def main() -> None:
             if not all(row["follows_the_text"] for row in rows):
                 print("# WARNING: a mode did not reproduce the oracle's text", file=sys.stderr)
         batches = [median_row(v) for v in batch_rows.values()]
+        for row in batches:  # tokens/s over the target alone's at the same B, with the same cache
+            ar = next((a for a in batches if is_ar(a["mode"]) and a["batch"] == row["batch"]
+                       and a["kv_cache"] == row["kv_cache"]), None)
+            if ar is not None:
+                row["tokens_per_s_over_ar"] = row["tokens_per_s"] / ar["tokens_per_s"]
         if host is not None:
             with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as down:
                 gen = DartGenerator(target, drafter, down, **kv(kinds[0]))

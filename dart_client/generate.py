@@ -268,16 +268,22 @@ class SpeculativeGenerator:
         return results[0] if single else results
 
     def _prefill(self, rows: list[SequenceState], pick: dict[str, Any]) -> Any:
+        """The prompts' forward and first tokens (_prefill_rows), then the
+        source's start. Returns the target's cache."""
+        out = self._prefill_rows(rows, pick, self.source.needs_hidden)
+        self.source.start(rows, out, [len(r.prompt) for r in rows])
+        return self._static.cache if self._static is not None else self._cache_of(out)
+
+    def _prefill_rows(self, rows: list[SequenceState], pick: dict[str, Any], hidden: bool) -> Any:
         """The prompts, right-padded into one forward (each row sees its own
-        tokens only); the first token of each; the source's start. Returns
-        the target's cache."""
+        tokens only); the first token of each appended to its row. Returns
+        the forward's output."""
         lens = [len(r.prompt) for r in rows]
         b, width = len(rows), max(lens)
         ids = torch.zeros(b, width, dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, :lens[i]] = torch.tensor(r.prompt)
         ids = ids.to(self.device)
-        hidden = self.source.needs_hidden
         if b == 1 and self._static is not None:
             out = self._static.prefill(ids, lens, keep=1, hidden=hidden)
             last = out.logits[:, -1]
@@ -302,8 +308,7 @@ class SpeculativeGenerator:
             r.seq.append(f)
             r.res.output_ids.append(f)
             r.last_step = list(r.seq)
-        self.source.start(rows, out, lens)
-        return self._static.cache if self._static is not None else self._cache_of(out)
+        return out
 
     def _step(self, rows: list[SequenceState], cache: Any, pick: dict[str, Any], clock: _Clock,
               lattice_log: LatticeWriter | None = None) -> list[StepRecord]:
@@ -374,12 +379,15 @@ class SpeculativeGenerator:
             rec.verify_s = t3 - t2
         return recs
 
-    def _drop_finished(self, rows: list[SequenceState], cache: Any) -> tuple[list[SequenceState], Any]:
+    def _drop_finished(self, rows: list[SequenceState], cache: Any,
+                       source: bool = True) -> tuple[list[SequenceState], Any]:
+        """The rows not done, their cache rows (and, with ``source``, the tree source's)."""
         keep = [i for i, r in enumerate(rows) if not r.done]
         if len(keep) == len(rows) or not keep:
             return ([] if not keep else rows), cache
         select_rows(cache, torch.tensor(keep, device=self.device))
-        self.source.select(keep)
+        if source:
+            self.source.select(keep)
         kept = [rows[i] for i in keep]
         truncate(cache, max(r.cached for r in kept))
         return kept, cache
@@ -387,10 +395,17 @@ class SpeculativeGenerator:
     @torch.no_grad()
     def autoregressive(self, input_ids: Any, max_new_tokens: int = 256, *, stop_at_eos: bool = True,
                        temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, sampling_order: str = "dart",
-                       seed: int | None = None) -> GenerationResult:
-        """The target alone, one token per forward (the baseline and the
-        reference for losslessness)."""
-        prompt = token_list(input_ids)
+                       seed: int | None = None) -> Any:
+        """The target alone, one token per row per forward (the baseline and
+        the reference for losslessness), with the generator's KV cache: one
+        prompt -> GenerationResult, several (as generate takes them) decoded
+        together as one batch -> a list of GenerationResult in prompt order.
+        Each step record's target_s is the whole step (forward and pick)."""
+        prompts, single = prompt_lists(input_ids)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if sampling_order not in SAMPLING_ORDERS:
+            raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
         sampling = temperature > 0
         gen = None
         if sampling:
@@ -399,35 +414,63 @@ class SpeculativeGenerator:
         pick = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, order=sampling_order,
                     gen=gen)
         clock = _Clock(self.device, self.sync_timing)
-        res = GenerationResult(prompt_ids=list(prompt), output_ids=[], mode="autoregressive")
+        rows = [SequenceState(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[], mode="autoregressive"),
+                              []) for p in prompts]
+        results = [r.res for r in rows]
         t0 = clock()
-        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        static = self._static
-        if static is not None:
-            static.begin(1, len(prompt) + max_new_tokens + 1)
-            out = static.prefill(ids, [len(prompt)], keep=1, hidden=False)
-            one = torch.ones(1, 1, 1, dtype=torch.bool, device=self.device)  # a one-token step's "tree"
-        else:
-            out = self._forward(ids, None, keep=1, hidden=False)
-            cache = self._cache_of(out)
-        seq = prompt + self._pick_rows(out.logits[:, -1], pick)
-        res.prefill_s = clock() - t0
-        while not self._done(seq, len(prompt), max_new_tokens, stop_at_eos):
+        if self._static is not None:
+            self._static.begin(len(rows), max(len(p) for p in prompts) + max_new_tokens + 1)
+        out = self._prefill_rows(rows, pick, hidden=False)
+        cache = self._static.cache if self._static is not None else self._cache_of(out)
+        del out
+        prefill_s = clock() - t0
+        for r in rows:
+            r.res.prefill_s = prefill_s
+            r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
+        rows, cache = self._drop_finished(rows, cache, source=False)
+        while rows:
             t1 = clock()
-            last = torch.tensor([[seq[-1]]], device=self.device)
-            if static is not None:
-                at = len(seq) - 1
-                out = static.forward(last, torch.tensor([[at]], device=self.device), one,
-                                     torch.tensor([at], device=self.device), at, False)
-            else:
-                out = self._forward(last, cache, hidden=False)
-            seq += self._pick_rows(out.logits[:, -1], pick)
-            res.steps.append(StepRecord(accepted=0, tree_nodes=1, remote=False, target_s=clock() - t1))
-        res.wall_s = clock() - t0
-        res.output_ids = self._trim(seq[len(prompt):], max_new_tokens, stop_at_eos)
-        if self.tokenizer is not None:
-            res.text = self.tokenizer.decode(res.output_ids)
-        return res
+            self._one_token_step(rows, cache, pick)
+            dt = clock() - t1
+            for r in rows:
+                r.res.steps.append(StepRecord(accepted=0, tree_nodes=1, remote=False, target_s=dt,
+                                              batch_size=len(rows)))
+                r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
+            rows, cache = self._drop_finished(rows, cache, source=False)
+        wall = clock() - t0
+        for res in results:
+            res.wall_s = wall
+            res.output_ids = self._trim(res.output_ids, max_new_tokens, stop_at_eos)
+            if self.tokenizer is not None:
+                res.text = self.tokenizer.decode(res.output_ids)
+        return results[0] if single else results
+
+    def _one_token_step(self, rows: list[SequenceState], cache: Any, pick: dict[str, Any]) -> None:
+        """Every row's last token through the target at the cache's end, seen
+        by that row alone and moved behind the row's context (rows of a
+        ragged batch hold different lengths); one token appended to each."""
+        b = len(rows)
+        dev = self.device
+        start = int(cache_length(cache))
+        cached = [r.cached for r in rows]
+        packed = torch.tensor([[r.seq[-1], n] for r, n in zip(rows, cached)], device=dev)  # one copy to the device
+        last, pos, lens = packed[:, :1], packed[:, 1:], packed[:, 1]
+        if self._static is not None:
+            out = self._static.forward(last, pos, torch.ones(b, 1, 1, dtype=torch.bool, device=dev), lens, start,
+                                       False)
+        elif b == 1:  # the row's entries are the whole cache: no mask, positions follow it
+            out = self._forward(last, cache, hidden=False)
+        else:
+            ctx = torch.arange(start, device=dev)[None, None] < lens[:, None, None]
+            allowed = torch.cat((ctx, torch.ones(b, 1, 1, dtype=torch.bool, device=dev)), dim=2)
+            out = self._forward(last, cache, position_ids=pos, mask=self._additive(allowed), hidden=False)
+        tokens = self._pick_rows(out.logits[:, -1], pick)
+        del out
+        in_place = all(n == start for n in cached)
+        compact(cache, start, lens, torch.zeros(b, 1, dtype=torch.long, device=dev), 1, max(cached) + 1, in_place)
+        for r, t in zip(rows, tokens):
+            r.seq.append(t)
+            r.res.output_ids.append(t)
 
     # -- acceptance -----------------------------------------------------------------------
 

@@ -85,6 +85,32 @@ def test_autoregressive(target: Any, prompts: list[list[int]], refs: list[list[i
     assert [gen.autoregressive(p, MAX_NEW, stop_at_eos=False).output_ids for p in prompts] == refs
 
 
+@pytest.mark.parametrize("cache", [*STATIC, pytest.param(dict(kv_cache="dynamic"), id="dynamic")])
+def test_autoregressive_batch(target: Any, prompts: list[list[int]], refs: list[list[int]],
+                              cache: dict[str, Any]) -> None:
+    """The target alone on a ragged batch (the B > 1 baseline): each row's
+    tokens are its own greedy continuation; with an EOS that some rows say
+    at different steps, those rows stop there (and leave the batch) while
+    the others go on to the end."""
+    assert len({len(p) for p in prompts}) > 1  # ragged
+    gen = ProposalGenerator(target, LookupProposer(), eos_token_id=[], **cache)
+    batch = gen.autoregressive(prompts, MAX_NEW, stop_at_eos=False)
+    assert [r.output_ids for r in batch] == refs
+    assert [len(r.steps) for r in batch] == [MAX_NEW - 1] * len(prompts)  # the prefill gives the first token
+    assert batch[0].steps[0].batch_size == len(prompts)
+    # an EOS that rows reach at different steps, and one row that never does
+    def stops_at(t: int) -> list[int]:
+        return [r.index(t) + 1 if t in r else MAX_NEW for r in refs]
+
+    eos = max(sorted({t for r in refs for t in r}), key=lambda t: len(set(stops_at(t))))
+    stops = stops_at(eos)
+    assert len(set(stops)) > 2 and MAX_NEW in stops
+    eos_gen = ProposalGenerator(target, LookupProposer(), eos_token_id=eos, **cache)
+    got = eos_gen.autoregressive(prompts, MAX_NEW)
+    assert [r.output_ids for r in got] == [r[:n] for r, n in zip(refs, stops)]
+    assert [eos_gen.autoregressive(p, MAX_NEW).output_ids for p in prompts] == [r.output_ids for r in got]
+
+
 @pytest.mark.parametrize("static", STATIC)
 def test_proposals(target: Any, prompts: list[list[int]], refs: list[list[int]], trie: Path,
                    static: dict[str, Any]) -> None:
@@ -142,6 +168,7 @@ def test_oracle_every_mode(sample_trie: Path, references: list[list[int]], stati
             assert sum(a for _, acc in got for a in acc) > 40, mode  # drafts were accepted
     ar = modes["lookup"](**static)
     assert [ar.autoregressive(p, 30, stop_at_eos=False).output_ids for p in prompts] == [r[40:70] for r in references]
+    assert [r.output_ids for r in ar.autoregressive(prompts, 30, stop_at_eos=False)] == [r[40:70] for r in references]
 
 
 def test_nothing_is_allocated_per_step(target: Any, prompts: list[list[int]], trie: Path) -> None:
@@ -269,6 +296,7 @@ def test_cuda_graphs_give_the_dynamic_tokens(prompts: list[list[int]], trie: Pat
     assert got == dynamic
     assert gen._static is not None and gen._static.cuda_graphs and 0 < gen._static.captures
     assert [gen.autoregressive(p, MAX_NEW, stop_at_eos=False).output_ids for p in prompts] == refs
+    assert [r.output_ids for r in gen.autoregressive(prompts, MAX_NEW, stop_at_eos=False)] == refs
 
 
 def test_dart_generate_options() -> None:
