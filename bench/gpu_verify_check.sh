@@ -10,8 +10,8 @@
 # tokenizer, and the held-out protocol of docs/PROPOSALS.md: bench/heldout_split.py's split of the shared
 # corpus and an order-3 trie of its training part (made in $NGRAM_HELDOUT, default /tmp/heldout, unless
 # there already), with the documents the oracle follows: of each source, the first held-out document of at
-# least 64 + 256 + 1 tokens (6 documents; their teacher-forced proposals accept 2.24 tokens a step at the
-# positions decoded, all 56 such documents 2.19). Gzipped, about 50 MiB, under the 64 MiB that travels.
+# least 64 + 256 + 1 tokens (6 documents; their teacher-forced proposals accept 2.16 tokens a step at the
+# positions decoded, docs/DART_CLIENT.md). Gzipped, 46 MiB, under the 64 MiB that travels.
 # run (about 7 minutes on an H200; everything it measures goes to $OUT):
 #   1. float32, a tiny target: the CUDA graphs' tokens equal the dynamic cache's (greedy, proposals and the
 #      target alone, one prompt and a ragged batch), the graphs captured; exit status 1 if not (the figures
