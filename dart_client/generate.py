@@ -428,9 +428,11 @@ class SpeculativeGenerator:
             r.res.prefill_s = prefill_s
             r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
         rows, cache = self._drop_finished(rows, cache, source=False)
+        tree = torch.ones(len(rows), 1, 1, dtype=torch.bool, device=self.device)  # each row's one-token "tree"
+        path = torch.zeros(len(rows), 1, dtype=torch.long, device=self.device)  # ... and its accepted path
         while rows:
             t1 = clock()
-            self._one_token_step(rows, cache, pick)
+            self._one_token_step(rows, cache, pick, tree[:len(rows)], path[:len(rows)])
             dt = clock() - t1
             for r in rows:
                 r.res.steps.append(StepRecord(accepted=0, tree_nodes=1, remote=False, target_s=dt,
@@ -445,10 +447,12 @@ class SpeculativeGenerator:
                 res.text = self.tokenizer.decode(res.output_ids)
         return results[0] if single else results
 
-    def _one_token_step(self, rows: list[SequenceState], cache: Any, pick: dict[str, Any]) -> None:
+    def _one_token_step(self, rows: list[SequenceState], cache: Any, pick: dict[str, Any], tree: torch.Tensor,
+                        path: torch.Tensor) -> None:
         """Every row's last token through the target at the cache's end, seen
-        by that row alone and moved behind the row's context (rows of a
-        ragged batch hold different lengths); one token appended to each."""
+        by that row alone (tree: [rows, 1, 1] True) and moved behind the
+        row's context (path: [rows, 1] zeros; rows of a ragged batch hold
+        different lengths); one token appended to each."""
         b = len(rows)
         dev = self.device
         start = int(cache_length(cache))
@@ -456,18 +460,16 @@ class SpeculativeGenerator:
         packed = torch.tensor([[r.seq[-1], n] for r, n in zip(rows, cached)], device=dev)  # one copy to the device
         last, pos, lens = packed[:, :1], packed[:, 1:], packed[:, 1]
         if self._static is not None:
-            out = self._static.forward(last, pos, torch.ones(b, 1, 1, dtype=torch.bool, device=dev), lens, start,
-                                       False)
+            out = self._static.forward(last, pos, tree, lens, start, False)
         elif b == 1:  # the row's entries are the whole cache: no mask, positions follow it
             out = self._forward(last, cache, hidden=False)
         else:
             ctx = torch.arange(start, device=dev)[None, None] < lens[:, None, None]
-            allowed = torch.cat((ctx, torch.ones(b, 1, 1, dtype=torch.bool, device=dev)), dim=2)
+            allowed = torch.cat((ctx, tree), dim=2)
             out = self._forward(last, cache, position_ids=pos, mask=self._additive(allowed), hidden=False)
         tokens = self._pick_rows(out.logits[:, -1], pick)
         del out
-        in_place = all(n == start for n in cached)
-        compact(cache, start, lens, torch.zeros(b, 1, dtype=torch.long, device=dev), 1, max(cached) + 1, in_place)
+        compact(cache, start, lens, path, 1, max(cached) + 1, in_place=all(n == start for n in cached))
         for r, t in zip(rows, tokens):
             r.seq.append(t)
             r.res.output_ids.append(t)
