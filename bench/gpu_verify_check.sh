@@ -5,6 +5,7 @@
 #
 #   PYTHON=venv/bin/python bash bench/gpu_verify_check.sh prepare   # here, after committing: fills .gpu/
 #   device run, carry [".gpu"], timeout_s 600:  bash bench/gpu_verify_check.sh run
+#   only some steps (say a rerun after a failure):  bash bench/gpu_verify_check.sh run 23
 #
 # prepare: ../shared/tools/gpu/pack.sh (the committed tree as a cp312 wheel, grpc's libraries), the Qwen3
 # tokenizer, and the held-out protocol of docs/PROPOSALS.md: bench/heldout_split.py's split of the shared
@@ -77,6 +78,9 @@ run)
   nvidia-smi -L | tee "$OUT/log.txt"
   gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/qwen3-tokenizer.json
   gunzip -c "$G/trie-o3.ngt.gz" > /tmp/trie-o3.ngt
+  STEPS=${2:-123}
+  step() { [[ $STEPS == *"$1"* ]]; }
+  if step 1; then
   echo "== 1. CUDA graphs against the dynamic cache (float32, tiny target)" | tee -a "$OUT/log.txt"
   python3 - <<'EOF' 2>&1 | tee -a "$OUT/log.txt"
 import sys
@@ -107,17 +111,22 @@ st = graphs._static
 print(f"graphs on: {st.cuda_graphs}, captured: {st.captures}, same tokens and steps: {ok}")
 sys.exit(0 if ok and st.cuda_graphs and st.captures > 0 else 1)
 EOF
+  fi
+  if step 2; then
   echo "== 2. bench_verify.py, Qwen3-8B shape" | tee -a "$OUT/log.txt"
   python3 bench/bench_verify.py --device cuda --shape qwen3-8b --context 512 --tree 64 --cuda-graphs --reps 30 \
     --out "$OUT/verify-qwen3-8b.json" 2>&1 | tee -a "$OUT/log.txt"
+  fi
+  if step 3; then
   echo "== 3. bench_dart.py --oracle, Qwen3-8B shape" | tee -a "$OUT/log.txt"
   python3 bench/bench_dart.py --device cuda --shape qwen3-8b --oracle "$G/oracle.jsonl.gz" \
     --tokenizer /tmp/qwen3-tokenizer.json --trie /tmp/trie-o3.ngt --kv-cache static --cuda-graphs \
     --proposals --no-remote --batch-sizes 16 --prompts 6 --prompt-tokens 64 --new-tokens 256 --rounds 2 \
     --out "$OUT/dart-qwen3-8b.json" 2>&1 | tee -a "$OUT/log.txt"
+  fi
   ;;
 *)
-  echo "usage: bash bench/gpu_verify_check.sh prepare|run" >&2
+  echo "usage: bash bench/gpu_verify_check.sh prepare | run [STEPS, default 123]" >&2
   exit 2
   ;;
 esac
