@@ -233,10 +233,12 @@ class StaticKVCache(_CacheBase):  # type: ignore[misc,valid-type]
     def get_max_length(self) -> int:
         return self.capacity
 
-    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+    def get_mask_sizes(self, query_length: int | torch.Tensor, layer_idx: int = 0) -> tuple[int, int]:
+        # transformers from 4.56 passed the query's cache positions (a tensor); later versions pass its length
+        q = int(query_length.shape[0]) if isinstance(query_length, torch.Tensor) else int(query_length)
         if self._index is not None:
             return self.capacity, 0
-        return self._at + query_length, 0
+        return self._at + q, 0
 
     # Not "compileable" for transformers: a compileable cache gets a built mask even for a one-token
     # forward, where sdpa needs none (every entry the view holds is attended to).

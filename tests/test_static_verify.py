@@ -20,7 +20,7 @@ import pytest
 from conftest import SAMPLE_CORPUS, SAMPLE_TOKENIZER, require_module
 
 torch = require_module("torch")
-require_module("transformers")
+transformers = require_module("transformers")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -210,6 +210,19 @@ def test_a_fixed_capacity_overflows_with_an_error(target: Any, prompts: list[lis
     assert grows._static.cache.capacity > first or grows._static.cache.max_batch == len(prompts)
 
 
+def test_mask_sizes_take_either_transformers_form() -> None:
+    """transformers asks the cache for the mask's key length with the
+    query's cache positions (4.56 on) or with its length (later versions):
+    both give the entries the forward will see."""
+    from dart_client.kv_cache import StaticKVCache
+
+    cache = StaticKVCache(2, 1, 4, 64)
+    cache.write_at(10)
+    assert cache.get_mask_sizes(3, 0) == cache.get_mask_sizes(torch.arange(10, 13), 0) == (13, 0)
+    cache.write_index(torch.arange(20, 23))
+    assert cache.get_mask_sizes(3, 0) == cache.get_mask_sizes(torch.arange(20, 23), 0) == (64, 0)
+
+
 def test_options_are_checked(target: Any) -> None:
     with pytest.raises(ValueError, match="kv_cache must be one of"):
         ProposalGenerator(target, LookupProposer(), kv_cache="paged")
@@ -276,7 +289,12 @@ def test_fixed_shape_forwards_read_no_device_value(family: str, oracle: bool) ->
         args = (pos.to("meta"), tree.to("meta"), lens.to("meta"))
         for hidden in (False, True):
             with _HostTensorOps() as host:
-                out = static.forward(ids, *args, 20, hidden)
+                try:
+                    out = static.forward(ids, *args, 20, hidden)
+                except RuntimeError as e:  # transformers 4.x: its rotary embedding opens an autocast there
+                    if "unsupported scalarType" not in str(e):
+                        raise
+                    pytest.skip(f"transformers {transformers.__version__} cannot run on the meta device ({e})")
             assert host.ops == []
             assert out.logits.shape == (rows, nodes, 4096) and out.logits.device.type == "meta"
             assert (out.hidden_states is not None) == hidden
