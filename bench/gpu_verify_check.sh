@@ -66,11 +66,15 @@ for line in open(held, encoding="utf-8"):
 with open(out, "w", encoding="utf-8") as f:
     f.writelines(chosen[s] for s in sorted(chosen))
 print(f"oracle documents: {len(chosen)} ({', '.join(sorted(chosen))})")
+if len(chosen) < 6:  # the run decodes 6 (--prompts 6)
+    sys.exit(f"{held}: {len(chosen)} sources have a document of 321 tokens or more; the run needs 6")
 PICK
   gzip -f "$G/oracle.jsonl"
   du -sh "$G"
   ;;
 run)
+  STEPS=${2:-123}
+  [[ $STEPS =~ ^[123]+$ ]] || { echo "gpu_verify_check run: STEPS is digits of 1, 2, 3, got '$STEPS'" >&2; exit 2; }
   OUT=${OUT:-/tmp/gpu-verify-out}
   mkdir -p "$OUT"
   # shellcheck disable=SC1091
@@ -78,7 +82,6 @@ run)
   nvidia-smi -L | tee "$OUT/log.txt"
   gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/qwen3-tokenizer.json
   gunzip -c "$G/trie-o3.ngt.gz" > /tmp/trie-o3.ngt
-  STEPS=${2:-123}
   step() { [[ $STEPS == *"$1"* ]]; }
   if step 1; then
   echo "== 1. CUDA graphs against the dynamic cache (float32, tiny target)" | tee -a "$OUT/log.txt"

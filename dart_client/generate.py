@@ -469,7 +469,8 @@ class SpeculativeGenerator:
             out = self._forward(last, cache, position_ids=pos, mask=self._additive(allowed), hidden=False)
         tokens = self._pick_rows(out.logits[:, -1], pick)
         del out
-        compact(cache, start, lens, path, 1, max(cached) + 1, in_place=all(n == start for n in cached))
+        if any(n != start for n in cached):  # else every entry is behind its row already, the length set
+            compact(cache, start, lens, path, 1, max(cached) + 1, in_place=False)
         for r, t in zip(rows, tokens):
             r.seq.append(t)
             r.res.output_ids.append(t)

@@ -108,6 +108,8 @@ def test_autoregressive_batch(target: Any, prompts: list[list[int]], refs: list[
     eos_gen = ProposalGenerator(target, LookupProposer(), eos_token_id=eos, **cache)
     got = eos_gen.autoregressive(prompts, MAX_NEW)
     assert [r.output_ids for r in got] == [r[:n] for r, n in zip(refs, stops)]
+    assert [len(r.steps) for r in got] == [n - 1 for n in stops]  # a finished row leaves the batch
+    assert min(r.steps[-1].batch_size for r in got if r.steps) < len(prompts)
     assert [eos_gen.autoregressive(p, MAX_NEW).output_ids for p in prompts] == [r.output_ids for r in got]
 
 
@@ -238,9 +240,13 @@ def _to_meta(static: Any, target: Any) -> None:
     """The target, its cache and the forward's buffers moved to the meta
     device, where tensors have shapes and no data."""
     target.to("meta")
-    if isinstance(target, OracleTarget):
-        target._fp, target._docs, target._refs = (t.to("meta") for t in (target._fp, target._docs, target._refs))
-        target._proj = {k: v.to("meta") for k, v in target._proj.items()}
+    if isinstance(target, OracleTarget):  # the tensors it keeps besides the model's, whatever their names
+        for name, value in list(vars(target).items()):
+            if isinstance(value, torch.Tensor):
+                setattr(target, name, value.to("meta"))
+            elif name != "_modules" and isinstance(value, dict) and value and all(
+                    isinstance(v, torch.Tensor) for v in value.values()):
+                setattr(target, name, {k: v.to("meta") for k, v in value.items()})
     static.cache.kv = static.cache.kv.to("meta")
     static.cache._views()
     for name in ("_mask", "_ids", "_pos", "_index", "_arange"):
