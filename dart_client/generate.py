@@ -57,7 +57,7 @@ from dart_client.lattice_log import LatticeWriter
 from dart_client.results import GenerationResult, StepRecord
 from dart_client.sampling import SAMPLING_ORDERS, accept_tree_sampling, process_logits
 from dart_client.static_verify import KV_CACHES, StaticTarget
-from dart_client.target_inputs import load_target, prompt_lists, token_list
+from dart_client.target_inputs import load_target, prompt_lists
 from dart_client.tree_sources import (
     DrafterSource,
     ProposalSource,
@@ -208,24 +208,12 @@ class SpeculativeGenerator:
         ``sampling_order``, exactly). on_step(i, result) runs after every
         verification step (the list of results for a batch). lattice_log
         (DART only): records each step's lattice and committed tokens."""
-        prompts, single = prompt_lists(input_ids)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if sampling_order not in SAMPLING_ORDERS:
-            raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
         if lattice_log is not None and not hasattr(self.source, "log_step"):
             raise ValueError(f"a lattice log records a drafter's lattices; {type(self.source).__name__} has none")
-        sampling = temperature > 0
-        gen = None
-        if sampling:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
-        pick = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, order=sampling_order,
-                    gen=gen)
+        rows, single, pick = self._call(input_ids, max_new_tokens, self.source.kind, temperature, top_k, top_p,
+                                        sampling_order, seed, random_seed=True)
         clock = _Clock(self.device, self.sync_timing)
         t_start = clock()
-        rows = [SequenceState(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[], mode=self.source.kind), [])
-                for p in prompts]
         if lattice_log is not None:
             first = lattice_log.new_sequences(len(rows))
             for i, r in enumerate(rows):
@@ -257,15 +245,44 @@ class SpeculativeGenerator:
                     rec.drafter_s = dt
             elif rows:
                 self.source.advance(rows)
-        wall = clock() - t_start
+        self._finish(results, clock() - t_start, max_new_tokens, stop_at_eos)
         stats = self.source.stats()
+        for res in results:
+            res.pruner = dict(stats)
+        return results[0] if single else results
+
+    def _call(self, input_ids: Any, max_new_tokens: int, mode: str, temperature: float, top_k: int, top_p: float,
+              sampling_order: str, seed: int | None, random_seed: bool
+              ) -> tuple[list[SequenceState], bool, dict[str, Any]]:
+        """A decoding call's arguments checked: a row per prompt, whether one
+        prompt was given (not a list), and how a token is picked (``seed``
+        None: a random seed, or 0 without ``random_seed``)."""
+        prompts, single = prompt_lists(input_ids)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if sampling_order not in SAMPLING_ORDERS:
+            raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
+        sampling = temperature > 0
+        gen = None
+        if sampling:
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, ()).item()) if random_seed else 0
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(seed)
+        pick = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, order=sampling_order,
+                    gen=gen)
+        rows = [SequenceState(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[], mode=mode), [])
+                for p in prompts]
+        return rows, single, pick
+
+    def _finish(self, results: list[GenerationResult], wall: float, max_new_tokens: int, stop_at_eos: bool) -> None:
+        """A call's results completed: the wall time, the new tokens cut at
+        max_new_tokens (and the first EOS), their text."""
         for res in results:
             res.wall_s = wall
             res.output_ids = self._trim(res.output_ids, max_new_tokens, stop_at_eos)
-            res.pruner = dict(stats)
             if self.tokenizer is not None:
                 res.text = self.tokenizer.decode(res.output_ids)
-        return results[0] if single else results
 
     def _prefill(self, rows: list[SequenceState], pick: dict[str, Any]) -> Any:
         """The prompts' forward and first tokens (_prefill_rows), then the
@@ -401,25 +418,13 @@ class SpeculativeGenerator:
         prompt -> GenerationResult, several (as generate takes them) decoded
         together as one batch -> a list of GenerationResult in prompt order.
         Each step record's target_s is the whole step (forward and pick)."""
-        prompts, single = prompt_lists(input_ids)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if sampling_order not in SAMPLING_ORDERS:
-            raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
-        sampling = temperature > 0
-        gen = None
-        if sampling:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(seed if seed is not None else 0)
-        pick = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, order=sampling_order,
-                    gen=gen)
+        rows, single, pick = self._call(input_ids, max_new_tokens, "autoregressive", temperature, top_k, top_p,
+                                        sampling_order, seed, random_seed=False)
         clock = _Clock(self.device, self.sync_timing)
-        rows = [SequenceState(p, list(p), GenerationResult(prompt_ids=list(p), output_ids=[], mode="autoregressive"),
-                              []) for p in prompts]
         results = [r.res for r in rows]
         t0 = clock()
         if self._static is not None:
-            self._static.begin(len(rows), max(len(p) for p in prompts) + max_new_tokens + 1)
+            self._static.begin(len(rows), max(len(r.prompt) for r in rows) + max_new_tokens + 1)
         out = self._prefill_rows(rows, pick, hidden=False)
         cache = self._static.cache if self._static is not None else self._cache_of(out)
         del out
@@ -439,12 +444,7 @@ class SpeculativeGenerator:
                                               batch_size=len(rows)))
                 r.done = self._done(r.seq, len(r.prompt), max_new_tokens, stop_at_eos)
             rows, cache = self._drop_finished(rows, cache, source=False)
-        wall = clock() - t0
-        for res in results:
-            res.wall_s = wall
-            res.output_ids = self._trim(res.output_ids, max_new_tokens, stop_at_eos)
-            if self.tokenizer is not None:
-                res.text = self.tokenizer.decode(res.output_ids)
+        self._finish(results, clock() - t0, max_new_tokens, stop_at_eos)
         return results[0] if single else results
 
     def _one_token_step(self, rows: list[SequenceState], cache: Any, pick: dict[str, Any], tree: torch.Tensor,
