@@ -74,6 +74,14 @@ __all__ = ["DartGenerator", "DrafterSource", "GenerationResult", "ProposalGenera
 
 
 
+def _check_call(max_new_tokens: int, sampling_order: str) -> None:
+    """A decoding call's arguments, checked before anything runs."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if sampling_order not in SAMPLING_ORDERS:
+        raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
+
+
 class _Clock:
     def __init__(self, device: torch.device, sync: bool) -> None:
         self.sync = sync and device.type == "cuda"
@@ -208,9 +216,10 @@ class SpeculativeGenerator:
         ``sampling_order``, exactly). on_step(i, result) runs after every
         verification step (the list of results for a batch). lattice_log
         (DART only): records each step's lattice and committed tokens."""
+        _check_call(max_new_tokens, sampling_order)
         if lattice_log is not None and not hasattr(self.source, "log_step"):
             raise ValueError(f"a lattice log records a drafter's lattices; {type(self.source).__name__} has none")
-        rows, single, pick = self._call(input_ids, max_new_tokens, self.source.kind, temperature, top_k, top_p,
+        rows, single, pick = self._call(input_ids, self.source.kind, temperature, top_k, top_p,
                                         sampling_order, seed, random_seed=True)
         clock = _Clock(self.device, self.sync_timing)
         t_start = clock()
@@ -251,17 +260,13 @@ class SpeculativeGenerator:
             res.pruner = dict(stats)
         return results[0] if single else results
 
-    def _call(self, input_ids: Any, max_new_tokens: int, mode: str, temperature: float, top_k: int, top_p: float,
+    def _call(self, input_ids: Any, mode: str, temperature: float, top_k: int, top_p: float,
               sampling_order: str, seed: int | None, random_seed: bool
               ) -> tuple[list[SequenceState], bool, dict[str, Any]]:
-        """A decoding call's arguments checked: a row per prompt, whether one
-        prompt was given (not a list), and how a token is picked (``seed``
-        None: a random seed, or 0 without ``random_seed``)."""
+        """A decoding call's rows (one per prompt), whether one prompt was
+        given (not a list), and how a token is picked (``seed`` None: a random
+        seed, or 0 without ``random_seed``)."""
         prompts, single = prompt_lists(input_ids)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if sampling_order not in SAMPLING_ORDERS:
-            raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
         sampling = temperature > 0
         gen = None
         if sampling:
@@ -418,7 +423,8 @@ class SpeculativeGenerator:
         prompt -> GenerationResult, several (as generate takes them) decoded
         together as one batch -> a list of GenerationResult in prompt order.
         Each step record's target_s is the whole step (forward and pick)."""
-        rows, single, pick = self._call(input_ids, max_new_tokens, "autoregressive", temperature, top_k, top_p,
+        _check_call(max_new_tokens, sampling_order)
+        rows, single, pick = self._call(input_ids, "autoregressive", temperature, top_k, top_p,
                                         sampling_order, seed, random_seed=False)
         clock = _Clock(self.device, self.sync_timing)
         results = [r.res for r in rows]
