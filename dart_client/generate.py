@@ -50,12 +50,12 @@ from typing import Any
 
 import torch
 
-from dart_client.draft_trees import DraftTree, DraftTrees
+from dart_client.draft_trees import DraftTree
 from dart_client.drafter import DartDrafter
 from dart_client.kv_cache import cache_length, compact, select_rows, truncate
 from dart_client.lattice_log import LatticeWriter
 from dart_client.results import GenerationResult, StepRecord
-from dart_client.sampling import SAMPLING_ORDERS, accept_tree_sampling, process_logits
+from dart_client.sampling import SAMPLING_ORDERS, accept_greedy_batch, accept_tree_sampling, pick_tokens
 from dart_client.static_verify import KV_CACHES, StaticTarget
 from dart_client.target_inputs import load_target, prompt_lists
 from dart_client.tree_sources import (
@@ -325,7 +325,7 @@ class SpeculativeGenerator:
                                     keep=keep, hidden=hidden)
             col = [last_pos.index(n - 1) if keep is not None else n - 1 for n in lens]
             last = out.logits[torch.arange(b, device=self.device), torch.tensor(col, device=self.device)]
-        firsts = self._pick_rows(last, pick)
+        firsts = pick_tokens(last, pick)
         for r, f in zip(rows, firsts):
             r.seq.append(f)
             r.res.output_ids.append(f)
@@ -371,7 +371,7 @@ class SpeculativeGenerator:
                 paths[i, :len(p)] = p
             commits = [(d, x) for _, d, x in accepted]
         else:
-            paths, commits = self._accept_greedy_batch(trees, out.logits)
+            paths, commits = accept_greedy_batch(trees, out.logits)
         keep = max(len(d) for d, _ in commits) + 1
         # one row whose accepted path is 0, 1, 2, ...: its nodes are already in place
         in_place = b == 1 and (keep == 1 or bool(torch.equal(paths[0, :keep], torch.arange(keep, device=dev))))
@@ -473,52 +473,13 @@ class SpeculativeGenerator:
             ctx = torch.arange(start, device=dev)[None, None] < lens[:, None, None]
             allowed = torch.cat((ctx, tree), dim=2)
             out = self._forward(last, cache, position_ids=pos, mask=self._additive(allowed), hidden=False)
-        tokens = self._pick_rows(out.logits[:, -1], pick)
+        tokens = pick_tokens(out.logits[:, -1], pick)
         del out
         if any(n != start for n in cached):  # else every entry is behind its row already, the length set
             compact(cache, start, lens, path, 1, max(cached) + 1, in_place=False)
         for r, t in zip(rows, tokens):
             r.seq.append(t)
             r.res.output_ids.append(t)
-
-    # -- acceptance -----------------------------------------------------------------------
-
-    @staticmethod
-    def _pick_rows(logits: torch.Tensor, pick: dict[str, Any]) -> list[int]:
-        """One token per row of logits [B, V]."""
-        if not pick["sampling"]:
-            return [int(t) for t in logits.argmax(-1).tolist()]
-        p = process_logits(logits, pick["temperature"], pick["top_k"], pick["top_p"], pick["order"])
-        return [int(t) for t in torch.multinomial(p, 1, generator=pick["gen"])[:, 0].tolist()]
-
-    @staticmethod
-    def _accept_greedy_batch(trees: DraftTrees, logits: torch.Tensor
-                             ) -> tuple[torch.Tensor, list[tuple[list[int], int]]]:
-        """For each row, the longest root-to-leaf prefix on which every token
-        is the target's argmax after its parent (DART's evaluate_posterior;
-        ties: the first such leaf). Returns the node indices of each row's
-        best path [B, W] (-1 padded; the accepted ones are its first a + 1)
-        and each row's (accepted draft tokens, bonus token); one device sync."""
-        b = len(trees)
-        dev = logits.device
-        ri, toks = trees.retrieve_indices.to(dev), trees.tokens.to(dev)
-        _, leaves, w = ri.shape
-        pred = logits.argmax(-1)  # [B, n]: the target's choice after each node
-        safe = ri.clamp(min=0)
-        cand = torch.where(ri >= 0, toks.gather(1, safe.view(b, -1)).view(b, leaves, w), torch.full_like(ri, -1))
-        after = pred.gather(1, safe.view(b, -1)).view(b, leaves, w)
-        if w > 1:
-            acc = torch.cumprod((cand[..., 1:] == after[..., :-1]).to(torch.int32), dim=2).sum(dim=2)
-        else:
-            acc = torch.zeros(b, leaves, dtype=torch.int64, device=dev)
-        best = torch.argmax(acc, dim=1)
-        rows = torch.arange(b, device=dev)
-        packed = torch.cat((acc[rows, best].view(b, 1).to(torch.int64), cand[rows, best], after[rows, best]), dim=1)
-        commits = []
-        for row in packed.tolist():  # one sync
-            a = int(row[0])
-            commits.append((row[2:2 + a], int(row[1 + w + a])))
-        return ri[rows, best], commits
 
     # -- stopping -------------------------------------------------------------------------
 

@@ -1,14 +1,18 @@
-"""Sampling semantics of the speculative generators: the target's logits
-to probabilities (temperature, top-p, top-k, in DART's order or
-transformers'), and tree speculative sampling over a draft tree, which
-commits every token distributed exactly as the target samples it."""
+"""Sampling and acceptance semantics of the speculative generators: the
+target's logits to probabilities (temperature, top-p, top-k, in DART's
+order or transformers'), a token per row (greedy or sampled), greedy
+acceptance of a batch of draft trees, and tree speculative sampling over a
+draft tree, which commits every token distributed exactly as the target
+samples it."""
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
-from dart_client.draft_trees import DraftTree
+from dart_client.draft_trees import DraftTree, DraftTrees
 
-__all__ = ["SAMPLING_ORDERS", "accept_tree_sampling", "process_logits"]
+__all__ = ["SAMPLING_ORDERS", "accept_greedy_batch", "accept_tree_sampling", "pick_tokens", "process_logits"]
 
 #: process_logits' orders of the steps: DART's, or transformers' generate.
 SAMPLING_ORDERS = ("dart", "transformers")
@@ -91,3 +95,39 @@ def accept_tree_sampling(tree: DraftTree, logits: torch.Tensor, temperature: flo
         path.append(nxt)
         drafts.append(toks[nxt])
     return torch.tensor(path, dtype=torch.long, device=logits.device), drafts, bonus
+
+
+def pick_tokens(logits: torch.Tensor, pick: dict[str, Any]) -> list[int]:
+    """One token per row of logits [B, V]."""
+    if not pick["sampling"]:
+        return [int(t) for t in logits.argmax(-1).tolist()]
+    p = process_logits(logits, pick["temperature"], pick["top_k"], pick["top_p"], pick["order"])
+    return [int(t) for t in torch.multinomial(p, 1, generator=pick["gen"])[:, 0].tolist()]
+
+
+def accept_greedy_batch(trees: DraftTrees, logits: torch.Tensor) -> tuple[torch.Tensor, list[tuple[list[int], int]]]:
+    """For each row, the longest root-to-leaf prefix on which every token
+    is the target's argmax after its parent (DART's evaluate_posterior;
+    ties: the first such leaf). Returns the node indices of each row's
+    best path [B, W] (-1 padded; the accepted ones are its first a + 1)
+    and each row's (accepted draft tokens, bonus token); one device sync."""
+    b = len(trees)
+    dev = logits.device
+    ri, toks = trees.retrieve_indices.to(dev), trees.tokens.to(dev)
+    _, leaves, w = ri.shape
+    pred = logits.argmax(-1)  # [B, n]: the target's choice after each node
+    safe = ri.clamp(min=0)
+    cand = torch.where(ri >= 0, toks.gather(1, safe.view(b, -1)).view(b, leaves, w), torch.full_like(ri, -1))
+    after = pred.gather(1, safe.view(b, -1)).view(b, leaves, w)
+    if w > 1:
+        acc = torch.cumprod((cand[..., 1:] == after[..., :-1]).to(torch.int32), dim=2).sum(dim=2)
+    else:
+        acc = torch.zeros(b, leaves, dtype=torch.int64, device=dev)
+    best = torch.argmax(acc, dim=1)
+    rows = torch.arange(b, device=dev)
+    packed = torch.cat((acc[rows, best].view(b, 1).to(torch.int64), cand[rows, best], after[rows, best]), dim=1)
+    commits = []
+    for row in packed.tolist():  # one sync
+        a = int(row[0])
+        commits.append((row[2:2 + a], int(row[1 + w + a])))
+    return ri[rows, best], commits
