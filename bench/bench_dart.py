@@ -3,19 +3,21 @@
     python bench/bench_dart.py                                   # CPU, tiny random Qwen3
     python bench/bench_dart.py --device cuda --shape qwen3-0.6b  # Qwen3-0.6B's shape, random weights
 
-For each mode (the target alone, DART with a LocalPruner, DART with a
-RemotePruner on a trie host started here on 127.0.0.1) it decodes the same
+For each mode (--modes; by default the target alone, DART with a
+LocalPruner, DART with a RemotePruner on a trie host started here on
+127.0.0.1, and DART with a host that does not answer) it decodes the same
 prompts and reports, per decoding step: target forward (tree verification),
 drafter forward, pruning on the worker (top-k on the device, copies, local
 search), transport (the RPC round trip, the host's search included), verify
 (acceptance + KV-cache compaction), and the share of the step spent on
 pruning + transport; plus mean accepted length and tokens/s. A table goes
-to stdout, JSON to bench/results/dart.json.
+to stdout, JSON to bench/results/dart.json (--out), rewritten after each
+round (--rounds) so that a run cut short keeps the rounds it finished
+(rounds_done).
 
 Batches (--batch-sizes, default 1,2,4,8,16): B ragged prompts decoded
 together (one verification forward per step for the whole batch, one prune
-call for its B trees), with the local pruner and, when a host runs, the remote
-one, and the target alone on the same B rows (one token per row per
+call for its B trees), in every mode but dart-host-down, the target alone on the same B rows (one token per row per
 forward): tokens/s over the batch (all new tokens / wall time), over the
 target alone's at that B ("x AR") and over the mode's own at B = 1, and the
 time of a batch step (median; the steps of the sequence that ran longest,
@@ -216,6 +218,27 @@ class Host:
             self.proc.kill()
 
 
+#: The modes beside the target alone (which always runs: every speedup is over it), and the names --modes
+#: takes for groups of them. The remote modes need ngram-serve-native; without it they are skipped.
+MODES = ("dart-local", "dart-remote", "dart-host-down", "propose-local", "propose-remote", "lookup")
+MODE_GROUPS = {"dart": MODES[:3], "proposals": MODES[3:], "all": MODES}
+
+
+def parse_modes(spec: str) -> list[str]:
+    """--modes: mode and group names, comma-separated, in MODES' order; ValueError names the unknown one."""
+    chosen: set[str] = set()
+    for name in (n.strip() for n in spec.split(",")):
+        if name in MODE_GROUPS:
+            chosen.update(MODE_GROUPS[name])
+        elif name in MODES:
+            chosen.add(name)
+        elif name:
+            raise ValueError(f"unknown mode {name!r} (modes: {', '.join(MODES)}; groups: {', '.join(MODE_GROUPS)})")
+    if not chosen:
+        raise ValueError("no mode named")
+    return [m for m in MODES if m in chosen]
+
+
 def is_ar(mode: str) -> bool:
     """The target alone (autoregressive, or autoregressive/KV-CACHE)."""
     return mode.split("/")[0] == "autoregressive"
@@ -374,9 +397,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: 1 on the CPU, where tiny models gain nothing from more and "
                          "a shared machine makes them contend; torch's default on CUDA)")
-    ap.add_argument("--no-remote", action="store_true")
-    ap.add_argument("--proposals", action="store_true",
-                    help="also decode with proposals (no drafter): the trie in process, on the host, prompt lookup alone")
+    ap.add_argument("--modes", default="dart",
+                    help="what decodes beside the target alone (always run), comma-separated: "
+                         f"{', '.join(MODES)}, or the groups {', '.join(f'{g} ({MODE_GROUPS[g][0]}...)' for g in MODE_GROUPS)}"
+                         "; dart: the drafter pruned in process, on a host started here, and with that host down; "
+                         "proposals: no drafter, trees proposed by the trie in process, by the host, or by prompt "
+                         "lookup alone (default: dart)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of all modes (A, B, A, B)")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16",
                     help="batch sizes for the batched decoding table ('' to skip)")
@@ -391,6 +417,10 @@ def main() -> None:
                     help="the static cache's forwards replayed from CUDA graphs (needs --device cuda)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dart.json"))
     args = ap.parse_args()
+    try:
+        modes = parse_modes(args.modes)
+    except ValueError as e:
+        ap.error(f"--modes: {e}")
 
     dev = torch.device(args.device)
     kinds = [k.strip() for k in args.kv_cache.split(",") if k.strip()]
@@ -461,28 +491,30 @@ def main() -> None:
         progress("drafter built")
 
         host = None
-        if not args.no_remote:
+        if any(m.endswith("-remote") for m in modes):
             try:
                 host = Host(trie, args.host_threads)
                 stack.callback(host.stop)
             except (FileNotFoundError, RuntimeError) as e:
-                print(f"# remote skipped: {e}", file=sys.stderr)
-        gens: dict[str, Any] = {}
+                print(f"# remote modes skipped: {e}", file=sys.stderr)
         pr = rp = None
         if host is not None:
             pr = stack.enter_context(RemotePruner(host.target, deadline=args.deadline_ms / 1000))
-            if args.proposals:
-                rp = stack.enter_context(RemoteProposer(host.target, deadline=args.deadline_ms / 1000))
+            rp = stack.enter_context(RemoteProposer(host.target, deadline=args.deadline_ms / 1000))
+        makers = {  # the mode's generator for a KV cache kind; None: skipped
+            "dart-local": lambda k: DartGenerator(target, drafter, LocalPruner(trie), **kv(k)),
+            "dart-remote": lambda k: pr and DartGenerator(target, drafter, pr, **kv(k)),
+            "propose-local": lambda k: ProposalGenerator(target, LocalProposer(trie), **kv(k)),
+            "propose-remote": lambda k: rp and ProposalGenerator(target, rp, **kv(k)),
+            "lookup": lambda k: ProposalGenerator(target, LookupProposer(), **kv(k)),
+        }
+        gens: dict[str, Any] = {}
         for kind in kinds:
             gens[named("autoregressive", kind)] = DartGenerator(target, probe.drafter, probe.pruner, **kv(kind))
-            gens[named("dart-local", kind)] = DartGenerator(target, drafter, LocalPruner(trie), **kv(kind))
-            if pr is not None:
-                gens[named("dart-remote", kind)] = DartGenerator(target, drafter, pr, **kv(kind))
-            if args.proposals:
-                gens[named("propose-local", kind)] = ProposalGenerator(target, LocalProposer(trie), **kv(kind))
-                if rp is not None:
-                    gens[named("propose-remote", kind)] = ProposalGenerator(target, rp, **kv(kind))
-                gens[named("lookup", kind)] = ProposalGenerator(target, LookupProposer(), **kv(kind))
+            for mode in modes:
+                gen = makers[mode](kind) if mode in makers else None
+                if gen:
+                    gens[named(mode, kind)] = gen
         progress("warm-up of every mode")
         for mode, gen in gens.items():  # warm-up, then the stats count the timed steps only
             # CUDA graphs: long enough for most tree sizes' graphs to be captured before the timed rounds
@@ -493,6 +525,42 @@ def main() -> None:
         # Interleaved (A, B, C, A, B, C, ...): on a GPU the mode timed first can pay far more per forward.
         results: dict[str, list[Any]] = {m: [] for m in gens}
         batch_rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+
+        def report(rounds: int, extra: list[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]],
+                                                                           list[dict[str, Any]], str]:
+            """The rows so far, written to --out: a run cut short (a device's time limit) keeps its rounds."""
+            rows = [summarize(results[m], m, gens[m], rounds) for m in gens] + list(extra)
+            if refs:
+                for row in rows[:len(gens)]:
+                    outs = [r.output_ids for r in results[row["mode"]]]
+                    row["follows_the_text"] = all(o == ref[args.prompt_tokens:args.prompt_tokens + args.new_tokens]
+                                                  for o, ref in zip(outs, refs * rounds))
+                    row["replay_tau"] = replay_tau(gens[row["mode"]], refs, args.prompt_tokens, args.new_tokens)
+            batches = [median_row(v) for v in batch_rows.values()]
+            for row in batches:  # tokens/s over the target alone's at the same B, with the same cache
+                ar = next((a for a in batches if is_ar(a["mode"]) and a["batch"] == row["batch"]
+                           and a["kv_cache"] == row["kv_cache"]), None)
+                if ar is not None:
+                    row["tokens_per_s_over_ar"] = row["tokens_per_s"] / ar["tokens_per_s"]
+            text = table(rows)  # fills each row's ratios over the target alone
+            write_result(Path(args.out), {
+                "benchmark": "dart_client decoding step split",
+                "args": vars(args),
+                "modes_run": list(gens),
+                "rounds_done": rounds,
+                "trie": trie_src,
+                "prompts_from": prompt_src,
+                "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "target": {k: getattr(target.config, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
+                "drafter": {"draft_length": args.draft_length, "levels": args.draft_length + 1, "draft_vocab": dv},
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "modes": rows,
+                "batches": batches,
+            })
+            return rows, batches, text
+
         for r in range(args.rounds):
             for mode, gen in gens.items():
                 progress(f"round {r + 1}/{args.rounds}: {mode}")
@@ -502,46 +570,22 @@ def main() -> None:
                     progress(f"round {r + 1}/{args.rounds}: {mode}, batches {args.batch_sizes}")
                 for row in run_batches(gen, ragged, sizes, args.new_tokens, mode):
                     batch_rows.setdefault((mode, row["batch"]), []).append(row)
-        rows = [summarize(results[m], m, gens[m], args.rounds) for m in gens]
-        if refs:
-            for row in rows:
-                outs = [r.output_ids for r in results[row["mode"]]]
-                row["follows_the_text"] = all(o == ref[args.prompt_tokens:args.prompt_tokens + args.new_tokens]
-                                              for o, ref in zip(outs, refs * args.rounds))
-                row["replay_tau"] = replay_tau(gens[row["mode"]], refs, args.prompt_tokens, args.new_tokens)
-            if not all(row["follows_the_text"] for row in rows):
-                print("# WARNING: a mode did not reproduce the oracle's text", file=sys.stderr)
-        batches = [median_row(v) for v in batch_rows.values()]
-        for row in batches:  # tokens/s over the target alone's at the same B, with the same cache
-            ar = next((a for a in batches if is_ar(a["mode"]) and a["batch"] == row["batch"]
-                       and a["kv_cache"] == row["kv_cache"]), None)
-            if ar is not None:
-                row["tokens_per_s_over_ar"] = row["tokens_per_s"] / ar["tokens_per_s"]
-        if host is not None:
-            with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as down:
-                gen = DartGenerator(target, drafter, down, **kv(kinds[0]))
-                rows.append(summarize(decode(gen, prompts, args.new_tokens, "dart-host-down"), "dart-host-down",
+            if r + 1 < args.rounds:
+                report(r + 1)
+        down = []
+        if "dart-host-down" in modes:  # a host that does not answer: every step falls back to the local pruner
+            with RemotePruner("127.0.0.1:9", deadline=args.deadline_ms / 1000, connect_timeout=0.1) as pruner:
+                gen = DartGenerator(target, drafter, pruner, **kv(kinds[0]))
+                down.append(summarize(decode(gen, prompts, args.new_tokens, "dart-host-down"), "dart-host-down",
                                       gen, 1))
+        rows, batches, text = report(args.rounds, down)
+        if refs and not all(row["follows_the_text"] for row in rows[:len(gens)]):
+            print("# WARNING: a mode did not reproduce the oracle's text", file=sys.stderr)
 
-    print(table(rows))
+    print(text)
     if batches:
         print()
         print(batch_table(batches))
-    result = {
-        "benchmark": "dart_client decoding step split",
-        "args": vars(args),
-        "trie": trie_src,
-        "prompts_from": prompt_src,
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "target": {k: getattr(target.config, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
-        "drafter": {"draft_length": args.draft_length, "levels": args.draft_length + 1, "draft_vocab": dv},
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "modes": rows,
-        "batches": batches,
-    }
-    write_result(Path(args.out), result)
 
 
 if __name__ == "__main__":

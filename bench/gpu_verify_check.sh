@@ -20,14 +20,15 @@
 #   2. bench/bench_verify.py at the Qwen3-8B shape, 512 cached positions, a 64-node tree: mask, tree forward,
 #      compaction and one-token forward for dynamic, static, static-fixed and static-graphs (verify-qwen3-8b.json);
 #   3. bench/bench_dart.py --oracle at the same shape, the 6 documents x 256 new tokens after a 64-token
-#      prompt, two interleaved rounds: the target alone, DART (OracleDrafter, pruned with the held-out trie)
-#      and proposals (that trie, prompt lookup), all with the static cache under CUDA graphs (step 2 compares
-#      the caches' forwards): tokens/s over the target alone, each mode's target forward over the one-token
-#      forward, and the same at B = 16 (ragged rows of the 6 documents) over the target alone at B = 16
-#      (dart-qwen3-8b.json).
+#      prompt, two interleaved rounds: the target alone, DART (OracleDrafter, pruned in process with the
+#      held-out trie), proposals from that trie in process and from a trie host started there on 127.0.0.1,
+#      and prompt lookup, all with the static cache under CUDA graphs (step 2 compares the caches' forwards):
+#      tokens/s over the target alone, each mode's target forward over the one-token forward, and the same at
+#      B = 16 (ragged rows of the 6 documents) over the target alone at B = 16 (dart-qwen3-8b.json, rewritten
+#      after each round: a run cut short keeps round 1).
 # Targets (issue 43): tree verification (64 nodes) <= 1.3x an AR forward; proposals from a local trie >= 1.6x
-# AR's tokens/s, DART with the synthetic lattices >= 2.0x, proposals at B = 16 >= 1.3x AR at B = 16. Quote the
-# figures in docs/DART_CLIENT.md with the command, the card and the date.
+# AR's tokens/s, from the host >= 1.5x, DART with the synthetic lattices >= 2.0x, proposals at B = 16 >= 1.3x
+# AR at B = 16. Quote the figures in docs/DART_CLIENT.md with the command, the card and the date.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -124,7 +125,7 @@ EOF
   echo "== 3. bench_dart.py --oracle, Qwen3-8B shape" | tee -a "$OUT/log.txt"
   python3 bench/bench_dart.py --device cuda --shape qwen3-8b --oracle "$G/oracle.jsonl.gz" \
     --tokenizer /tmp/qwen3-tokenizer.json --trie /tmp/trie-o3.ngt --kv-cache static --cuda-graphs \
-    --proposals --no-remote --batch-sizes 16 --prompts 6 --prompt-tokens 64 --new-tokens 256 --rounds 2 \
+    --modes dart-local,propose-local,propose-remote,lookup --batch-sizes 16 --prompts 6 --prompt-tokens 64 --new-tokens 256 --rounds 2 \
     --out "$OUT/dart-qwen3-8b.json" 2>&1 | tee -a "$OUT/log.txt"
   fi
   ;;

@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
-import zstandard
+from ngram_service import zstd_stream
 
 # Compressed bytes read per step. Small enough that the decompressed output of
 # one step stays a few MB for text, large enough that per-call overhead is noise.
@@ -45,30 +45,10 @@ def gzip_chunks(f: BinaryIO) -> Iterator[bytes]:
 
 
 def zstd_chunks(f: BinaryIO) -> Iterator[bytes]:
-    # Not ZstdDecompressor.stream_reader: when the file ends inside a frame it
-    # just returns EOF, so a truncated shard would read as a shorter valid one.
-    # A decompressobj per frame exposes `eof`, so an unfinished frame at the
-    # end of the file is detected; `unused_data` carries us into the next
-    # frame (Dolma shards may be several frames concatenated).
-    # max_window_size admits files written with `zstd --long`.
-    dctx = zstandard.ZstdDecompressor(max_window_size=1 << 31)
-    dobj = None
     try:
-        while data := f.read(READ_SIZE):
-            while data:
-                if dobj is None:
-                    dobj = dctx.decompressobj()
-                out = dobj.decompress(data)
-                if out:
-                    yield out
-                if dobj.eof:
-                    data, dobj = dobj.unused_data, None
-                else:
-                    data = b""
-    except zstandard.ZstdError as e:
-        raise StreamBroken(f"corrupt zstd stream ({e})") from e
-    if dobj is not None:
-        raise StreamBroken("truncated zstd stream (the file ends inside a frame)")
+        yield from zstd_stream.zstd_chunks(f, READ_SIZE)
+    except zstd_stream.ZstdStreamError as e:
+        raise StreamBroken(str(e)) from e
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

@@ -115,11 +115,12 @@ def _with_split_children(table: pa.Table, token: int, extra: int, location: str)
 
 
 def compress_file(src: Path, dst: Path, level: int = 10) -> int:
-    """zstd-compresses a finished trie for shipping; atomic like every write."""
+    """zstd-compresses a finished trie for shipping; atomic like every write. The frame carries zstd's
+    checksum, so a damaged copy is refused while it is decompressed, before any of it is opened."""
     import zstandard
 
     tmp = dst.with_name(dst.name + f".tmp-{os.getpid()}")
-    cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_content_size=True)
+    cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_content_size=True, write_checksum=True)
     with open(src, "rb") as fi, open(tmp, "wb") as fo:
         cctx.copy_stream(fi, fo, size=src.stat().st_size)
         fo.flush()

@@ -229,32 +229,33 @@ def info_dict(*, path: str, order: int, vocab_size: int, eos_id: int | None, siz
 
 def decompress_trie(src: BinaryIO, dest: BinaryIO) -> None:
     """A zstd-compressed trie's plain bytes, every frame, from ``src`` into
-    ``dest``; zstandard.ZstdError for a corrupted stream, TrieFormatError
+    ``dest``; ZstdStreamError for a cut or corrupted stream, TrieFormatError
     when its first bytes are not a trie's (checked before the rest is
     decompressed: a large compressed file that is no trie costs nothing)."""
-    import shutil
+    from ngram_service.zstd_stream import zstd_chunks  # zstandard only when a compressed trie is read
 
-    import zstandard
-
-    reader = zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)
-    head = reader.read(len(_engine.TRIE_MAGIC))
-    if head != _engine.TRIE_MAGIC:
-        raise TrieFormatError("not a trie file (bad magic)")  # the engine's words for a plain file
-    dest.write(head)
-    shutil.copyfileobj(reader, dest, 1 << 20)
+    head = b""
+    for chunk in zstd_chunks(src, 1 << 20):
+        if len(head) < len(_engine.TRIE_MAGIC):
+            head += chunk[:len(_engine.TRIE_MAGIC) - len(head)]
+            if len(head) == len(_engine.TRIE_MAGIC) and head != _engine.TRIE_MAGIC:
+                raise TrieFormatError("not a trie file (bad magic)")  # the engine's words for a plain file
+        dest.write(chunk)
+    if head != _engine.TRIE_MAGIC:  # a stream shorter than a trie's magic
+        raise TrieFormatError("not a trie file (bad magic)")
 
 
 def decompress_trie_file(src: str | Path, dest: BinaryIO, location: str,
                          error: type[Exception] = TrieFormatError) -> None:
-    """decompress_trie from the file ``src``: a corrupted stream or a file
-    that is no trie raised as ``error``, its message naming ``location``."""
-    import zstandard
+    """decompress_trie from the file ``src``: a cut or corrupted stream or a
+    file that is no trie raised as ``error``, its message naming ``location``."""
+    from ngram_service.zstd_stream import ZstdStreamError
 
     try:
         with open(src, "rb") as f:
             decompress_trie(f, dest)
-    except zstandard.ZstdError as e:
-        raise error(f"{location}: corrupted zstd-compressed trie: {e}") from e
+    except ZstdStreamError as e:
+        raise error(f"{location}: zstd-compressed trie: {e}") from e
     except TrieFormatError as e:
         raise error(f"{location}: {e}") from None
 

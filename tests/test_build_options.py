@@ -83,6 +83,26 @@ def test_a_compressed_file_that_holds_no_trie_is_refused_by_its_first_bytes(tmp_
             NgramIndex.open(bad, mode=mode)
 
 
+def test_a_cut_or_corrupted_compressed_trie_is_refused_as_such(shards: Path, tmp_path: Path) -> None:
+    """A compressed trie cut anywhere (even before its first block ends, when no byte of the trie has come
+    out) reads as a cut stream, and a corrupted one as corrupt, naming the file: never as a shorter trie or
+    a file with a bad magic."""
+    packed = tmp_path / "p.ngt.zst"
+    built(str(shards), "--tokenizer", TOK, "--out", str(packed), "-j", "1", "--compress")
+    raw = packed.read_bytes()
+    bad = tmp_path / "bad.ngt.zst"
+    for cut in (6, 40, len(raw) // 2, len(raw) - 1):
+        bad.write_bytes(raw[:cut])
+        with pytest.raises(ValueError, match=r"bad\.ngt\.zst: zstd-compressed trie: truncated zstd stream "
+                                             r"\(the file ends inside a frame\)$"):
+            NgramIndex.open(bad)
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 0xFF
+    bad.write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match=r"bad\.ngt\.zst: zstd-compressed trie: corrupt zstd stream \("):
+        NgramIndex.open(bad)  # zstd's checksum (ngram-build --compress writes it), before the engine's checks
+
+
 def test_small_memory_limit_and_tmp_dir(shards: Path, tmp_path: Path) -> None:
     """--memory-limit 256MB (the smallest accepted: the smallest share a task gets, small count chunks) gives
     the same bytes as the default; the runs go to --tmp-dir, whose other files are left alone, even by
