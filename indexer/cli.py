@@ -121,7 +121,7 @@ def _ray_executor(argv: list[str]) -> bool:
 @click.option("--add-special-tokens", is_flag=True,
               help="Encode as DART's build does (add_special_tokens=True): the tokenizer's post-processor "
                    "runs, e.g. a BOS before every document for Llama-2-style tokenizers (HF backend).")
-@click.option("--name", default=None, help="Index name stored in the header [default: OUT's stem].")
+@click.option("--name", default=None, help="Index name stored in the header [default: OUT's file name less .zst and its last extension, the name ngram-serve gives the index].")
 @click.option("--from-dart-trie", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Convert a trie saved by DART's TrieNgram::save instead of building from shards.")
 @click.option("--vocab-size", type=click.IntRange(1), default=None,

@@ -16,6 +16,7 @@ import numpy as np
 from indexer.trie_assembly import LevelChunk, LevelPlan, count_histogram, write_trie
 from indexer.trie_meta import tokenizer_meta, trie_meta
 from ngram_service import _engine
+from ngram_service.index import index_name
 
 
 def convert_dart_trie(
@@ -55,7 +56,7 @@ def convert_dart_trie(
 
     levels = _levels(order, token, parent, freq, depth, src)
     plans = [LevelPlan(len(c), count_histogram(c)) for _, c, _ in levels]
-    meta = trie_meta(name=name or Path(out).name.split(".")[0], tokenizer=tok_meta,
+    meta = trie_meta(name=name or index_name(str(out)), tokenizer=tok_meta,
                      corpus={"converted_from": {"dart_trie": Path(src).name, "bytes": Path(src).stat().st_size,
                                                 "nodes": len(token)}},
                      build={"tool": "ngram-build --from-dart-trie", "order": order, "eos_id": eos_id})

@@ -41,6 +41,7 @@ from indexer.trie_meta import tokenizer_meta, trie_meta
 from indexer.trie_output import compress_file, split_children, write_output
 from indexer.vocabulary import Vocabulary, load_vocabulary
 from indexer.work_store import PLAN_KEY
+from ngram_service.index import index_name
 
 __all__ = ["BuildConfig", "BuildError", "BuildReport", "build", "compress_file", "work_dir"]
 
@@ -279,7 +280,7 @@ def _trie_meta(cfg: BuildConfig, vocab: Vocabulary, map_results: list[MapResult]
         "shards": [{"path": r.name, "bytes": r.bytes, "documents": r.documents, "tokens": r.tokens}
                    for r in map_results],
     }
-    return trie_meta(name=cfg.name or cfg.out.rstrip("/").rsplit("/", 1)[-1].split(".")[0],
+    return trie_meta(name=cfg.name or index_name(cfg.out),
                      tokenizer=tokenizer_meta(vocab.name, vocab.fingerprint, vocab.vocab_size), corpus=corpus,
                      build=build_meta)
 

@@ -5,6 +5,7 @@ Arrays in, arrays out; the GIL is released inside every query.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
@@ -18,6 +19,18 @@ from ngram_service.tree import FIELD_DEFAULTS, DraftTree, prune_keywords
 
 #: A zstd-compressed trie's first bytes (``ngram-build --compress``): the engine's definition.
 ZSTD_MAGIC: bytes = _engine.ZSTD_MAGIC
+
+
+def index_name(location: str) -> str:
+    """The name a trie goes by when none is given: its file or object name less
+    a ``.zst`` and the last extension (``dir/corpus.v2.ngt.zst``: ``corpus.v2``).
+    The build stores it in the header and the native server names the index by
+    it (server's file_stem), so that a fetched or decompressed copy keeps the
+    name of what it was copied from."""
+    path = urllib.parse.urlsplit(location).path if "://" in location else location
+    base = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zst")
+    dot = base.rfind(".")
+    return base[:dot] if dot > 0 else base
 
 
 class TopK(NamedTuple):

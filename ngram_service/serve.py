@@ -23,10 +23,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import urllib.parse
 from pathlib import Path
 from typing import NoReturn
 
+from ngram_service.index import index_name
 from ngram_service.trie_fetch import TrieFetchError, decompress_to_memory, fetch_trie, is_compressed, is_remote
 
 BINARY = "ngram-serve-native"
@@ -156,17 +156,6 @@ class ServeArgs:
 
     def files(self) -> list[str]:
         return [self.native[p] for p in self.file_positions]
-
-
-def index_name(location: str) -> str:
-    """The index name the native server gives a FILE without --name (its file
-    stem, server's file_stem), for a location: so that a fetched or
-    decompressed trie keeps the name of its object or file (less a .zst), not
-    of its copy."""
-    base = urllib.parse.urlsplit(location).path.rsplit("/", 1)[-1] if is_remote(location) else Path(location).name
-    base = base.removesuffix(".zst")
-    dot = base.rfind(".")
-    return base[:dot] if dot > 0 else base
 
 
 def resolve_tries(args: ServeArgs) -> list[str]:

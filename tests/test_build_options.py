@@ -15,6 +15,7 @@ import zstandard
 
 from indexer.tokenizer import load_tokenizer
 from ngram_service import NgramIndex
+from ngram_service.index import index_name
 
 from conftest import SAMPLE_TOKENIZER
 from test_build import brute_counts, check_exact, random_texts, run_cli, write_jsonl_zst
@@ -70,6 +71,15 @@ def test_compress_is_the_plain_file_in_one_zstd_frame_read_into_ram(shards: Path
         for x, y in zip(idx.conditional_probs(ctx, cand), ref.conditional_probs(ctx, cand)):
             np.testing.assert_array_equal(x, y)
         assert idx.topk([], 30).tokens.tolist() == ref.topk([], 30).tokens.tolist()
+
+
+def test_the_default_name_is_the_one_the_server_gives(shards: Path, tmp_path: Path) -> None:
+    """Without --name the header holds OUT's file name less .zst and its last extension, as the server
+    names the index (a dotted name kept whole, not cut at its first dot)."""
+    for out, name in (("corpus.v2.ngt", "corpus.v2"), ("corpus.v2.ngt.zst", "corpus.v2"), ("plain", "plain")):
+        built(str(shards), "--tokenizer", TOK, "--out", str(tmp_path / out), "-j", "1",
+              *(["--compress"] if out.endswith(".zst") else []))
+        assert NgramIndex.open(tmp_path / out).info()["name"] == name == index_name(out)
 
 
 def test_a_compressed_file_that_holds_no_trie_is_refused_by_its_first_bytes(tmp_path: Path) -> None:

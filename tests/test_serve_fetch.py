@@ -24,7 +24,8 @@ import pytest
 
 from indexer.trie_output import compress_file
 from ngram_service import NgramIndex
-from ngram_service.serve import NATIVE_SWITCHES, ServeArgs, find_native_binary, index_name
+from ngram_service.index import index_name
+from ngram_service.serve import NATIVE_SWITCHES, ServeArgs, find_native_binary
 from ngram_service.trie_fetch import cache_path
 
 boto3 = pytest.importorskip("boto3")

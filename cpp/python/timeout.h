@@ -43,7 +43,7 @@ class CallTimeout {
   const ngram::Interrupt& interrupt() const { return stop_; }
 
   // Runs f (the engine's call; the GIL may be released inside), its
-  // Interrupted reworded: "propose: timeout of 0.5 s passed; no trees
+  // Interrupted reworded: "propose: timeout of 0.5 s passed; no tree
   // returned".
   template <class F>
   void run(F&& f) const {
