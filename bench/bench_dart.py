@@ -24,6 +24,9 @@ time of a batch step (median; the steps of the sequence that ran longest,
 i.e. every step of the batch), in a second table and under "batches" in the
 JSON (tokens_per_s_over_ar).
 
+--tree-budget (default: the generators', dart_client.tree_budget.TREE_BUDGET)
+bounds the tokens of a verification forward: B rows' trees share it.
+
 --kv-cache dynamic,static (default: static, the generators' default) runs
 every mode, the target alone included, with each KV cache, the modes named
 MODE/KIND; "x AR" is then tokens/s over the target alone with the same
@@ -86,6 +89,7 @@ from dart_client.generate import ProposalGenerator
 from dart_client.proposer import LocalProposer, LookupProposer, RemoteProposer
 from dart_client.oracle import OracleDrafter, OracleTarget
 from dart_client.random_models import SHAPES, random_drafter, random_target
+from dart_client.tree_budget import TREE_BUDGET
 
 TEXTS = [
     "PEP 8 -- Style Guide for Python Code\n\nIntroduction\n============\n\nThis document gives coding conventions",
@@ -174,13 +178,15 @@ def replay_tau(gen: Any, refs: list[list[int]], prompt: int, new: int) -> float 
     index = getattr(proposer, "index", None)
     if index is None and isinstance(proposer, RemoteProposer):
         return None  # the host's trees are the local mode's (same trie)
+    cap = gen.tree_nodes(1)  # a one-row step's tree under the generator's tree budget
+    params = proposer.params if cap is None else dict(proposer.params, max_nodes=cap)
     steps = taus = 0
     for ref in refs:
         doc = np.asarray(ref)
         at = prompt + 1
         while at < prompt + new:
-            tree = (index.propose(doc[:at], **proposer.params) if index is not None
-                    else propose_lookup(doc[:at], gen.vocab_size, **proposer.params))
+            tree = (index.propose(doc[:at], **params) if index is not None
+                    else propose_lookup(doc[:at], gen.vocab_size, **params))
             acc = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), ref, at)
             steps += 1
             taus += acc + 1
@@ -312,6 +318,7 @@ def run_batches(gen: DartGenerator, prompts: list[list[int]], sizes: list[int], 
                                   for k in ("target_s", "drafter_s", "prune_s", "transport_s", "verify_s")},
             "mean_batch": statistics.fmean(s.batch_size for s in steps),
             "mean_accepted_length": statistics.fmean(s.accepted + 1 for r in results for s in r.steps),
+            "tree_nodes_mean": statistics.fmean(s.tree_nodes for r in results for s in r.steps),
             "remote_steps": sum(s.remote for s in steps),
         })
     return rows
@@ -325,7 +332,7 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def batch_table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'mode':<22}{'B':>4}{'tok/s':>9}{'x AR':>6}{'x B=1':>7}{'step ms':>9}{'target':>9}{'drafter':>9}"
-            f"{'prune':>9}{'transp.':>9}{'verify':>9}{'tau':>6}{'mean B':>8}")
+            f"{'prune':>9}{'transp.':>9}{'verify':>9}{'tau':>6}{'nodes':>7}{'mean B':>8}")
     lines = [head, "-" * len(head)]
     one = {r["mode"]: r["tokens_per_s"] for r in rows if r["batch"] == 1}
     for r in rows:
@@ -335,9 +342,11 @@ def batch_table(rows: list[dict[str, Any]]) -> str:
         x_one = f"{r['tokens_per_s'] / one[r['mode']]:7.2f}" if r["mode"] in one else f"{'-':>7}"
         lines.append(f"{r['mode']:<22}{r['batch']:4d}{r['tokens_per_s']:9.1f}{x_ar}{x_one}{ms(r['step_median_s'])}"
                      f"{ms(p['target_s'])}{ms(p['drafter_s'])}{ms(p['prune_s'])}{ms(p['transport_s'])}"
-                     f"{ms(p['verify_s'])}{r['mean_accepted_length']:6.2f}{r['mean_batch']:8.2f}")
+                     f"{ms(p['verify_s'])}{r['mean_accepted_length']:6.2f}{r['tree_nodes_mean']:7.1f}"
+                     f"{r['mean_batch']:8.2f}")
     lines.append("(tok/s: all new tokens of the batch / wall; x AR: over the target alone's at the same B with the "
-                 "same KV cache; step ms: median batch step; parts: means per batch step)")
+                 "same KV cache; step ms: median batch step; parts: means per batch step; nodes: a row's tree, "
+                 "root included, under --tree-budget)")
     return "\n".join(lines)
 
 
@@ -413,6 +422,9 @@ def main() -> None:
                     help="the target's KV caches to compare, comma-separated: dynamic (transformers' DynamicCache), "
                          "static (dart_client.kv_cache.StaticKVCache); with more than one, each mode runs with each, "
                          "named MODE/KIND, the target alone too")
+    ap.add_argument("--tree-budget", type=int, default=TREE_BUDGET,
+                    help="the generators' tree_budget: the most tokens of a verification forward, all rows' trees "
+                         "and roots (0: no budget; default %(default)s)")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="the static cache's forwards replayed from CUDA graphs (needs --device cuda)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "dart.json"))
@@ -421,6 +433,8 @@ def main() -> None:
         modes = parse_modes(args.modes)
     except ValueError as e:
         ap.error(f"--modes: {e}")
+    if args.tree_budget and args.tree_budget < 2:
+        ap.error(f"--tree-budget: at least 2 (a root and a node), or 0 for none; got {args.tree_budget}")
 
     dev = torch.device(args.device)
     kinds = [k.strip() for k in args.kv_cache.split(",") if k.strip()]
@@ -432,7 +446,8 @@ def main() -> None:
         ap.error(f"--trie {args.trie}: no such file")
 
     def kv(kind: str) -> dict[str, Any]:
-        return dict(kv_cache=kind, cuda_graphs=args.cuda_graphs and kind == "static")
+        return dict(kv_cache=kind, cuda_graphs=args.cuda_graphs and kind == "static",
+                    tree_budget=args.tree_budget or None)
 
     def named(mode: str, kind: str) -> str:
         return mode if len(kinds) == 1 else f"{mode}/{kind}"

@@ -73,12 +73,12 @@ def binary_tree(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 class Variant:
     """One KV cache kind at one attention path: the cache filled with the context, and its timed parts."""
 
-    def __init__(self, name: str, model: Any, args: argparse.Namespace, attn: str) -> None:
+    def __init__(self, name: str, model: Any, args: argparse.Namespace, attn: str, tree: int) -> None:
         self.name, self.model, self.attn = name, model, attn
         dev = next(model.parameters()).device
         self.dev, self.ctx = dev, args.context
-        self.tmask, depth, path = (t.to(dev) for t in binary_tree(args.tree))
-        self.n = args.tree
+        self.tmask, depth, path = (t.to(dev) for t in binary_tree(tree))
+        self.n = tree
         self.ids = torch.randint(1, model.config.vocab_size, (1, self.n), device=dev)
         self.pos = (depth + args.context)[None]
         self.lens = torch.tensor([args.context], device=dev)
@@ -96,7 +96,7 @@ class Variant:
             self.static = StaticTarget(model, fwd, model.config, dtype=model.dtype, device=dev, cache_kw=self.kw,
                                        cuda_graphs=name == "static-graphs",
                                        fixed_shapes=name in ("static-fixed", "static-graphs"))
-            self.static.begin(1, args.context + 1 + args.tree)
+            self.static.begin(1, args.context + 1 + tree)
             self.static.prefill(prompt, [args.context], keep=1, hidden=False)
             self.cache = self.static.cache
 
@@ -146,7 +146,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                     help="auto: bfloat16 on CUDA, float32 on the CPU")
     ap.add_argument("--context", type=int, default=128, help="positions in the KV cache before the step")
-    ap.add_argument("--tree", type=int, default=64, help="draft tree nodes (the root included)")
+    ap.add_argument("--tree", default="64",
+                    help="draft tree nodes (the root included); several, comma-separated, time each (the forward's "
+                         "cost against its tokens: what a batch's tree budget trades)")
     ap.add_argument("--attn", default="sdpa", help="attention paths, comma-separated: sdpa, eager")
     ap.add_argument("--cuda-graphs", action="store_true", help="also time static-graphs (CUDA only)")
     ap.add_argument("--reps", type=int, default=30)
@@ -154,6 +156,12 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="print torch.profiler's operator table per tree forward")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "verify.json"))
     args = ap.parse_args()
+    try:
+        trees = [int(x) for x in args.tree.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--tree: sizes, comma-separated, got {args.tree!r}")
+    if not trees or min(trees) < 1:
+        ap.error(f"--tree: sizes of at least 1, got {args.tree!r}")
     dev = torch.device(args.device)
     if args.cuda_graphs and dev.type != "cuda":
         sys.exit("--cuda-graphs needs --device cuda (CUDA graphs are CUDA's)")
@@ -164,17 +172,18 @@ def main() -> None:
     model = random_target(args.shape, dtype=dtype, device=dev)
     kinds = ["dynamic", "static", "static-fixed"] + (["static-graphs"] if args.cuda_graphs else [])
     variants = []
-    for attn in [a.strip() for a in args.attn.split(",") if a.strip()]:
-        for kind in kinds:
-            if kind == "static-graphs" and attn != "sdpa":
-                continue
-            model.config._attn_implementation = attn
-            variants.append(Variant(kind, model, args, attn))
+    for tree in trees:
+        for attn in [a.strip() for a in args.attn.split(",") if a.strip()]:
+            for kind in kinds:
+                if kind == "static-graphs" and attn != "sdpa":
+                    continue
+                model.config._attn_implementation = attn
+                variants.append(Variant(kind, model, args, attn, tree))
     parts: dict[str, Callable[[Variant], Any]] = {"mask": Variant.mask, "tree fwd": Variant.tree,
                                                   "compact": Variant.compact, "AR fwd": Variant.one,
                                                   "chunk fwd": Variant.chunk}
-    times: dict[tuple[str, str], dict[str, list[float]]] = {(v.name, v.attn): {p: [] for p in parts}
-                                                            for v in variants}
+    times: dict[tuple[str, str, int], dict[str, list[float]]] = {(v.name, v.attn, v.n): {p: [] for p in parts}
+                                                                 for v in variants}
     with torch.no_grad():
         for rep in range(args.reps + 3):  # 3 warm-up rounds (the graphs' captures among them)
             for v in variants:
@@ -186,7 +195,7 @@ def main() -> None:
                     sync()
                     dt = time.perf_counter() - t0  # the tree's entries stay for "compact", which cuts them
                     if rep >= 3:
-                        times[(v.name, v.attn)][part].append(dt)
+                        times[(v.name, v.attn, v.n)][part].append(dt)
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
@@ -198,19 +207,20 @@ def main() -> None:
                         v.tree()
                         v.reset()
                     sync()
-                print(f"== {v.name} ({v.attn}): tree forward x5")
+                print(f"== {v.name} ({v.attn}), {v.n} nodes: tree forward x5")
                 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     rows = []
-    for (name, attn), ts in times.items():
+    for (name, attn, tree), ts in times.items():
         med = {p: statistics.median(x) for p, x in ts.items()}
-        rows.append({"kv_cache": name, "attn": attn, **{f"{p.replace(' ', '_')}_ms": 1e3 * m for p, m in med.items()},
+        rows.append({"kv_cache": name, "attn": attn, "tree": tree,
+                     **{f"{p.replace(' ', '_')}_ms": 1e3 * m for p, m in med.items()},
                      "tree_over_ar": (med["tree fwd"] + med["compact"]) / med["AR fwd"]})
-    head = (f"{'kv cache':<15}{'attn':<7}{'mask ms':>9}{'tree fwd':>10}{'compact':>9}{'AR fwd':>9}{'chunk fwd':>11}"
-            f"{'tree / AR':>11}")
+    head = (f"{'kv cache':<15}{'attn':<7}{'tree':>6}{'mask ms':>9}{'tree fwd':>10}{'compact':>9}{'AR fwd':>9}"
+            f"{'chunk fwd':>11}{'tree / AR':>11}")
     print(head + "\n" + "-" * len(head))
     for r in rows:
-        print(f"{r['kv_cache']:<15}{r['attn']:<7}{r['mask_ms']:9.3f}{r['tree_fwd_ms']:10.3f}{r['compact_ms']:9.3f}"
-              f"{r['AR_fwd_ms']:9.3f}{r['chunk_fwd_ms']:11.3f}{r['tree_over_ar']:11.2f}")
+        print(f"{r['kv_cache']:<15}{r['attn']:<7}{r['tree']:6d}{r['mask_ms']:9.3f}{r['tree_fwd_ms']:10.3f}"
+              f"{r['compact_ms']:9.3f}{r['AR_fwd_ms']:9.3f}{r['chunk_fwd_ms']:11.3f}{r['tree_over_ar']:11.2f}")
     print(f"(medians of {args.reps}, ms; tree fwd includes its mask; chunk fwd: the tree's tokens as a plain causal "
           "forward without cache or mask, their compute alone; tree / AR: (tree fwd + compact) / AR fwd)")
     result = {"benchmark": "tree verification step against a one-token step", "args": vars(args),

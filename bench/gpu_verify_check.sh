@@ -17,15 +17,18 @@
 #   1. float32, a tiny target: the CUDA graphs' tokens equal the dynamic cache's (greedy, proposals and the
 #      target alone, one prompt and a ragged batch), the graphs captured; exit status 1 if not (the figures
 #      after it would mean nothing);
-#   2. bench/bench_verify.py at the Qwen3-8B shape, 512 cached positions, a 64-node tree: mask, tree forward,
-#      compaction and one-token forward for dynamic, static, static-fixed and static-graphs (verify-qwen3-8b.json);
+#   2. bench/bench_verify.py at the Qwen3-8B shape, 512 cached positions, trees of 64 nodes (the target) and of
+#      128, 256 and 1,024 (what a batch's trees cost against their tokens: the tree budget's trade): mask, tree
+#      forward, compaction and one-token forward for dynamic, static, static-fixed and static-graphs
+#      (verify-qwen3-8b.json);
 #   3. bench/bench_dart.py --oracle at the same shape, the 6 documents x 256 new tokens after a 64-token
 #      prompt, two interleaved rounds: the target alone, DART (OracleDrafter, pruned in process with the
 #      held-out trie), proposals from that trie in process and from a trie host started there on 127.0.0.1,
 #      and prompt lookup, all with the static cache under CUDA graphs (step 2 compares the caches' forwards):
 #      tokens/s over the target alone, each mode's target forward over the one-token forward, and the same at
-#      B = 16 (ragged rows of the 6 documents) over the target alone at B = 16 (dart-qwen3-8b.json, rewritten
-#      after each round: a run cut short keeps round 1).
+#      B = 16 (ragged rows of the 6 documents; the trees share the generators' default tree budget of 128
+#      tokens, 8 a row) over the target alone at B = 16 (dart-qwen3-8b.json, rewritten after each round: a run
+#      cut short keeps round 1).
 # Targets (issue 43): tree verification (64 nodes) <= 1.3x an AR forward; proposals from a local trie >= 1.6x
 # AR's tokens/s, from the host >= 1.5x, DART with the synthetic lattices >= 2.0x, proposals at B = 16 >= 1.3x
 # AR at B = 16. Quote the figures in docs/DART_CLIENT.md with the command, the card and the date.
@@ -118,7 +121,8 @@ EOF
   fi
   if step 2; then
   echo "== 2. bench_verify.py, Qwen3-8B shape" | tee -a "$OUT/log.txt"
-  python3 bench/bench_verify.py --device cuda --shape qwen3-8b --context 512 --tree 64 --cuda-graphs --reps 30 \
+  python3 bench/bench_verify.py --device cuda --shape qwen3-8b --context 512 --tree 64,128,256,1024 --cuda-graphs \
+    --reps 20 \
     --out "$OUT/verify-qwen3-8b.json" 2>&1 | tee -a "$OUT/log.txt"
   fi
   if step 3; then

@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from dart_client.tree_budget import TREE_BUDGET
 from ngram_service.cli_options import (CONTEXT_SETTINGS, HOST_OPTIONS, FiniteFloatRange, ToolCommand,
                                        deprecated_option, host_options, json_option, param_option, refuse_given,
                                        tls_client_options)
@@ -224,6 +225,9 @@ def _options(f: Any) -> Any:
 @click.option("--cuda-graphs/--no-cuda-graphs", default=False, show_default=True,
               help="--kv-cache static on a CUDA device: every forward padded to a size bucket and replayed from a "
                    "CUDA graph captured once per bucket.")
+@click.option("--tree-budget", type=click.IntRange(min=2), default=TREE_BUDGET, show_default=True,
+              help="The most tokens of one verification forward, the draft tree and its root: a larger tree is cut "
+                   "to its best nodes (in a batch, B trees share it; docs/DART_CLIENT.md).")
 @_options
 @click.option("--eos", "eos_spec", default="model", show_default=True,
               help="EOS for stopping and for the search. model: stop at the target's generation config EOS, "
@@ -244,7 +248,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
          ca: str | None, cert: str | None, key: str | None, server_name: str | None, prompt: str | None,
          prompt_file: Any, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
          seed: int | None, tokenizer: str | None, device: str, dtype: str, kv_cache: str, kv_capacity: int | None,
-         cuda_graphs: bool, max_nodes: int | None, topk: int, beam_width: int, ngram_weight: float, eos_spec: str,
+         cuda_graphs: bool, tree_budget: int, max_nodes: int | None, topk: int, beam_width: int, ngram_weight: float, eos_spec: str,
          search_context: str, sampling_order: str, compare: bool, as_json: bool, log_lattices: str | None,
          **proposal_options: Any) -> None:
     """Speculative decoding of a prompt with MODEL (a transformers causal LM
@@ -316,7 +320,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     dev = _device(device)
     if cuda_graphs and not dev.startswith("cuda"):
         raise click.UsageError(f"--cuda-graphs: CUDA graphs need a CUDA device, --device is {dev}")
-    static = dict(kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs)
+    static = dict(kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs, tree_budget=tree_budget)
     dt = {"auto": torch.bfloat16 if dev.startswith("cuda") else torch.float32, "float32": torch.float32,
           "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     if random_models:
@@ -395,7 +399,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     res.text = tok.decode(res.output_ids)
     out: dict[str, Any] = {"text": res.text, **res.summary(), "model": model_name, "hosts": list(targets),
                            "device": dev, "dtype": str(dt).replace("torch.", ""), "kv_cache": kv_cache,
-                           "cuda_graphs": cuda_graphs,
+                           "cuda_graphs": cuda_graphs, "tree_budget": tree_budget,
                            "eos": {"stop": sorted(gen.eos),
                                    "search": None if proposals else getattr(source, "eos_token_id", None)}}
     if proposals:

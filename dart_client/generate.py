@@ -34,7 +34,11 @@ Batches: sequence b's cache entries are positions 0 .. len_b - 1 of its row
 The B trees, of different sizes, are padded into one verification forward
 ([B, n_max] tokens, a [B, 1, n_max, T + n_max] additive mask); acceptance and
 cache compaction are per row; a sequence that finishes leaves the batch (its
-rows are dropped from both caches).
+rows are dropped from both caches). ``tree_budget`` bounds the tokens of one
+verification forward, trees and roots of every row: at B rows each tree
+gets at most budget // B tokens (rounded down to a CUDA-graph bucket), so
+that a batch's forward stays near the cost of a one-token step instead of
+growing with B x tree size.
 
 Greedy decoding is lossless: the output is the target's own greedy
 continuation, token for token (up to floating-point differences between
@@ -58,6 +62,7 @@ from dart_client.results import GenerationResult, StepRecord
 from dart_client.sampling import SAMPLING_ORDERS, accept_greedy_batch, accept_tree_sampling, pick_tokens
 from dart_client.static_verify import KV_CACHES, StaticTarget
 from dart_client.target_inputs import load_target, prompt_lists
+from dart_client.tree_budget import TREE_BUDGET, tree_nodes
 from dart_client.tree_sources import (
     DrafterSource,
     ProposalSource,
@@ -67,8 +72,8 @@ from dart_client.tree_sources import (
     aux_layer_indices,
 )
 
-__all__ = ["DartGenerator", "DrafterSource", "GenerationResult", "ProposalGenerator", "ProposalSource",
-           "SpeculativeGenerator", "StepRecord", "TreeCall", "TreeSource", "aux_layer_indices"]
+__all__ = ["TREE_BUDGET", "DartGenerator", "DrafterSource", "GenerationResult", "ProposalGenerator",
+           "ProposalSource", "SpeculativeGenerator", "StepRecord", "TreeCall", "TreeSource", "aux_layer_indices"]
 
 
 
@@ -115,11 +120,18 @@ class SpeculativeGenerator:
     per (rows, bucket). fixed_shapes (static; default: cuda_graphs): those
     padded forwards over the whole capacity, run eagerly where cuda_graphs
     is off (on a CPU: the graphs' path, checked without a GPU).
+
+    tree_budget: the most tokens of one verification forward, all rows'
+    trees with their roots (default TREE_BUDGET; None: no bound). With B
+    rows a tree gets at most budget // B tokens, rounded down to a bucket
+    of tree_budget.TREE_BUCKETS, and at least its root and one node; a
+    source that cannot be told (a plain callable) keeps its own size.
     """
 
     def __init__(self, target: Any, source: TreeSource, *, eos_token_id: int | Sequence[int] | None = None,
                  sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "static",
-                 kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None) -> None:
+                 kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None,
+                 tree_budget: int | None = TREE_BUDGET) -> None:
         self.target = target
         self.tokenizer = tokenizer
         cfg = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
@@ -153,8 +165,16 @@ class SpeculativeGenerator:
         self._static = StaticTarget(target, self._forward, cfg, dtype=self.embed.weight.dtype, device=self.device,
                                     cache_kw=self._cache_kw, capacity=kv_capacity,
                                     cuda_graphs=cuda_graphs, fixed_shapes=fixed_shapes) if kv_cache == "static" else None
+        if tree_budget is not None and tree_budget < 2:
+            raise ValueError(f"tree_budget must be >= 2 (a root and a node) or None, got {tree_budget}")
+        self.tree_budget = tree_budget
         source.bind(self)
         self.source = source
+
+    def tree_nodes(self, rows: int) -> int | None:
+        """The most nodes besides the root a tree may have in a step of
+        ``rows`` rows under tree_budget; None: the source's own bound."""
+        return tree_nodes(self.tree_budget, rows, self.source.max_nodes)
 
     def _eos_ids(self, eos: Any) -> frozenset[int]:
         if eos is None:
@@ -339,7 +359,7 @@ class SpeculativeGenerator:
         tokens (DrafterSource)."""
         b = len(rows)
         t0 = clock()
-        call = self.source.trees(rows)
+        call = self.source.trees(rows, self.tree_nodes(b))
         trees = call.trees
         t1 = clock()
 
@@ -514,7 +534,7 @@ class DartGenerator(SpeculativeGenerator):
     tokens and the bonus token; with tries of order 5 or more the trees then
     differ, because fewer context tokens reach the n-gram). sync_timing:
     synchronize the device around each timed part (exact split of a step;
-    costs a little). kv_cache, kv_capacity, cuda_graphs, fixed_shapes: as
+    costs a little). kv_cache, kv_capacity, cuda_graphs, fixed_shapes, tree_budget: as
     SpeculativeGenerator's.
     """
 
@@ -535,11 +555,12 @@ class DartGenerator(SpeculativeGenerator):
         kv_capacity: int | None = None,
         cuda_graphs: bool = False,
         fixed_shapes: bool | None = None,
+        tree_budget: int | None = TREE_BUDGET,
     ) -> None:
         source = DrafterSource(drafter, pruner, search_context=search_context, aux_layers=aux_layers)
         super().__init__(target, source, eos_token_id=eos_token_id, sync_timing=sync_timing, tokenizer=tokenizer,
                          kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs,
-                         fixed_shapes=fixed_shapes)
+                         fixed_shapes=fixed_shapes, tree_budget=tree_budget)
 
     @property
     def drafter(self) -> DartDrafter:
@@ -580,17 +601,18 @@ class ProposalGenerator(SpeculativeGenerator):
 
     eos_token_id: one id or several that stop a sequence (default: the
     target's generation config). sync_timing, kv_cache, kv_capacity,
-    cuda_graphs, fixed_shapes: as DartGenerator's.
+    cuda_graphs, fixed_shapes, tree_budget: as DartGenerator's.
     """
 
     source: ProposalSource
 
     def __init__(self, target: Any, proposer: Any, *, eos_token_id: int | Sequence[int] | None = None,
                  sync_timing: bool = True, tokenizer: Any = None, kv_cache: str = "static",
-                 kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None) -> None:
+                 kv_capacity: int | None = None, cuda_graphs: bool = False, fixed_shapes: bool | None = None,
+                 tree_budget: int | None = TREE_BUDGET) -> None:
         super().__init__(target, ProposalSource(proposer), eos_token_id=eos_token_id, sync_timing=sync_timing,
                          tokenizer=tokenizer, kv_cache=kv_cache, kv_capacity=kv_capacity, cuda_graphs=cuda_graphs,
-                         fixed_shapes=fixed_shapes)
+                         fixed_shapes=fixed_shapes, tree_budget=tree_budget)
 
     @property
     def proposer(self) -> Any:

@@ -102,8 +102,8 @@ class _ProposerBase:
     #: The ids the trie knows (0: no trie, or not known yet).
     vocab_size: int = 0
 
-    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming) -> list[Any]:
-        """The engine's trees (``ngram_service.tree.DraftTree``), one per context."""
+    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming, params: dict[str, Any]) -> list[Any]:
+        """The engine's trees (``ngram_service.tree.DraftTree``), one per context, proposed with ``params``."""
         raise NotImplementedError
 
     def __call__(self, tokens: Any, device: Any = "cpu") -> DraftTree:
@@ -111,17 +111,25 @@ class _ProposerBase:
         is the root). Returns the DraftTree on ``device``."""
         return self.propose_batch([tokens], device)[0]
 
-    def propose_batch(self, tokens: Sequence[Any], device: Any = "cpu") -> DraftTrees:
+    def propose_batch(self, tokens: Sequence[Any], device: Any = "cpu", *, max_nodes: int | None = None
+                      ) -> DraftTrees:
         """B sequences at once: one search call for the batch (the engine's,
         or one ProposeTree RPC), one host-to-device copy; the B trees in
-        order, as DraftTrees on ``device``."""
+        order, as DraftTrees on ``device``. max_nodes: at most this many
+        nodes a tree for this call, if fewer than the proposer's own
+        (a generator's tree budget shared by a batch)."""
         if not len(tokens):
             raise ValueError("no sequences")
+        params = self.params
+        if max_nodes is not None and max_nodes < params["max_nodes"]:
+            if max_nodes < 0:
+                raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
+            params = dict(params, max_nodes=int(max_nodes))
         tm = ProposeTiming()
         self.timing = tm
         self.stats.calls += len(tokens)
         contexts = [self._context(t, i) for i, t in enumerate(tokens)]
-        trees = self._propose(contexts, tm)
+        trees = self._propose(contexts, tm, params)
         t0 = time.perf_counter()
         out = self._staging.trees(tree_batch(trees), torch.device(device))
         tm.tensors = time.perf_counter() - t0
@@ -155,10 +163,11 @@ class _ProposerBase:
             fitted.append(c)
         return fitted, lookup_rows
 
-    def _lookup_rows(self, contexts: list[np.ndarray], rows: list[int], trees: list[Any]) -> None:
+    def _lookup_rows(self, contexts: list[np.ndarray], rows: list[int], trees: list[Any],
+                     params: dict[str, Any]) -> None:
         """Rows whose root the trie does not know: prompt lookup alone, counted as fallbacks."""
         for i in rows:
-            trees[i] = _lookup(contexts[i], self.vocab_size, self.params)
+            trees[i] = _lookup(contexts[i], self.vocab_size, params)
         if rows:
             self.stats.errors["OUT_OF_VOCAB"] = self.stats.errors.get("OUT_OF_VOCAB", 0) + len(rows)
             self.stats.last_error = "the root token is outside the trie's vocabulary"
@@ -172,9 +181,9 @@ class LookupProposer(_ProposerBase):
     occurrences (``ngram_service.proposals.propose_lookup``), no trie. The
     keywords as the engine's (corpus is ignored), plus max_context."""
 
-    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming) -> list[Any]:
+    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming, params: dict[str, Any]) -> list[Any]:
         t0 = time.perf_counter()
-        trees = [_lookup(c, 1, self.params) for c in contexts]
+        trees = [_lookup(c, 1, params) for c in contexts]
         tm.search = time.perf_counter() - t0
         tm.source = "lookup"
         return trees
@@ -210,21 +219,21 @@ class LocalProposer(_ProposerBase):
         self.order = self.index.order
         self.threads = threads
 
-    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming) -> list[Any]:
+    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming, params: dict[str, Any]) -> list[Any]:
         t0 = time.perf_counter()
         fitted, lookup_rows = self._fitted(contexts)
         served = [i for i in range(len(fitted)) if i not in set(lookup_rows)] if lookup_rows else None
         trees: list[Any] = [None] * len(fitted)
         if served is None:
             if len(fitted) == 1:
-                trees = [self.index.propose(fitted[0], **self.params)]
+                trees = [self.index.propose(fitted[0], **params)]
             else:
-                trees = self.index.propose_batch(fitted, threads=self.threads, **self.params)
+                trees = self.index.propose_batch(fitted, threads=self.threads, **params)
         elif served:
             for i, t in zip(served, self.index.propose_batch([fitted[i] for i in served], threads=self.threads,
-                                                             **self.params)):
+                                                             **params)):
                 trees[i] = t
-        self._lookup_rows(contexts, lookup_rows, trees)
+        self._lookup_rows(contexts, lookup_rows, trees, params)
         tm.search = time.perf_counter() - t0
         tm.source = "trie"
         return trees
@@ -270,31 +279,31 @@ class RemoteProposer(HostLink, _ProposerBase):
         self.order = int(info["order"])
         self.vocab_size = int(info["vocab_size"])
 
-    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming) -> list[Any]:
-        trees = self._through_host(len(contexts), lambda: self._remote(contexts, tm),
-                                   lambda: self._fallback(contexts), tm)
+    def _propose(self, contexts: list[np.ndarray], tm: ProposeTiming, params: dict[str, Any]) -> list[Any]:
+        trees = self._through_host(len(contexts), lambda: self._remote(contexts, tm, params),
+                                   lambda: self._fallback(contexts, params), tm)
         tm.source = "host" if tm.remote else "lookup"
         return trees
 
-    def _remote(self, contexts: list[np.ndarray], tm: ProposeTiming) -> list[Any]:
+    def _remote(self, contexts: list[np.ndarray], tm: ProposeTiming, params: dict[str, Any]) -> list[Any]:
         """One ProposeTree RPC for every context whose root the host knows;
         the others by prompt lookup here."""
         fitted, lookup_rows = self._fitted(contexts)
         if not lookup_rows:
-            trees = self.client.propose_batch(fitted, timeout=self.deadline, **self.params)
+            trees = self.client.propose_batch(fitted, timeout=self.deadline, **params)
             self.stats.remote_ok += len(trees)
             return trees
         served = [i for i in range(len(fitted)) if i not in set(lookup_rows)]
         trees: list[Any] = [None] * len(fitted)
         if served:
             for i, t in zip(served, self.client.propose_batch([fitted[i] for i in served], timeout=self.deadline,
-                                                              **self.params)):
+                                                              **params)):
                 trees[i] = t
             self.stats.remote_ok += len(served)
         t0 = time.perf_counter()
-        self._lookup_rows(contexts, lookup_rows, trees)
+        self._lookup_rows(contexts, lookup_rows, trees, params)
         tm.search += time.perf_counter() - t0
         return trees
 
-    def _fallback(self, contexts: list[np.ndarray]) -> list[Any]:
-        return [_lookup(c, self.vocab_size, self.params) for c in contexts]
+    def _fallback(self, contexts: list[np.ndarray], params: dict[str, Any]) -> list[Any]:
+        return [_lookup(c, self.vocab_size, params) for c in contexts]

@@ -138,8 +138,8 @@ class _PrunerBase:
     vocab_size: int = 0
     eos_token_id: int = -1
 
-    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
-        """The batch's trees as an ``_engine.TreeBatch``."""
+    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming, max_nodes: int | None) -> Any:
+        """The batch's trees as an ``_engine.TreeBatch`` (max_nodes: this call's cap, None: the pruner's own)."""
         raise NotImplementedError
 
     def _context_order(self) -> int:
@@ -157,12 +157,19 @@ class _PrunerBase:
             raise ValueError(f"logits must be [D, V_draft], got shape {tuple(logits.shape)}")
         return self.prune_batch(logits[None], d2t, [tokens])[0]
 
-    def prune_batch(self, logits: torch.Tensor, d2t: torch.Tensor | None, tokens: Sequence[Any]) -> DraftTrees:
+    def prune_batch(self, logits: torch.Tensor, d2t: torch.Tensor | None, tokens: Sequence[Any], *,
+                    max_nodes: int | None = None) -> DraftTrees:
         """B sequences at once: logits [B, D, V_draft], tokens: B sequences
         (each as in ``__call__``). One device-to-host copy, one search call
         for the batch (the engine's, or one PruneTree RPC), one host-to-device
         copy; the B trees come back in order, as DraftTrees (a sequence of
-        DraftTree, and the batch's padded tensors)."""
+        DraftTree, and the batch's padded tensors). max_nodes: at most this
+        many nodes a tree for this call, if fewer than the pruner's own (a
+        generator's tree budget shared by a batch)."""
+        if max_nodes is not None:
+            if max_nodes < 0:
+                raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
+            max_nodes = int(max_nodes) if max_nodes < self.params["max_nodes"] else None
         if logits.ndim != 3:
             raise ValueError(f"logits must be [B, D, V_draft], got shape {tuple(logits.shape)}")
         if len(tokens) != logits.shape[0]:
@@ -175,7 +182,7 @@ class _PrunerBase:
         contexts = [host_ids(t) for t in tokens]
         t1 = time.perf_counter()
         tm.topk = t1 - t0
-        trees = self._search(contexts, packed, tm)
+        trees = self._search(contexts, packed, tm, max_nodes)
         t2 = time.perf_counter()
         out = self._staging.trees(trees, logits.device)
         tm.tensors = time.perf_counter() - t2
@@ -210,19 +217,23 @@ class _PrunerBase:
             return -1
         return int(e)
 
-    def _params_for(self, ngram_weight: float, eos: int, depth: int = 0) -> dict[str, Any]:
-        """The search parameters (weights cut to ``depth`` when nonzero), made once per combination."""
-        key = (ngram_weight, eos, depth)
+    def _params_for(self, ngram_weight: float, eos: int, depth: int = 0, max_nodes: int | None = None
+                    ) -> dict[str, Any]:
+        """The search parameters (weights cut to ``depth`` when nonzero; max_nodes
+        when given), made once per combination."""
+        key = (ngram_weight, eos, depth, max_nodes)
         p = self._param_cache.get(key)
         if p is None:
             p = dict(self.params, ngram_weight=ngram_weight, eos_token_id=eos)
+            if max_nodes is not None:
+                p["max_nodes"] = max_nodes
             for name in ("level_weights", "logit_weights"):
                 if depth and p[name] is not None:
                     p[name] = p[name][:depth]
             p = self._param_cache[key] = p
         return p
 
-    def _plan(self, lat: Any, ngram_weight: float, eos: int, among: np.ndarray | None = None
+    def _plan(self, lat: Any, ngram_weight: float, eos: int, max_nodes: int | None, among: np.ndarray | None = None
               ) -> tuple[list[_Rows], np.ndarray | None]:
         """The searches of a batch's lattices (``among``: those rows only):
         groups of rows with their parameters, one unless level or logit
@@ -230,7 +241,7 @@ class _PrunerBase:
         lattice's depth), and the rows the trie cannot serve (None: none)."""
         weighted = self.params["level_weights"] is not None or self.params["logit_weights"] is not None
         if among is None and not weighted and lat.served == lat.batch:  # the common case, without numpy
-            return [_Rows(None, self._params_for(ngram_weight, eos))], None
+            return [_Rows(None, self._params_for(ngram_weight, eos, 0, max_nodes))], None
         depths = lat.depths
         sel = np.arange(lat.batch) if among is None else among
         ok = depths[sel] > 0
@@ -238,11 +249,12 @@ class _PrunerBase:
         if not rows.size:
             return [], unserved
         if not weighted:
-            return [_Rows(rows, self._params_for(ngram_weight, eos))], unserved
-        return [_Rows(rows[depths[rows] == d], self._params_for(ngram_weight, eos, int(d)))
+            return [_Rows(rows, self._params_for(ngram_weight, eos, 0, max_nodes))], unserved
+        return [_Rows(rows[depths[rows] == d], self._params_for(ngram_weight, eos, int(d), max_nodes))
                 for d in np.unique(depths[rows])], unserved
 
-    def _no_ngram(self, contexts: list[Any], packed: np.ndarray, trees: Any, rows: np.ndarray, eos: int) -> None:
+    def _no_ngram(self, contexts: list[Any], packed: np.ndarray, trees: Any, rows: np.ndarray, eos: int,
+                  max_nodes: int | None) -> None:
         """Rows no trie of the configured vocabulary can serve (an unknown
         root): the n-gram-free search with no trie, over every id of those
         lattices."""
@@ -250,7 +262,7 @@ class _PrunerBase:
         wide = _engine.LatticeBatch(contexts, packed, order, 1 << 62)
         need = int(max(wide.max_ids[rows].max(), self.vocab_size - 1)) + 1
         lat = _engine.LatticeBatch(contexts, packed, order, need)
-        groups, unserved = self._plan(lat, 0.0, eos if eos < need else -1, among=rows)
+        groups, unserved = self._plan(lat, 0.0, eos if eos < need else -1, max_nodes, among=rows)
         if unserved is not None:
             raise ValueError(f"tokens[{int(unserved[0])}]: the root (the last token) is not a token id")
         no_trie = _engine.NoTrie(need)
@@ -294,15 +306,15 @@ class LocalPruner(_PrunerBase):
         self.vocab_size = self.index.vocab_size
         self.eos_token_id = self._eos(self.index.eos_id, self.vocab_size)
 
-    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
+    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming, max_nodes: int | None) -> Any:
         t0 = time.perf_counter()
         lat = _engine.LatticeBatch(contexts, packed, self.order, self.vocab_size)
         trees = _engine.TreeBatch(lat.batch)
-        groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
+        groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id, max_nodes)
         for g in groups:
             lat.prune(self._trie, trees, g.rows, **g.params)
         if unserved is not None:
-            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
+            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id, max_nodes)
         tm.search = time.perf_counter() - t0
         tm.source = "trie"
         return trees
@@ -352,20 +364,20 @@ class RemotePruner(HostLink, _PrunerBase):
         self.vocab_size = int(info["vocab_size"])
         self.eos_token_id = self._eos(info.get("eos_id"), self.vocab_size)
 
-    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
-        trees = self._through_host(len(contexts), lambda: self._remote(contexts, packed, tm),
-                                   lambda: self._fallback(contexts, packed), tm)
+    def _search(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming, max_nodes: int | None) -> Any:
+        trees = self._through_host(len(contexts), lambda: self._remote(contexts, packed, tm, max_nodes),
+                                   lambda: self._fallback(contexts, packed, max_nodes), tm)
         tm.source = "host" if tm.remote else "drafter"
         return trees
 
-    def _remote(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming) -> Any:
+    def _remote(self, contexts: list[Any], packed: np.ndarray, tm: PruneTiming, max_nodes: int | None) -> Any:
         """One PruneTree RPC for every lattice the host can serve (one per
         distinct depth when level weights are given); a lattice whose root
         the host does not know is pruned here without the n-gram."""
         t0 = time.perf_counter()
         lat = _engine.LatticeBatch(contexts, packed, self.order, self.vocab_size)
         trees = _engine.TreeBatch(lat.batch)
-        groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id)
+        groups, unserved = self._plan(lat, self.params["ngram_weight"], self.eos_token_id, max_nodes)
         for g in groups:
             # The engine's codec writes the head each call: beside the RPC, a cache of heads saves nothing.
             req = lat.request(self.client.prune_tree_head(g.params), g.rows)
@@ -384,24 +396,24 @@ class RemotePruner(HostLink, _PrunerBase):
             self.stats.last_error = "the root token is outside the host's vocabulary"
             self.stats.fallbacks += unserved.size
             t4 = time.perf_counter()
-            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
+            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id, max_nodes)
             tm.search += time.perf_counter() - t4
         return trees
 
-    def _fallback(self, contexts: list[Any], packed: np.ndarray) -> Any:
+    def _fallback(self, contexts: list[Any], packed: np.ndarray, max_nodes: int | None) -> Any:
         """The host's request without the n-gram (the tree it would return
         with ngram_weight 0); before any contact, the n-gram-free search over
         every id of the request."""
         n = len(contexts)
         trees = _engine.TreeBatch(n)
         if self.info is None:
-            self._no_ngram(contexts, packed, trees, np.arange(n), self._eos(None, 1 << 31))
+            self._no_ngram(contexts, packed, trees, np.arange(n), self._eos(None, 1 << 31), max_nodes)
             return trees
         lat = _engine.LatticeBatch(contexts, packed, self.order, self.vocab_size)
-        groups, unserved = self._plan(lat, 0.0, self.eos_token_id)
+        groups, unserved = self._plan(lat, 0.0, self.eos_token_id, max_nodes)
         no_trie = _engine.NoTrie(self.vocab_size)
         for g in groups:
             lat.prune(no_trie, trees, g.rows, **g.params)
         if unserved is not None:
-            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id)
+            self._no_ngram(contexts, packed, trees, unserved, self.eos_token_id, max_nodes)
         return trees

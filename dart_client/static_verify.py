@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from dart_client.kv_cache import CacheOverflowError, StaticKVCache
+from dart_client.tree_budget import TREE_BUCKETS
 
 __all__ = ["KV_CACHES", "TREE_BUCKETS", "StaticTarget"]
 
@@ -46,11 +47,6 @@ KV_CACHES = ("dynamic", "static")
 #: A capacity the generator sizes is a multiple of this: the mask's rows then start at aligned
 #: addresses, which CUDA's attention kernels need to read the mask in place.
 CAPACITY_STEP = 64
-
-#: Query lengths a fixed-shape forward is padded to (1: a one-token step).
-#: A tree larger than the last runs at its own length.
-TREE_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
-
 
 def bucket_of(n: int, buckets: tuple[int, ...] = TREE_BUCKETS) -> int:
     """The smallest bucket >= n (n itself past the last)."""

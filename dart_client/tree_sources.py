@@ -5,6 +5,7 @@ alone (ProposalSource); and the decoding state of one sequence they read
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -53,6 +54,18 @@ class SequenceState:
 SEARCH_CONTEXTS = ("sequence", "step")
 
 
+def _batch_max_nodes(link: Any, method: str) -> int | None:
+    """A pruner's or proposer's own max_nodes, where its batch call takes a
+    per-call ``max_nodes`` (dart_client's pruners and proposers do)."""
+    fn = getattr(link, method, None)
+    params = getattr(link, "params", None)
+    if fn is None or not isinstance(params, dict) or "max_nodes" not in params:
+        return None
+    if "max_nodes" not in inspect.signature(fn).parameters:
+        return None
+    return int(params["max_nodes"])
+
+
 class TreeCall(NamedTuple):
     """One step's trees and where they came from."""
 
@@ -72,6 +85,9 @@ class TreeSource:
     ``drafter_s`` where ``model_drafter``)."""
 
     kind = ""  # GenerationResult.mode
+    # The most nodes besides the root this source's trees have, when it can be told to propose fewer per call
+    # (a pruner's or proposer's *_batch(..., max_nodes=)); None: it cannot (a plain callable). Set by bind.
+    max_nodes: int | None = None
     needs_hidden = False  # the verification forward returns the target's hidden states
     model_drafter = False  # advance() runs a drafter model
 
@@ -79,11 +95,14 @@ class TreeSource:
         """Checks the source against the generator's target (ValueError)."""
         self.device = gen.device
 
+
     def start(self, rows: list[SequenceState], out: Any, lens: list[int]) -> None:
         """After the prefill forward ``out`` of prompts of lengths ``lens``
         (each row's first token committed)."""
 
-    def trees(self, rows: list[SequenceState]) -> TreeCall:
+    def trees(self, rows: list[SequenceState], max_nodes: int | None = None) -> TreeCall:
+        """This step's trees, at most ``max_nodes`` nodes each (None: the
+        source's own bound; ignored where ``self.max_nodes`` is None)."""
         raise NotImplementedError
 
     def accepted(self, out: Any, paths: torch.Tensor, keep: int, counts: list[int]) -> None:
@@ -138,6 +157,7 @@ class DrafterSource(TreeSource):
         if top >= gen.vocab_size:
             raise ValueError(f"drafter maps to target id {top}, the target's vocabulary has {gen.vocab_size}")
         self.embed = gen.embed
+        self.max_nodes = _batch_max_nodes(self.pruner, "prune_batch")
 
     def _hidden(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
         return torch.cat([hidden_states[i] for i in self.aux_layers], dim=-1)
@@ -152,14 +172,15 @@ class DrafterSource(TreeSource):
         self.dlogits = self._follow(rows, self.drafter.compute_logits(
             self.drafter(self._hidden(out.hidden_states), emb, self.dcache, lens)))
 
-    def trees(self, rows: list[SequenceState]) -> TreeCall:
+    def trees(self, rows: list[SequenceState], max_nodes: int | None = None) -> TreeCall:
         dlogits = self.dlogits
         assert dlogits is not None
         d2t = self.drafter.d2t
         tokens = [r.seq if self.search_context == "sequence" else r.last_step for r in rows]
         batch = getattr(self.pruner, "prune_batch", None)
         if batch is not None:
-            trees = DraftTrees.stack(batch(dlogits, d2t, tokens))
+            cap = {} if max_nodes is None or self.max_nodes is None else {"max_nodes": max_nodes}
+            trees = DraftTrees.stack(batch(dlogits, d2t, tokens, **cap))
         else:
             trees = DraftTrees.stack([self.pruner(dlogits[i], d2t, t) for i, t in enumerate(tokens)])
         tm = getattr(self.pruner, "timing", None)
@@ -227,6 +248,7 @@ class ProposalSource(TreeSource):
         if known > gen.vocab_size:
             raise ValueError(f"the trie has {known} ids, the target's vocabulary {gen.vocab_size}: its proposals "
                              "could hold ids the target has no embedding for")
+        self.max_nodes = _batch_max_nodes(self.proposer, "propose_batch")
 
     @staticmethod
     def _context(r: SequenceState) -> np.ndarray:
@@ -243,11 +265,12 @@ class ProposalSource(TreeSource):
         r.source_state = (buf, m)
         return buf[:m]
 
-    def trees(self, rows: list[SequenceState]) -> TreeCall:
+    def trees(self, rows: list[SequenceState], max_nodes: int | None = None) -> TreeCall:
         contexts = [self._context(r) for r in rows]
         batch = getattr(self.proposer, "propose_batch", None)
         if batch is not None:
-            trees = DraftTrees.stack(batch(contexts, self.device))
+            cap = {} if max_nodes is None or self.max_nodes is None else {"max_nodes": max_nodes}
+            trees = DraftTrees.stack(batch(contexts, self.device, **cap))
         else:
             trees = DraftTrees.stack([self.proposer(c, self.device) for c in contexts])
         tm = getattr(self.proposer, "timing", None)

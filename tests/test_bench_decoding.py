@@ -55,10 +55,11 @@ def test_bench_dart_modes_are_checked(tmp_path: Path) -> None:
 def test_bench_verify_times_every_cache(tmp_path: Path) -> None:
     require_module("torch")
     out = tmp_path / "verify.json"
-    res = run_bench("bench_verify.py", "--context", "32", "--tree", "8", "--reps", "2", "--out", str(out))
+    res = run_bench("bench_verify.py", "--context", "32", "--tree", "8,160", "--reps", "2", "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["kv_cache"] for r in rows] == ["dynamic", "static", "static-fixed"]
+    rows = json.loads(out.read_text())["rows"]  # 160: past the last bucket, at its own length
+    assert [(r["kv_cache"], r["tree"]) for r in rows] == [(k, n) for n in (8, 160)
+                                                          for k in ("dynamic", "static", "static-fixed")]
     for r in rows:
         assert 0 < r["AR_fwd_ms"] and 0 < r["tree_fwd_ms"], r
         assert r["tree_over_ar"] == pytest.approx((r["tree_fwd_ms"] + r["compact_ms"]) / r["AR_fwd_ms"]), r
