@@ -26,8 +26,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ngram_service.index import index_name
-from ngram_service.trie_fetch import TrieFetchError, decompress_to_memory, fetch_trie, is_compressed, is_remote
+from ngram_service.index import NgramIndex, TrieFormatError, index_name
+from ngram_service.trie_fetch import (REMOTE_SCHEMES, TrieFetchError, decompress_to_memory, fetch_trie, is_compressed,
+                                      is_remote)
 
 BINARY = "ngram-serve-native"
 ENV = "NGRAM_SERVE_NATIVE"
@@ -167,11 +168,31 @@ def resolve_tries(args: ServeArgs) -> list[str]:
     for f in args.files():
         if is_remote(f):
             out.append(str(fetch_trie(f, cache_dir)))
-        elif not args.fetch_only and is_compressed(f):
+        elif "://" in f:
+            raise TrieFetchError(f"{f}: not a location ngram-serve can fetch ({', '.join(REMOTE_SCHEMES)}, or a "
+                                 "local path)")
+        elif args.fetch_only:
+            check_local_trie(f)
+            out.append(f)
+        elif is_compressed(f):
             out.append(decompress_to_memory(f))
         else:
             out.append(f)
     return out
+
+
+def check_local_trie(path: str) -> None:
+    """--fetch-only's word that a local FILE will serve: a readable file
+    whose header the engine accepts (a compressed one: its zstd magic; the
+    server checks its content when it decompresses it)."""
+    try:
+        if not is_compressed(path):
+            NgramIndex.open(path)
+        elif not os.path.isfile(path):
+            raise OSError("not a regular file")
+    except (OSError, TrieFormatError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise TrieFetchError(f"{path}: {reason.removeprefix(path + ': ')}") from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -325,6 +325,23 @@ def test_fetch_only_leaves_a_local_compressed_trie_as_it_is(sample_trie: Path, t
     assert r.returncode == 0 and r.stdout.strip() == str(zst) and "trie_decompressed" not in r.stderr
 
 
+@pytest.mark.parametrize("what", ["missing", "text", "folder", "scheme"])
+def test_fetch_only_refuses_what_would_not_serve(tmp_path: Path, what: str) -> None:
+    """An init container's --fetch-only says at once that a FILE will not serve (exit 1, naming it), instead
+    of printing it for the server to refuse later; a scheme it cannot fetch is refused by the server too."""
+    text = tmp_path / "notes.ngt"
+    text.write_text("hello")
+    loc, said = {"missing": (str(tmp_path / "gone.ngt"), "cannot open: No such file or directory"),
+                 "text": (str(text), "not a trie file: 5 bytes, shorter than the 64-byte header"),
+                 "folder": (str(tmp_path), "is a directory, not a regular file"),
+                 "scheme": ("ftp://h/c.ngt", "not a location ngram-serve can fetch (s3://, gs://, gcs://, https://, "
+                                             "http://, or a local path)")}[what]
+    for extra in (["--fetch-only"], ["--port", "0"]) if what == "scheme" else (["--fetch-only"],):
+        r = run_serve([loc, *extra], {})
+        assert r.returncode == 1 and r.stdout == ""
+        assert r.stderr.strip().splitlines()[-1] == f"ngram-serve: {loc}: {said}"
+
+
 # ---- the command line --------------------------------------------------------------
 
 def test_file_arguments_are_told_from_option_values() -> None:

@@ -397,6 +397,59 @@ def test_numeric_flags_are_range_checked(flag: str, value: str, range_: str) -> 
     assert last.startswith(f"Error: {flag}: ") and range_ in last, last
 
 
+@pytest.mark.parametrize("args,said", [
+    (["--metrics-host", "127.0.0.1"], "Error: --metrics-host needs --metrics-port"),
+    (["--admin-host", "127.0.0.1"], "Error: --admin-host needs --admin-port"),
+    (["--name", ""], "Error: --name: an empty index name"),
+    (["--port", "5555", "--metrics-port", "5555"], "Error: --metrics-port 5555 is --port's too: give each listener "
+                                                   "its own port"),
+    (["--metrics-port", "5556", "--admin-port", "5556"], "Error: --admin-port 5556 is --metrics-port's too: give "
+                                                         "each listener its own port"),
+], ids=["metrics-host", "admin-host", "empty-name", "port-twice", "admin-on-metrics"])
+def test_flags_that_cannot_apply_are_refused(args: list[str], said: str) -> None:
+    p = subprocess.run([str(BINARY), "x.ngt", *args], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and p.stderr.splitlines()[-1] == said, p.stderr
+
+
+def test_metrics_listener_failures_name_it(sample_trie: Path, tmp_path: Path) -> None:
+    """A metrics port in use is refused naming --metrics-port (not civetweb's words alone); --metrics-port 0
+    picks a free port, as --port 0 does, and logs it; --reload-dir must be a directory."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        p = subprocess.run([str(BINARY), str(sample_trie), "--host", "127.0.0.1", "--port", "0", "--metrics-port",
+                            str(busy)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    failed = json.loads(p.stderr.splitlines()[-1])
+    assert failed["event"] == "startup_failed"
+    assert failed["error"].startswith(f"--metrics-port: cannot listen on 127.0.0.1:{busy} (in use"), failed
+    with ServerProcess([sample_trie], "--metrics-port", "0", "--metrics-host", "127.0.0.1") as s:
+        port = int(s.listening["metrics"].rsplit(":", 1)[1])
+        assert port > 0 and "\nngram_workers " in metrics_text(port)
+    p = subprocess.run([str(BINARY), str(sample_trie), "--port", "0", "--admin-port", "0", "--reload-dir",
+                        str(sample_trie)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and f"--reload-dir {sample_trie}: not a directory" in p.stderr.splitlines()[-1]
+
+
+def test_a_trie_overwritten_in_place_is_named_as_the_server_dies(sample_trie: Path, tmp_path: Path) -> None:
+    """cp (or >) over a mapped trie cuts the pages the server maps: the next read faults (SIGBUS). The server
+    cannot go on, but its last log line says why and what to do, and it dies by the same signal."""
+    live = tmp_path / "c.ngt"
+    shutil.copy(sample_trie, live)
+    s = ServerProcess([live])
+    try:
+        with open(live, "r+b") as f:  # in place: the same inode, cut
+            f.truncate(4096)
+        with pytest.raises(grpc.RpcError):
+            s.stub().TopK(pb.TopKRequest(context=[3000], k=300), timeout=10)
+        assert s.proc.wait(timeout=30) == -signal.SIGBUS
+    finally:
+        s.kill()
+    fatal = [e for e in s.events if e.get("event") == "trie_file_changed"]
+    assert fatal and fatal[0]["level"] == "fatal" and "(mv)" in fatal[0]["error"], s.events[-3:]
+
+
 # ---- row 12: memory after large replies ------------------------------------------------------------
 
 def _rss(pid: int) -> int:

@@ -11,6 +11,9 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #include <climits>
 #include <condition_variable>
 #include <mutex>
@@ -34,6 +37,43 @@
 using namespace ngram::server;
 
 namespace {
+
+// A mapped trie whose file is cut or rewritten in place (cp or > over it,
+// not mv) faults with SIGBUS on the next read of a page no longer there. The
+// process cannot go on, but it says why before it dies as it would have (the
+// same signal, so a supervisor sees the same crash): one JSON log line,
+// written with async-signal-safe calls only.
+void append(char*& at, const char* text) {
+  while (*text) *at++ = *text++;
+}
+
+void append_number(char*& at, unsigned long long v, int min_digits) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v || n < min_digits);
+  while (n) *at++ = digits[--n];
+}
+
+extern "C" void on_sigbus(int) {
+  char line[512];
+  char* at = line;
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  append(at, "{\"ts\":");
+  append_number(at, static_cast<unsigned long long>(now.tv_sec), 1);
+  append(at, ".");
+  append_number(at, static_cast<unsigned long long>(now.tv_nsec / 1000), 6);
+  append(at, ",\"level\":\"fatal\",\"event\":\"trie_file_changed\",\"error\":\"SIGBUS reading a mapped trie: "
+             "a served file was cut or overwritten in place. Replace a trie by renaming a new file over it "
+             "(mv) or serve a new path, then SIGHUP or Reload (docs/OPERATIONS.md); --ram serves from a copy\"}\n");
+  ssize_t unused = ::write(STDERR_FILENO, line, static_cast<size_t>(at - line));
+  (void)unused;
+  ::signal(SIGBUS, SIG_DFL);
+  ::raise(SIGBUS);
+}
 
 std::string read_file(const std::string& path, const char* flag) {
   std::ifstream f(path, std::ios::binary);
@@ -82,6 +122,9 @@ std::string address(const std::string& host, int port) {
 std::vector<std::string> reload_dirs(const ServerConfig& c) {
   std::vector<std::string> given;
   if (!c.reload_dir.empty()) {
+    struct stat st {};
+    if (::stat(c.reload_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw std::runtime_error("--reload-dir " + c.reload_dir + ": not a directory");
     given.push_back(c.reload_dir);
   } else {
     for (const std::string& f : c.files) {
@@ -169,6 +212,9 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  struct sigaction bus {};
+  bus.sa_handler = on_sigbus;
+  sigaction(SIGBUS, &bus, nullptr);
 
   IndexRegistry registry(config.in_ram, config.verify);
   std::unique_ptr<Metrics> metrics;

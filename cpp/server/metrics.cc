@@ -219,9 +219,14 @@ class PrometheusMetrics final : public Metrics {
 }  // namespace
 
 std::unique_ptr<Metrics> Metrics::create(const std::string& host, int port, const IndexRegistry& registry) {
-  if (port == 0) return std::make_unique<NoMetrics>();
+  if (port < 0) return std::make_unique<NoMetrics>();
 #ifdef NGRAM_WITH_PROMETHEUS
-  return std::make_unique<PrometheusMetrics>(host, port, registry);
+  try {
+    return std::make_unique<PrometheusMetrics>(host, port, registry);
+  } catch (const std::exception& e) {  // civetweb's words ("null context ...") do not say which listener
+    throw std::runtime_error("--metrics-port: cannot listen on " + host + ":" + std::to_string(port) +
+                             " (in use, or not an address of this machine): " + e.what());
+  }
 #else
   (void)host;
   (void)registry;

@@ -76,10 +76,14 @@ ServerConfig parse_args(int argc, char** argv) {
   };
   const auto on = [](bool* to) { return [=](const std::string&) { *to = true; }; };
   bool admin_switch = false;
+  bool admin_host_given = false;
   // The one table of flags: parsing, ranges and --help come from it.
   const std::vector<Option> options = {
       {"--name", "NAME", "index name of the i-th FILE (repeat; default: file stem)",
-       [&](const std::string& v) { c.names.push_back(v); }},
+       [&](const std::string& v) {
+         if (v.empty()) die("--name: an empty index name");
+         c.names.push_back(v);
+       }},
       {"--host", "H", "listen address (default 0.0.0.0)", [&](const std::string& v) { c.host = v; }},
       {"--port", "P", "listen port (default 50051); 0 picks a free one (logged)", port(&c.port, "--port")},
       {"--threads", "N", "compute workers, 0..1024 (default 0: the cores)",
@@ -121,7 +125,8 @@ ServerConfig parse_args(int argc, char** argv) {
       {"--tls-key", "PEM", "server private key", [&](const std::string& v) { c.tls_key = v; }},
       {"--tls-client-ca", "PEM", "require client certificates signed by this CA (mTLS)",
        [&](const std::string& v) { c.tls_client_ca = v; }},
-      {"--metrics-port", "P", "Prometheus /metrics on this port (default: off)",
+      {"--metrics-port", "P", "Prometheus /metrics on this port (default: off; 0 picks a free\n"
+                              "one, logged as metrics)",
        port(&c.metrics_port, "--metrics-port")},
       {"--metrics-host", "H", "metrics listen address (default: --host)",
        [&](const std::string& v) { c.metrics_host = v; }},
@@ -130,7 +135,10 @@ ServerConfig parse_args(int argc, char** argv) {
                             "one, logged as admin_port)",
        port(&c.admin_port, "--admin-port")},
       {"--admin-host", "H", "the admin listener's address (default 127.0.0.1)",
-       [&](const std::string& v) { c.admin_host = v; }},
+       [&](const std::string& v) {
+         c.admin_host = v;
+         admin_host_given = true;
+       }},
       {"--reload-dir", "DIR", "Reload opens only files under DIR (default: the FILEs'\n"
                               "directories)",
        [&](const std::string& v) { c.reload_dir = v; }},
@@ -201,6 +209,16 @@ ServerConfig parse_args(int argc, char** argv) {
     if (c.admin_port < 0) c.admin_port = 0;
   }
   if (c.admin_port < 0 && !c.reload_dir.empty()) die("--reload-dir needs --admin-port");
+  if (c.admin_port < 0 && admin_host_given) die("--admin-host needs --admin-port");
+  if (c.metrics_port < 0 && !c.metrics_host.empty()) die("--metrics-host needs --metrics-port");
+  // Two listeners on one port: the second would fail to bind, its error blaming the other's flag.
+  const std::pair<int, const char*> ports[] = {
+      {c.port, "--port"}, {c.metrics_port, "--metrics-port"}, {c.admin_port, "--admin-port"}};
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = i + 1; j < 3; ++j)
+      if (ports[i].first > 0 && ports[i].first == ports[j].first)
+        die(std::string(ports[j].second) + " " + std::to_string(ports[j].first) + " is " + ports[i].second +
+            "'s too: give each listener its own port");
   if (c.metrics_host.empty()) c.metrics_host = c.host;
   return c;
 }

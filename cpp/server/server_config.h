@@ -51,7 +51,7 @@ struct ServerConfig {
   Limits limits;
   std::string tls_cert, tls_key, tls_client_ca;
   std::string metrics_host;         // empty: same as host
-  int metrics_port = 0;             // 0: no metrics endpoint
+  int metrics_port = -1;            // -1: no metrics endpoint; 0: a free port
   double drain_seconds = 30;        // SIGTERM: how long in-flight calls may finish
   bool in_ram = false;              // read tries into RAM instead of mapping them
   bool verify = false;              // check every section's checksum at load
