@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import datetime
+import json
 import ipaddress
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from cryptography.x509.oid import NameOID  # noqa: E402
 
 from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.client import NgramClient  # noqa: E402
-from test_server import ServerProcess  # noqa: E402
+from test_server import BINARY, ServerProcess  # noqa: E402
 
 pytestmark = pytest.mark.needs_server
 
@@ -118,3 +120,18 @@ def test_dart_generate_over_mutual_tls(sample_trie: Path, pki: dict[str, Path]) 
     r = CliRunner().invoke(main, [*base, *tls])  # no --target: the TLS options do not apply
     assert r.exit_code == 2
     assert "--deadline-ms, --ca, --cert, --key, --server-name: only with --target (a trie host)" in r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--tls-cert", "--tls-key", "--tls-client-ca"])
+def test_a_file_that_is_not_pem_is_named(sample_trie: Path, pki: dict[str, Path], tmp_path: Path, flag: str) -> None:
+    """A TLS flag given a file that holds no PEM block of its kind (a key for the certificate, text) is refused
+    at start naming the flag and the file; gRPC alone says "Invalid cert chain file" and nothing of which."""
+    files = {"--tls-cert": pki["server_crt"], "--tls-key": pki["server_key"], "--tls-client-ca": pki["ca"]}
+    wrong = pki["server_key"] if flag != "--tls-key" else pki["server_crt"]
+    files[flag] = wrong
+    args = [a for f, path in files.items() for a in (f, str(path))]
+    p = subprocess.run([str(BINARY), str(sample_trie), "--host", "127.0.0.1", "--port", "0", *args],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    kind = "PRIVATE KEY" if flag == "--tls-key" else "CERTIFICATE"
+    assert json.loads(p.stderr.splitlines()[-1])["error"] == f"{flag} {wrong}: no PEM {kind} in it"

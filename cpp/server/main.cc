@@ -83,13 +83,29 @@ std::string read_file(const std::string& path, const char* flag) {
   return ss.str();
 }
 
+// A PEM file's text, refused naming the flag and the file when it holds no
+// block whose label ends with `kind` ("CERTIFICATE"; "PRIVATE KEY" takes RSA,
+// EC and PKCS#8 keys): gRPC would say only "Invalid cert chain file".
+std::string read_pem(const std::string& path, const char* flag, const std::string& kind) {
+  std::string text = read_file(path, flag);
+  const std::string begin = "-----BEGIN ";
+  for (size_t at = text.find(begin); at != std::string::npos; at = text.find(begin, at + 1)) {
+    const size_t from = at + begin.size(), end = text.find("-----", from);
+    if (end == std::string::npos) break;
+    const std::string label = text.substr(from, end - from);
+    if (label.size() >= kind.size() && label.compare(label.size() - kind.size(), kind.size(), kind) == 0) return text;
+  }
+  throw std::runtime_error(std::string(flag) + " " + path + ": no PEM " + kind + " in it");
+}
+
 std::shared_ptr<grpc::ServerCredentials> credentials(const ServerConfig& c) {
   if (c.tls_cert.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions opts(c.tls_client_ca.empty()
                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  opts.pem_key_cert_pairs.push_back({read_file(c.tls_key, "--tls-key"), read_file(c.tls_cert, "--tls-cert")});
-  if (!c.tls_client_ca.empty()) opts.pem_root_certs = read_file(c.tls_client_ca, "--tls-client-ca");
+  opts.pem_key_cert_pairs.push_back(
+      {read_pem(c.tls_key, "--tls-key", "PRIVATE KEY"), read_pem(c.tls_cert, "--tls-cert", "CERTIFICATE")});
+  if (!c.tls_client_ca.empty()) opts.pem_root_certs = read_pem(c.tls_client_ca, "--tls-client-ca", "CERTIFICATE");
   return grpc::SslServerCredentials(opts);
 }
 
