@@ -48,8 +48,9 @@ def main(path: str, verify: bool, sections: bool, as_json: bool) -> None:
         f"file        {info['path']} ({size})",
         f"name        {info.get('name')}",
         f"order       {info['order']}",
-        f"vocabulary  {info['vocab_size']:,} (EOS {info['eos_id']})",
-        f"tokenizer   {tok.get('name')} sha256:{tok.get('fingerprint')}",
+        f"vocabulary  {info['vocab_size']:,} (EOS {'none' if info['eos_id'] is None else info['eos_id']})",
+        f"tokenizer   {tok.get('name')} sha256:{tok.get('fingerprint')}" if tok.get("fingerprint") else
+        "tokenizer   none recorded (clients cannot check their tokenizer against this trie)",
         f"corpus      {corpus.get('documents', 0):,} documents, {corpus_tokens:,} tokens, "
         f"{len(corpus.get('shards', []))} shard(s)",
         f"n-grams     {', '.join(f'{k + 1}: {n:,}' for k, n in enumerate(info['ngrams']))} "

@@ -70,3 +70,20 @@ def test_random_bytes_get_no_zstd_hint(tmp_path: Path) -> None:
         NgramIndex.open(junk)
     msg = str(e.value).removeprefix(str(junk))
     assert msg == ": not a trie file (bad magic)"
+
+
+def test_a_trie_without_a_tokenizer_says_so(tmp_path: Path) -> None:
+    """A trie whose header records no tokenizer (DART's converted without --tokenizer, or written by the
+    API) is shown as such, not as "None sha256:None"."""
+    import numpy as np
+
+    from indexer.trie_assembly import levels_from_ngrams, plans_from_ngrams, write_trie
+
+    levels = [(np.array([[1], [2]]), np.array([3, 1], dtype=np.uint64)),
+              (np.array([[1, 2]]), np.array([1], dtype=np.uint64))]
+    path = tmp_path / "bare.ngt"
+    write_trie(path, order=2, vocab_size=4, eos_id=None, meta={"name": "bare"}, plans=plans_from_ngrams(levels),
+               chunks=levels_from_ngrams(levels))
+    out = CliRunner().invoke(info_main, [str(path)]).output
+    assert "tokenizer   none recorded (clients cannot check their tokenizer against this trie)" in out
+    assert "None" not in out.split("build")[0]
