@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,9 @@ from typing import Any
 import click
 
 from dart_client.tree_budget import TREE_BUDGET
-from ngram_service.cli_options import (CONTEXT_SETTINGS, HOST_OPTIONS, FiniteFloatRange, ToolCommand,
-                                       deprecated_option, host_options, json_option, param_option, refuse_given,
-                                       tls_client_options)
+from ngram_service.cli_options import (CONTEXT_SETTINGS, HOST_OPTIONS, FiniteFloatRange, IntRange, OutputFile,
+                                       TargetType, ToolCommand, deprecated_option, host_options, json_option,
+                                       param_option, param_type, refuse_given, tls_client_options)
 from ngram_service.params import LATTICE_TOPK, PROPOSE_PARAMS, PRUNE_PARAMS
 
 #: Files of which a folder needs one for transformers to load a tokenizer from it.
@@ -119,11 +120,31 @@ def _fingerprint_spec(model: str, tokenizer: str | None) -> str | None:
 
 
 def _device(name: str) -> str:
-    if name != "auto":
-        return name
+    """--device, "auto" resolved; one this torch cannot use (a name it does
+    not know, CUDA on a CPU build or without a GPU, a GPU index past the
+    last) is refused here, before any model is made."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        torch.empty(0, device=name)
+    except (RuntimeError, AssertionError) as e:  # the CPU build's CUDA calls assert
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise click.BadParameter(f"{name!r}: this torch cannot use it ({why})", param_hint="--device") from None
+    return name
+
+
+def _read_prompt(prompt_file: Any) -> str:
+    """The prompt from --prompt-file, else stdin; one that is not UTF-8 text is a usage error."""
+    stream = prompt_file or sys.stdin
+    try:
+        return stream.read()
+    except UnicodeDecodeError as e:
+        why = f"not UTF-8 text (byte {e.start}: {e.reason})"
+        if prompt_file is None:
+            raise click.UsageError(f"the prompt on stdin is {why}") from None
+        raise click.BadParameter(f"{getattr(stream, 'name', '-')}: {why}", param_hint="--prompt-file") from None
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -173,7 +194,7 @@ def _options(f: Any) -> Any:
     f = param_option(_PRUNE["ngram_weight"], help_prefix="DART:")(f)
     f = param_option(_PRUNE["beam_width"], help_prefix="DART:")(f)
     f = param_option(LATTICE_TOPK, help_prefix="DART:")(f)
-    f = deprecated_option("--topk", new="--lattice-topk", param="topk", type=int)(f)
+    f = deprecated_option("--topk", new="--lattice-topk", param="topk", type=param_type(LATTICE_TOPK))(f)
     return param_option(_PRUNE["max_nodes"], default=None,
                         show_default=f"{_PRUNE['max_nodes'].default}; {_PROPOSE['max_nodes'].default} with "
                                      "--drafter none")(f)
@@ -197,20 +218,21 @@ def _options(f: Any) -> Any:
 @host_options(default_target=None, deadline_ms=DEADLINE_MS,
               deadline_help="Deadline of each step's call to the host; past it the step's trees are made here "
                             "(DART: pruned locally; --drafter none: prompt lookup alone).")
-@deprecated_option("--host", new="--target", param="targets", multiple=True)
+@deprecated_option("--host", new="--target", param="targets", multiple=True, type=TargetType())
 @click.option("-p", "--prompt", help="The prompt text (default: --prompt-file, else stdin).")
 @click.option("--prompt-file", type=click.File("r"), help="Read the prompt from this file ('-': stdin).")
 @click.option("--chat/--no-chat", default=False, help="Wrap the prompt in the tokenizer's chat template.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+@click.option("--max-new-tokens", type=IntRange(min=1), default=256, show_default=True,
               help="Stop after this many new tokens (or at EOS).")
-@deprecated_option("-n", new="--max-new-tokens", param="max_new_tokens", type=click.IntRange(min=1))
+@deprecated_option("-n", new="--max-new-tokens", param="max_new_tokens", type=IntRange(min=1))
 @click.option("--temperature", type=FiniteFloatRange(min=0), default=0.0, show_default=True,
               help="0: greedy (lossless); > 0: tree speculative sampling.")
-@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--top-k", type=IntRange(min=0), default=0, show_default=True,
               help="Sampling: keep the k likeliest tokens (0: all).")
 @click.option("--top-p", type=FiniteFloatRange(0, 1), default=1.0, show_default=True,
               help="Sampling: keep the smallest set of tokens whose probability reaches p.")
-@click.option("--seed", type=int, default=None, help="Sampling: random seed.")
+# torch's generators take a seed in 0..2**64-1 (a larger one raised ValueError mid-run).
+@click.option("--seed", type=IntRange(0, 2**64 - 1), default=None, help="Sampling: random seed.")
 @click.option("--tokenizer", "-t", help="tokenizer.json or folder [default: MODEL].")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1, ...")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
@@ -219,13 +241,13 @@ def _options(f: Any) -> Any:
               help="The target's KV cache (the target alone's too, with --compare): static: preallocated, written in "
                    "place, the tree mask filled in place (docs/DART_CLIENT.md); dynamic: transformers' "
                    "DynamicCache, grown every step.")
-@click.option("--kv-capacity", type=click.IntRange(min=1), default=None,
+@click.option("--kv-capacity", type=IntRange(min=1), default=None,
               help="--kv-cache static: the cache's positions; a step past them is an error [default: the prompt, "
                    "--max-new-tokens and the largest tree, grown when needed].")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=False, show_default=True,
               help="--kv-cache static on a CUDA device: every forward padded to a size bucket and replayed from a "
                    "CUDA graph captured once per bucket.")
-@click.option("--tree-budget", type=click.IntRange(min=2), default=TREE_BUDGET, show_default=True,
+@click.option("--tree-budget", type=IntRange(min=2), default=TREE_BUDGET, show_default=True,
               help="The most tokens of one verification forward, the draft tree and its root: a larger tree is cut "
                    "to its best nodes (in a batch, B trees share it; docs/DART_CLIENT.md).")
 @_options
@@ -240,7 +262,7 @@ def _options(f: Any) -> Any:
               help="dart: temperature, top-p, top-k; transformers: temperature, top-k, top-p.")
 @click.option("--compare", is_flag=True, help="Also decode with the target alone: speedup, and (greedy) equality.")
 @json_option("Print one JSON object (the text and the figures) on stdout instead of the text and a summary.")
-@click.option("--log-lattices", type=click.Path(dir_okay=False),
+@click.option("--log-lattices", type=OutputFile(),
               help="DART: record each step's draft lattice and committed tokens (Parquet) for ngram-eval.")
 @click.pass_context
 def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: str | None, drafter_opt: str | None,
@@ -298,8 +320,10 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
         refuse_given(ctx, HOST_ONLY, "only with --target (a trie host)")
     if kv_cache != "static":
         refuse_given(ctx, ("kv_capacity", "cuda_graphs"), "only with --kv-cache static")
+    if prompt is not None and prompt_file is not None:
+        raise click.UsageError("give one of -p/--prompt or --prompt-file, not both")
     client_options = tls_client_options(ca, cert, key, server_name)
-    if eos_spec not in ("model", "tokenizer") and not eos_spec.lstrip("-").isdigit():
+    if eos_spec not in ("model", "tokenizer") and not re.fullmatch(r"-?[0-9]+", eos_spec):
         raise click.BadParameter(f"{eos_spec!r}: give model, tokenizer or a token id", param_hint="--eos")
     from dart_client.requirements import INSTALL_HINT, missing
 
@@ -308,7 +332,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     if not random_models:
         tok_spec = _tokenizer_spec(model, tokenizer)
     if prompt is None:
-        prompt = (prompt_file or click.get_text_stream("stdin")).read()
+        prompt = _read_prompt(prompt_file)
     import torch
     import transformers
 
@@ -391,11 +415,21 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     else:
         gen = DartGenerator.from_pretrained(model, drafter, source, device=dev, dtype=dt, tokenizer=None,
                                             eos_token_id=stop_eos, search_context=search_context, **static)
+    vocab = int(getattr(gen.target.config, "vocab_size", 0) or 0)
+    if eos_spec not in ("model", "tokenizer") and vocab and not 0 <= int(eos_spec) < vocab:
+        # an id the model cannot emit: decoding would never stop at it and the search would drop it silently
+        raise click.BadParameter(f"{eos_spec} is not a token id of the model: must be in [0, {vocab})",
+                                 param_hint="--eos")
     sample = dict(temperature=temperature, top_k=top_k, top_p=top_p, sampling_order=sampling_order, seed=seed)
+    from dart_client.kv_cache import CacheOverflowError
     from dart_client.lattice_log import LatticeWriter
 
-    with LatticeWriter(log_lattices, topk=topk) if log_lattices else contextlib.nullcontext() as lattice_log:
-        res = gen.generate(ids, max_new_tokens, **sample, lattice_log=lattice_log)
+    try:  # the message names --kv-capacity; a step past a fixed capacity is found mid-run: exit 1
+        with LatticeWriter(log_lattices, topk=topk) if log_lattices else contextlib.nullcontext() as lattice_log:
+            res = gen.generate(ids, max_new_tokens, **sample, lattice_log=lattice_log)
+        base = gen.autoregressive(ids, max_new_tokens, **sample) if compare else None
+    except CacheOverflowError as e:
+        raise click.ClickException(str(e)) from None
     res.text = tok.decode(res.output_ids)
     out: dict[str, Any] = {"text": res.text, **res.summary(), "model": model_name, "hosts": list(targets),
                            "device": dev, "dtype": str(dt).replace("torch.", ""), "kv_cache": kv_cache,
@@ -405,8 +439,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     if proposals:
         out["drafter"] = "none"
         out["proposals"] = dict(source.params)
-    if compare:
-        base = gen.autoregressive(ids, max_new_tokens, **sample)
+    if base is not None:
         out["autoregressive"] = {"tokens_per_s": base.tokens_per_s, "wall_s": base.wall_s,
                                  "new_tokens": len(base.output_ids)}
         out["speedup"] = base.wall_s / res.wall_s * len(res.output_ids) / max(1, len(base.output_ids)) \

@@ -183,7 +183,12 @@ regenerate.
   proposal options without it, the host options without `--target`;
   `ngram-eval`: the DART options with `--proposals`, `--sources` and
   `--discount` without it, the synthetic-lattice options with `--lattices`
-  or `--proposals`; `ngram-query --trie`: the host options).
+  or `--proposals`; `ngram-query --trie`: the host options). A
+  comma-separated list refuses an empty item (`1,,2`); a file a tool
+  writes (`--plot`, `--json FILE`, `--log-lattices`) is checked before
+  any work (its folder exists and can be written); `--target` is
+  HOST:PORT, [IPv6]:PORT or dns:///NAME:PORT with a port in 1..65535;
+  `--deadline-ms` is at most a day.
 - **Old spellings keep working for now**, each with one warning line on
   stderr naming the new one (`ngram-query: -t is deprecated: use
   --target`); giving both is a usage error. They are listed at the end.

@@ -23,20 +23,20 @@ from ngram_eval.replay import PruneSetting
 from ngram_eval.report import evaluate, format_table
 from ngram_eval.synthetic import LogitModel, load_documents, synthetic_lattices
 from ngram_service import NgramIndex, TrieFormatError, _engine
-from ngram_service.cli_options import (CONTEXT_SETTINGS, DeprecatedOption, Deprecation, FiniteFloatRange, ToolCommand,
-                                       deprecated_option,
-                                       json_option, param_list_option, param_option, quiet_option, refuse_given,
+from ngram_service.cli_options import (CONTEXT_SETTINGS, DeprecatedOption, Deprecation, FiniteFloatRange, IntRange,
+                                       OutputFile, ToolCommand, comma_items, deprecated_option, json_option,
+                                       param_list_option, param_option, param_type, quiet_option, refuse_given,
                                        threads_option)
 from ngram_service.fingerprint import trie_fingerprint
 from ngram_service.params import LATTICE_TOPK, PROPOSE_PARAMS, PRUNE_PARAMS
 from ngram_service.tree import LIMITS
 
 
-def _sources(_ctx: Any, _param: Any, value: str) -> list[str]:
-    items = [x.strip() for x in value.split(",") if x.strip()]
+def _sources(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    items = comma_items(value, ctx, param)
     unknown = [x for x in items if x not in SOURCES]
-    if unknown or not items:
-        raise click.BadParameter(f"{(unknown or [value])[0]!r}: sources are {', '.join(SOURCES)}, comma-separated")
+    if unknown:
+        raise click.BadParameter(f"{unknown[0]!r}: sources are {', '.join(SOURCES)}, comma-separated", ctx, param)
     return items
 
 
@@ -80,14 +80,26 @@ def _trie_info(path: str, tries: tuple[str, ...], texts: tuple[str, ...]) -> dic
 
 
 def _check_tries(tries: tuple[str, ...], tokenizer: Any, texts: tuple[str, ...]) -> None:
-    """Every TRIE opens, and (with a tokenizer) was built with that tokenizer."""
+    """Every TRIE opens, and (with a tokenizer) was built with that tokenizer:
+    the fingerprint its header records, else at least a vocabulary that
+    holds the tokenizer's ids (the engine would take the others for unseen
+    tokens and report a result all the same)."""
     for t in tries:
         info = _trie_info(t, tries, texts)
+        if tokenizer is None:
+            continue
         have = trie_fingerprint(info)
-        if tokenizer is not None and have and have != tokenizer.fingerprint:
+        if have and have != tokenizer.fingerprint:
             raise click.BadParameter(f"{t}: built with tokenizer {have[:12]}..., not {tokenizer.spec} "
                                      f"({tokenizer.fingerprint[:12]}...): its n-grams are other token ids",
                                      param_hint="TRIE")
+        if tokenizer.vocab_size > int(info["vocab_size"]):
+            raise click.BadParameter(f"{t}: a vocabulary of {info['vocab_size']} ids, and the tokenizer "
+                                     f"{tokenizer.spec} has {tokenizer.vocab_size}: the trie was built with "
+                                     "another tokenizer", param_hint="TRIE")
+        if not have:
+            click.echo(f"ngram-eval: {t} records no tokenizer fingerprint; --tokenizer is checked against its "
+                       "vocabulary size only", err=True)
 
 
 class _EvalCommand(ToolCommand):
@@ -121,6 +133,15 @@ def _old_json_file(args: list[str]) -> list[str]:
 
 #: ``--json FILE``, read as --json-file (_old_json_file): the table on stdout and the JSON in FILE.
 JSON_FILE = Deprecation("--json FILE", "--json", None, note=" (the JSON on stdout instead of the table: --json > FILE)")
+
+
+class _JsonFileOption(DeprecatedOption):
+    """The hidden --json-file: named in errors as it is given, ``--json FILE``."""
+
+    def get_error_hint(self, ctx: click.Context) -> str:
+        return "'--json FILE'"
+
+
 #: Options that apply only to one kind of evaluation (their parameter names).
 DART_ONLY = ("beam_width", "ngram_weight", "threads")
 PROPOSALS_ONLY = ("sources", "discount", "suffix_corpus", "leave_one_source_out")
@@ -174,28 +195,28 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
                    "(shards named SOURCE-NNNN.*; files or folders, repeat it per input), tries of --order built "
                    "from the other sources alone, and that source's documents replayed (docs/EVALUATION.md).")
 @click.option("--order", "orders", default="3", show_default=True,
-              callback=lambda _c, _p, v: _int_list(v, 2, _engine.MAX_ORDER),
+              callback=lambda c, p, v: _int_list(v, 2, _engine.MAX_ORDER, c, p),
               metavar="LIST", help="--leave-one-source-out: the orders of the tries built, comma-separated.")
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path),
               help="--leave-one-source-out: folder for the tries built and the test documents, kept and reused "
                    "by the next run with the same inputs (default: a temporary folder, removed at the end).")
-@click.option("--test-tokens", default=20_000, show_default=True, type=click.IntRange(1),
+@click.option("--test-tokens", default=20_000, show_default=True, type=IntRange(1),
               help="--leave-one-source-out: test tokens per source (whole documents, so at least this many).")
-@click.option("--max-doc-tokens", default=2048, show_default=True, type=click.IntRange(1),
+@click.option("--max-doc-tokens", default=2048, show_default=True, type=IntRange(1),
               help="--leave-one-source-out: a test document's first tokens replayed.")
 @click.option("--hold-out", "hold_out", metavar="LIST",
               help="--leave-one-source-out: only these sources held out, comma-separated (default: each).")
-@click.option("--build-jobs", "jobs", default=1, show_default=True, type=click.IntRange(1),
+@click.option("--build-jobs", "jobs", default=1, show_default=True, type=IntRange(1),
               help="--leave-one-source-out: build worker processes.")
 @click.option("--suffix-baseline", is_flag=True,
               help="--leave-one-source-out: also report SuffixDecoding with its global tree over the other sources "
                    "(about half a minute and 1 GB a source).")
-@click.option("--steps", default=5000, show_default=True, type=click.IntRange(1),
+@click.option("--steps", default=5000, show_default=True, type=IntRange(1),
               help="Synthetic lattices: how many to draw (positions sampled uniformly).")
-@click.option("--depth", default=8, show_default=True, type=click.IntRange(1, LIMITS["max_depth"]),
+@click.option("--depth", default=8, show_default=True, type=IntRange(1, LIMITS["max_depth"]),
               help="Synthetic lattices: levels D.")
 @param_option(LATTICE_TOPK, help_prefix="Synthetic lattices:")
-@deprecated_option("--topk", new="--lattice-topk", param="topk", type=int)
+@deprecated_option("--topk", new="--lattice-topk", param="topk", type=param_type(LATTICE_TOPK))
 @click.option("--hit", default=0.9, show_default=True, type=FiniteFloatRange(0, 1),
               help="Synthetic lattices: probability that the true token is a level-0 candidate.")
 @click.option("--decay", default=0.85, show_default=True, type=FiniteFloatRange(0, 1),
@@ -204,11 +225,12 @@ PROPOSAL_MAX_NODES = (16, _PROPOSE["max_nodes"].default)
               help="Synthetic lattices: logit added to the true token at level 0.")
 @click.option("--noise", default=1.0, show_default=True, type=FiniteFloatRange(0),
               help="Synthetic lattices: logit noise sd.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Synthetic lattices: random seed.")
+# numpy's generators take a non-negative seed of any size.
+@click.option("--seed", default=0, show_default=True, type=IntRange(min=0), help="Synthetic lattices: random seed.")
 @threads_option("DART: pruning threads (the time per tree is measured with these).")
 @json_option("Print the results as JSON on stdout instead of the table.")
-@click.option("--json-file", cls=DeprecatedOption, deprecation=JSON_FILE, type=click.Path(dir_okay=False))
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False),
+@click.option("--json-file", cls=_JsonFileOption, deprecation=JSON_FILE, type=OutputFile())
+@click.option("--plot", "plot_out", type=OutputFile(),
               help="Write a PNG: accepted length per setting and trie, 95% intervals; with --proposals, tokens per "
                    "step per node budget and each trie's calibration (predicted path probability against the share "
                    "of nodes accepted). Needs matplotlib (pip install 'ngram-trie-host[plot]'; checked before the "
@@ -362,14 +384,14 @@ def _load_tokenizer(spec: str) -> Any:
         raise click.BadParameter(str(e), param_hint="--tokenizer") from None
 
 
-def _int_list(value: str, lo: int, hi: int) -> list[int]:
+def _int_list(value: str, lo: int, hi: int, ctx: click.Context, param: click.Parameter) -> list[int]:
     try:
-        items = [int(x) for x in value.split(",") if x.strip()]
+        items = [int(x) for x in comma_items(value, ctx, param)]
     except ValueError:
-        raise click.BadParameter(f"{value!r}: integers, comma-separated") from None
+        raise click.BadParameter(f"{value!r}: integers, comma-separated", ctx, param) from None
     bad = [x for x in items if not lo <= x <= hi]
-    if bad or not items:
-        raise click.BadParameter(f"{(bad or [value])[0]!r}: each must be in {lo}..{hi}")
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r}: each must be in {lo}..{hi}", ctx, param)
     return items
 
 
@@ -385,7 +407,7 @@ def _leave_one_source_out(corpus: tuple[str, ...], tokenizer: str, text_field: s
     say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
     settings = [ProposeSetting(n, src, b) for n, src, b in
                 itertools.product(max_nodes or PROPOSAL_MAX_NODES, sources, discount)]
-    only = [s.strip() for s in hold_out.split(",") if s.strip()] if hold_out else None
+    only = comma_items(hold_out, param_hint="--hold-out") if hold_out else None
     with tempfile.TemporaryDirectory(prefix="ngram-eval-loso-") if work is None else contextlib.nullcontext() as tmp:
         cfg = LosoConfig(corpus=list(corpus), tokenizer=tokenizer, work=work or Path(tmp), orders=orders, only=only,
                          test_tokens=test_tokens, max_doc_tokens=max_doc_tokens, text_field=text_field, jobs=jobs,

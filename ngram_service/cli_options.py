@@ -7,11 +7,16 @@ tables of ``ngram_service.params`` (``param_option``, ``param_list_option``:
 ranges checked by the parser, naming the flag), and old spellings that keep
 working for now with a one-line deprecation warning naming the new one
 (``deprecated_option``; the commands are ``ToolCommand`` / ``ToolGroup``,
-which apply them once parsing is done).
+which apply them once parsing is done). Bad input is refused where it is
+parsed, naming the option: ``IntRange`` / ``FiniteFloatRange`` (numbers),
+``comma_items`` (lists), ``TargetType`` (a host's address), ``OutputFile``
+(a file a command writes, checked before any work).
 """
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,10 +25,10 @@ from click.core import ParameterSource
 
 from ngram_service.params import Param
 
-__all__ = ["CONTEXT_SETTINGS", "HOST_OPTIONS", "DeprecatedOption", "Deprecation", "FiniteFloatRange", "ToolCommand",
-           "ToolGroup", "deprecated_option", "deprecations", "given_options", "host_options", "json_option",
-           "param_list_option", "param_option", "quiet_option", "refuse_given", "threads_option",
-           "tls_client_options"]
+__all__ = ["CONTEXT_SETTINGS", "HOST_OPTIONS", "MAX_DEADLINE_MS", "DeadlineMs", "DeprecatedOption", "Deprecation",
+           "FiniteFloatRange", "IntRange", "OutputFile", "TargetType", "ToolCommand", "ToolGroup", "comma_items",
+           "deprecated_option", "deprecations", "given_options", "host_options", "json_option", "param_list_option",
+           "param_option", "quiet_option", "refuse_given", "target_problem", "threads_option", "tls_client_options"]
 
 #: Every tool: -h and --help, and help text up to 100 columns wide.
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -31,13 +36,32 @@ CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
+class IntRange(click.IntRange):
+    """click.IntRange, whose message for a value that is no number at all
+    says "not a valid integer" (click's says "not a valid integer range")."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                int(value)
+            except ValueError:
+                self.fail(f"{value!r} is not a valid integer.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class FiniteFloatRange(click.FloatRange):
-    """A FloatRange that refuses nan and inf, which pass its comparisons."""
+    """A FloatRange that refuses nan and inf, which pass its comparisons
+    (and says "not a valid float" for a value that is no number)."""
 
     def _describe_range(self) -> str:
         return "finite" if self.min is None and self.max is None else super()._describe_range()
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                self.fail(f"{value!r} is not a valid float.", param, ctx)
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
@@ -48,7 +72,7 @@ def param_type(p: Param) -> click.ParamType:
     """The click type of a parameter's value (of each, for a list): its
     range, checked by the parser."""
     if p.type is int:
-        return click.IntRange(p.low, p.high)  # type: ignore[arg-type]
+        return IntRange(p.low, p.high)  # type: ignore[arg-type]
     if p.type in (float, list):  # a list holds a weight per level
         return FiniteFloatRange(p.low, p.high)
     raise TypeError(f"{p.name}: no range type for {p.type.__name__}")
@@ -86,10 +110,7 @@ def param_list_option(p: Param, *, help_prefix: str = "", default: Sequence[Any]
     def parse(ctx: click.Context, param: click.Parameter, text: str | None) -> list[Any] | None:
         if text is None:
             return None
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        if not items:
-            raise click.BadParameter("give at least one value", ctx, param)
-        return [kind.convert(x, param, ctx) for x in items]
+        return [kind.convert(x, param, ctx) for x in comma_items(text, ctx, param)]
 
     values = None if default is None else list(default) or [p.default]
     return click.option(p.flag, p.name, default=None if values is None else ",".join(map(_number, values)),
@@ -99,6 +120,42 @@ def param_list_option(p: Param, *, help_prefix: str = "", default: Sequence[Any]
 
 def _number(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def comma_items(text: str, ctx: click.Context | None = None, param: click.Parameter | None = None,
+                param_hint: str | None = None) -> list[str]:
+    """The items of a comma-separated option value, stripped. An empty item
+    (``1,,2``, a trailing comma) is a usage error naming the option: dropping
+    it would silently change what the list says."""
+    items = [x.strip() for x in text.split(",")]
+    if items == [""]:
+        raise click.BadParameter("give at least one value", ctx, param, param_hint)
+    if "" in items:
+        raise click.BadParameter(f"{text!r} has an empty item: give a value between every two commas",
+                                 ctx, param, param_hint)
+    return items
+
+
+class OutputFile(click.Path):
+    """A file a command writes (through a temporary file beside it, then a
+    rename): refused when parsed, before any work, when it is a folder, its
+    folder does not exist or cannot be written, or it exists and cannot be
+    written; otherwise the work would be lost to a late error."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, writable=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if str(value) == "":
+            self.fail("give a file name", param, ctx)
+        rv = super().convert(value, param, ctx)  # a folder, an existing file not writable
+        folder = os.path.dirname(os.path.abspath(os.fsdecode(rv)))
+        if not os.path.isdir(folder):
+            why = "does not exist" if not os.path.exists(folder) else "is not a folder"
+            self.fail(f"{os.fsdecode(value)!r}: its folder {folder} {why}.", param, ctx)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            self.fail(f"{os.fsdecode(value)!r}: its folder {folder} is not writable.", param, ctx)
+        return rv
 
 
 def json_option(help_text: str = "Print JSON on stdout instead of text.") -> Decorator:
@@ -113,8 +170,98 @@ def quiet_option() -> Decorator:
 
 def threads_option(help_text: str, default: int = 1, show_default: Any = True) -> Decorator:
     """-j/--threads N: how much of the command runs at once."""
-    return click.option("--threads", "-j", "threads", type=click.IntRange(1), default=default,
+    return click.option("--threads", "-j", "threads", type=IntRange(1), default=default,
                         show_default=show_default, help=help_text)
+
+
+#: The longest --deadline-ms: a day. gRPC holds a deadline in int64 nanoseconds, which overflow past about
+#: 9.2e12 ms (the call then fails at once with DEADLINE_EXCEEDED); no call to a trie host needs a day.
+MAX_DEADLINE_MS = 86_400_000.0
+
+
+class DeadlineMs(FiniteFloatRange):
+    """--deadline-ms: milliseconds, > 0 and at most MAX_DEADLINE_MS (checked
+    apart, so that the help and the message for 0 keep saying x>0)."""
+
+    def __init__(self) -> None:
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if rv > MAX_DEADLINE_MS:
+            self.fail(f"{rv:g} is more than {MAX_DEADLINE_MS:.0f} (a day), the longest deadline.", param, ctx)
+        return rv
+
+
+_PORT = re.compile(r"[0-9]+")
+#: gRPC's target schemes that carry no HOST:PORT: a Unix domain socket (unix:PATH, unix:///PATH, unix-abstract:NAME).
+_SOCKET_SCHEMES = ("unix:", "unix-abstract:")
+_TARGET_FORMS = "HOST:PORT, [IPv6]:PORT or dns:///NAME:PORT, the port in 1..65535"
+
+
+def _host_port_problem(text: str) -> str | None:
+    """What is wrong with HOST:PORT or [IPv6]:PORT, or None."""
+    if text.startswith("["):
+        host, close, port = text[1:].partition("]")
+        if not close or not port.startswith(":"):
+            return "an IPv6 address in brackets needs its port after them"
+        port = port[1:]
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            return "no port (gRPC would dial 443)"
+        if "/" in host:
+            return "not HOST:PORT (no scheme or path)"
+        if ":" in host:
+            return "an IPv6 address goes in brackets"
+    if not host:
+        return "no host"
+    if not _PORT.fullmatch(port):
+        return f"the port {port!r} is not a number" if port else "no port (gRPC would dial 443)"
+    if not 1 <= int(port) <= 65535:
+        return f"the port {port} is not in 1..65535"
+    return None
+
+
+def target_problem(target: str) -> str | None:
+    """What is wrong with a trie host's address, or None for the forms the
+    client takes (ngram_service.client.channel_targets): HOST:PORT,
+    [IPv6]:PORT, dns:///NAME:PORT or dns://DNS-SERVER:PORT/NAME:PORT,
+    gRPC's ipv4:/ipv6: address lists, a Unix socket (unix:PATH)."""
+    if not target.strip():
+        return "empty"
+    if target.startswith(_SOCKET_SCHEMES):
+        return None if target.partition(":")[2].strip("/") else "no socket path (unix:PATH)"
+    if target.startswith("dns:"):
+        rest = target[len("dns:"):]
+        if rest.startswith("//") and not rest.startswith("///"):  # dns://DNS-SERVER:PORT/NAME:PORT
+            server, _, rest = rest[2:].partition("/")
+            why = _host_port_problem(server)
+            if why:
+                return f"the DNS server {server!r}: {why}"
+        why = _host_port_problem(rest.lstrip("/"))
+        return f"the name {rest.lstrip('/')!r}: {why}" if why else None
+    if target.startswith(("ipv4:", "ipv6:")):
+        for address in target[len("ipv4:"):].split(","):
+            why = _host_port_problem(address)
+            if why:
+                return f"{address!r}: {why}"
+        return None
+    return _host_port_problem(target)
+
+
+class TargetType(click.ParamType):
+    """A trie host's address (target_problem), checked when parsed: a bad
+    one would otherwise be dialed (a missing port as 443, a port above
+    65535 wrapped) and fail, or time out, at the first call."""
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        why = target_problem(str(value))
+        if why:
+            self.fail(f"{value!r}: {why}; give {_TARGET_FORMS}.", param, ctx)
+        return value
 
 
 #: The options of a connection to a trie host, by parameter name (host_options).
@@ -130,11 +277,11 @@ def host_options(*, default_target: str | None, deadline_ms: float, deadline_hel
     if default_target is not None:
         target_help += " The default is ngram-serve's default --port on this machine."
     options = [
-        click.option("--target", "targets", multiple=True, metavar="HOST:PORT",
+        click.option("--target", "targets", multiple=True, type=TargetType(), metavar="HOST:PORT",
                      default=[default_target] if default_target else [], show_default=default_target is not None,
                      help=target_help),
         click.option("--index", default="", help="Index name on the host [default: the host's first]."),
-        click.option("--deadline-ms", type=FiniteFloatRange(min=0, min_open=True), default=deadline_ms,
+        click.option("--deadline-ms", type=DeadlineMs(), default=deadline_ms,
                      show_default=True, help=deadline_help),
         click.option("--ca", type=click.Path(exists=True, dir_okay=False),
                      help="CA certificate (PEM) to verify the host with: use TLS."),

@@ -33,7 +33,8 @@ import click
 import grpc
 import numpy as np
 
-from ngram_service.cli_options import (CONTEXT_SETTINGS, HOST_OPTIONS, ToolGroup, deprecated_option, given_options,
+from ngram_service.cli_options import (CONTEXT_SETTINGS, HOST_OPTIONS, MAX_DEADLINE_MS, FiniteFloatRange, IntRange,
+                                       TargetType, ToolGroup, comma_items, deprecated_option, given_options,
                                        host_options, json_option, param_option, tls_client_options)
 from ngram_service.client import DEFAULT_TIMEOUT, NgramClient
 from ngram_service.fingerprint import tokenizer_json_fingerprint, trie_fingerprint
@@ -45,6 +46,8 @@ from ngram_service.params import PROPOSE_PARAMS, PRUNE_PARAMS
 DEFAULT_TARGET = "127.0.0.1:50051"
 # TopKRequest.k is a uint32 (proto/ngram/v1): the largest k a host can be asked for.
 MAX_K = 2**32 - 1
+# Token ids travel as int64 (numpy, the engine, the wire): one beyond cannot even be sent.
+INT64 = range(-2**63, 2**63)
 
 
 class QueryError(Exception):
@@ -95,11 +98,22 @@ class Session:
         """Token ids of an option's value: comma-separated ids, or text with --tokenizer."""
         if self.tokenizer is not None:
             return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        if not text.strip():
+            return []  # an empty context: the unigram continuations
         try:
-            return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+            ids = [int(x) for x in comma_items(text, param_hint=option)]
         except ValueError:
             raise click.BadParameter(f"{text!r} is not a comma-separated list of token ids (give --tokenizer "
                                      "to pass text)", param_hint=option) from None
+        for i, t in enumerate(ids):
+            if t not in INT64:  # refused here as the engine refuses an id outside its vocabulary
+                raise click.BadParameter(f"{option[2:]}[{i}] = {t} is not a token id: must be in "
+                                         f"[0, {self.vocab_limit()})", param_hint=option)
+        return ids
+
+    def vocab_limit(self) -> str:
+        """The vocabulary size of a local trie (a host's is not asked for: a usage error makes no call)."""
+        return str(self.index.vocab_size) if isinstance(self.index, NgramIndex) else "the index's vocabulary size"
 
     def texts(self, ids: Any) -> dict[str, Any]:
         """{"texts": the text of each token} with --tokenizer, else {}."""
@@ -171,8 +185,9 @@ def _tree_json(t: Any) -> dict[str, Any]:
 @click.group("ngram-query", cls=ToolGroup, context_settings=CONTEXT_SETTINGS)
 @host_options(default_target=DEFAULT_TARGET, deadline_ms=1000 * DEFAULT_TIMEOUT,
               deadline_help="Deadline of each call to the host.")
-@deprecated_option("-t", new="--target", param="targets", multiple=True)
-@deprecated_option("--timeout", new="--deadline-ms", param="deadline_ms", type=float,
+@deprecated_option("-t", new="--target", param="targets", multiple=True, type=TargetType())
+@deprecated_option("--timeout", new="--deadline-ms", param="deadline_ms",
+                   type=FiniteFloatRange(min=0, min_open=True, max=MAX_DEADLINE_MS / 1000),
                    convert=lambda seconds: 1000 * seconds, note=" (milliseconds; --timeout was in seconds)")
 @click.option("--trie", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Query this local trie file in process instead of a host (same commands, same output).")
@@ -264,7 +279,7 @@ def conditional_probs_ragged(index: NgramIndex | NgramClient, contexts: list[lis
 
 @main.command()
 @click.option("--context", required=True, help="Context token ids, comma-separated (text with --tokenizer).")
-@click.option("-k", "k", type=click.IntRange(1, MAX_K), default=10, show_default=True, help="How many continuations.")
+@click.option("-k", "k", type=IntRange(1, MAX_K), default=10, show_default=True, help="How many continuations.")
 @click.pass_obj
 @_reported
 def topk(s: Session, context: str, k: int) -> None:
