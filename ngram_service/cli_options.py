@@ -36,16 +36,22 @@ CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
+def _a_number(kind: click.ParamType, value: Any, cast: Callable[[str], Any], word: str,
+              param: click.Parameter | None, ctx: click.Context | None) -> None:
+    """Fails as "not a valid integer/float" for a string that is no number at
+    all (click's range types say "not a valid integer range")."""
+    if isinstance(value, str):
+        try:
+            cast(value)
+        except ValueError:
+            kind.fail(f"{value!r} is not a valid {word}.", param, ctx)
+
+
 class IntRange(click.IntRange):
-    """click.IntRange, whose message for a value that is no number at all
-    says "not a valid integer" (click's says "not a valid integer range")."""
+    """click.IntRange, whose message for a value that is no number says "not a valid integer"."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str):
-            try:
-                int(value)
-            except ValueError:
-                self.fail(f"{value!r} is not a valid integer.", param, ctx)
+        _a_number(self, value, int, "integer", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -57,11 +63,7 @@ class FiniteFloatRange(click.FloatRange):
         return "finite" if self.min is None and self.max is None else super()._describe_range()
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str):
-            try:
-                float(value)
-            except ValueError:
-                self.fail(f"{value!r} is not a valid float.", param, ctx)
+        _a_number(self, value, float, "float", param, ctx)
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
