@@ -12,21 +12,29 @@ TREE_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 #: The default most tokens (tree nodes and their roots, all rows) of a verification forward. A forward's
 #: cost stays near a one-token step's while the weights' reading dominates it, and grows with its tokens
 #: once their compute does (about 200 tokens on an H200 in bfloat16, its FLOPs over its memory bandwidth):
-#: a batch of 64-node trees at B = 16 is over 1,000 tokens. 128 leaves one tree its 64 nodes and cuts B
-#: trees to 128 // B tokens (CHANGELOG.md, 2026-11-28).
+#: a batch of 64-node trees at B = 16 is over 1,000 tokens. 128 leaves one tree its size and cuts B trees
+#: to 128 // B tokens (CHANGELOG.md, 2026-11-28).
 TREE_BUDGET = 128
 
 
 def tree_nodes(budget: int | None, rows: int, own: int | None) -> int | None:
     """The most nodes besides the root each of ``rows`` trees may have under
-    ``budget`` tokens, when the source's own bound (``own`` nodes) does not
-    fit: budget // rows tokens rounded down to a bucket, at least a root and
-    one node. None: no cut (no budget, a source that cannot be told, or its
-    trees fit)."""
+    ``budget`` tokens, the source's own bound being ``own`` nodes.
+
+    Over the share (budget // rows tokens), a tree is cut to the largest
+    bucket within it (at least a root and one node). Within the share, the
+    source's own size is kept unless it lies just past a bucket: a tree of
+    own + 1 tokens is then cut to that bucket when that drops fewer nodes
+    than padding to the next bucket would add (64 nodes: 65 tokens, cut to
+    64 rather than padded to 96; DART's 60: 61 tokens, padded to 64). None:
+    no cut (no budget, a source that cannot be told, or its trees kept)."""
     if budget is None or own is None:
         return None
-    tokens = budget // rows
-    if tokens > own:  # the root and the source's own nodes fit
-        return None
-    tokens = max((b for b in TREE_BUCKETS if b <= tokens), default=2)
+    share = budget // rows
+    if share > own:
+        tokens = own + 1
+        lower = max((b for b in TREE_BUCKETS if b <= tokens), default=1)
+        upper = min((b for b in TREE_BUCKETS if b >= tokens), default=tokens)  # past the last: its own length
+        return None if tokens - lower >= upper - tokens else max(1, lower - 1)
+    tokens = max((b for b in TREE_BUCKETS if b <= share), default=2)
     return max(1, tokens - 1)

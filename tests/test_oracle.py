@@ -69,13 +69,15 @@ def test_accepted_lengths_equal_the_teacher_forced_replay(oracle: OracleTarget, 
     index = NgramIndex.open(sample_trie)
     proposer = LocalProposer(index)
     gen = ProposalGenerator(oracle, proposer, eos_token_id=[])
+    cap = gen.tree_nodes(1)  # one row's trees under the generator's tree budget
+    params = proposer.params if cap is None else dict(proposer.params, max_nodes=cap)
     for ref in references:
         res = gen.generate(ref[:PROMPT], max_new_tokens=NEW, stop_at_eos=False)
         doc = np.asarray(ref)
         at = PROMPT + 1  # the prefill committed the first new token
         want = []
         while at < PROMPT + NEW:
-            tree = index.propose(doc[:at], **proposer.params)
+            tree = index.propose(doc[:at], **params)
             acc = accepted_length(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), ref, at)
             want.append(acc)
             at += acc + 1

@@ -55,8 +55,12 @@ def trie(tmp_path_factory: pytest.TempPathFactory, prompts: list[list[int]], ref
 def test_each_row_gets_its_share_rounded_to_a_bucket(target: Any, trie: Path) -> None:
     gen = ProposalGenerator(target, LocalProposer(trie))  # max_nodes 64: 65 tokens with the root
     assert gen.tree_budget == TREE_BUDGET == 128
-    assert [gen.tree_nodes(b) for b in (1, 2, 3, 4, 8, 16, 64, 65, 1000)] == [None, 63, 31, 31, 15, 7, 1, 1, 1]
+    # one tree: 65 tokens cut to the bucket of 64 (not padded to 96); B trees: their share's bucket
+    assert [gen.tree_nodes(b) for b in (1, 2, 3, 4, 8, 16, 64, 65, 1000)] == [63, 63, 31, 31, 15, 7, 1, 1, 1]
     assert ProposalGenerator(target, LocalProposer(trie, max_nodes=30)).tree_nodes(4) is None  # 31 fit in 32
+    assert ProposalGenerator(target, LocalProposer(trie, max_nodes=31)).tree_nodes(1) is None  # 32: a bucket
+    assert ProposalGenerator(target, LocalProposer(trie, max_nodes=40)).tree_nodes(1) is None  # 41: padded to 48
+    assert ProposalGenerator(target, LocalProposer(trie, max_nodes=200), tree_budget=512).tree_nodes(1) is None
     assert ProposalGenerator(target, LocalProposer(trie), tree_budget=None).tree_nodes(16) is None
     assert ProposalGenerator(target, LocalProposer(trie), tree_budget=512).tree_nodes(16) == 31
     # a plain callable cannot be told: it keeps its own trees
