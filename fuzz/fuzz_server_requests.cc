@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_host->config.limits.max_nodes = 256;
   g_host->config.limits.max_beam = 64;
   g_host->registry.add("fuzz", path);
-  g_host->metrics = ngram::server::Metrics::create("", 0, g_host->registry);
+  g_host->metrics = ngram::server::Metrics::create("", -1, g_host->registry);  // -1: no endpoint
   g_host->pool = std::make_unique<ngram::server::ComputePool>(1, 8, std::chrono::seconds(10));
   g_host->service = std::make_unique<ngram::server::NgramServiceImpl>(g_host->config, g_host->registry,
                                                                       *g_host->metrics, *g_host->pool);

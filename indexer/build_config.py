@@ -12,6 +12,14 @@ class BuildError(Exception):
     """A build that cannot go on; the message says why."""
 
 
+class OutIsInputError(BuildError):
+    """--out names one of the input shards: the trie would overwrite it."""
+
+
+class NothingToCountError(BuildError):
+    """The input holds no documents: running again cannot help, so no work is kept."""
+
+
 @dataclass
 class BuildConfig:
     inputs: list[str]

@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
+from indexer.build_config import BuildConfig, BuildError, OutIsInputError
 from indexer.executor import available_cores
+from indexer.out_checks import check_out
 from indexer.trie_assembly import FORMAT_VERSION, FORMAT_VERSIONS
 from ngram_service import _engine
-from ngram_service.cli_options import CONTEXT_SETTINGS, ToolCommand, deprecated_option, quiet_option, threads_option
+from ngram_service.cli_options import (CONTEXT_SETTINGS, ToolCommand, deprecated_option, quiet_option, refuse_given,
+                                       threads_option)
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 
@@ -67,7 +74,7 @@ def _ray_executor(argv: list[str]) -> bool:
 
 @click.command("ngram-build", cls=_BuildCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument("inputs", nargs=-1, metavar="[INPUT]...")
-@click.option("--out", "-o", required=True,
+@click.option("--out", "-o", required=True, callback=check_out,
               help="Trie file to write (written atomically), a path or s3:// / gs:// URI.")
 @click.option("--tokenizer", "-t", default=None,
               help="Hugging Face hub id, folder with tokenizer.json, a tokenizer.json file, or a "
@@ -152,22 +159,17 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
     installed (the HF tokenizer's many small allocations);
     NGRAM_BUILD_ALLOCATOR=system keeps the C library's malloc.
     """
-    from indexer.build_config import BuildConfig, BuildError, work_dir
+    from indexer.eos_lookup import NoEosError
+    from indexer.out_checks import check_work_dir
+    from indexer.out_lock import OutNotWritableError, out_lock
     from indexer.pipeline import build
     from indexer.progress import ProgressPrinter
     from indexer.shards import ShardError
 
     progress = (lambda _m: None) if quiet else ProgressPrinter(sys.stderr)
-    mem = memory_limit
-    try:
-        if from_dart_trie:
-            from indexer.dart_convert import convert_dart_trie
-
-            if inputs:
-                raise click.UsageError("--from-dart-trie takes no INPUT")
-            convert_dart_trie(from_dart_trie, out, tokenizer=tokenizer, vocab_size=vocab_size,
-                              eos=_eos(eos), compress=compress, name=name, progress=progress)
-            return
+    if from_dart_trie:
+        _check_dart_options(inputs, out, tokenizer, from_dart_trie)
+    else:
         if not inputs:
             if tokenizer is not None:
                 raise click.UsageError("give INPUT shards (the bundled sample goes with the bundled tokenizer)")
@@ -177,28 +179,102 @@ def main(inputs: tuple[str, ...], out: str, tokenizer: str | None, order: int, m
         elif tokenizer is None and (vocab_size is None or eos is None):
             raise click.UsageError("--tokenizer is required with INPUT (or, for pre-tokenized INPUT, "
                                    "--vocab-size and --eos)")
-        cfg = BuildConfig(inputs=list(inputs), out=out, tokenizer=tokenizer, order=order, min_count=min_count,
-                          workers=threads, memory_limit_bytes=mem, tmp_dir=tmp_dir, text_field=text_field,
-                          eos=_eos(eos), skip_bad=skip_bad, compress=compress, keep_tmp=keep_tmp,
-                          tokenizer_backend=tokenizer_backend, name=name, token_field=token_field,
-                          token_dtype=token_dtype, vocab_size=vocab_size, executor=executor,
-                          ray_address=ray_address, add_special_tokens=add_special_tokens,
-                          format_version=int(format_version))
-        if not resume:
-            from indexer.storage import Store
+        check_work_dir(out, tmp_dir)
+        _refuse_out_read(out, tokenizer, None)
+    try:
+        with _sigterm_as_interrupt(), out_lock(out):
+            if from_dart_trie:
+                from indexer.dart_convert import convert_dart_trie
 
-            # Only this tool's work folders: a --tmp-dir is the user's folder and may hold other files.
-            store = Store(work_dir(cfg))
-            for name in sorted({f.key.split("/", 1)[0] for f in store.list("")}):
-                if name.startswith("build-"):
-                    store.delete(name)
-        report = build(cfg, progress=progress)
+                convert_dart_trie(from_dart_trie, out, tokenizer=tokenizer, vocab_size=vocab_size, eos=_eos(eos),
+                                  compress=compress, name=name, format_version=int(format_version),
+                                  progress=progress)
+                return
+            cfg = BuildConfig(inputs=list(inputs), out=out, tokenizer=tokenizer, order=order, min_count=min_count,
+                              workers=threads, memory_limit_bytes=memory_limit, tmp_dir=tmp_dir,
+                              text_field=text_field, eos=_eos(eos), skip_bad=skip_bad, compress=compress,
+                              keep_tmp=keep_tmp, tokenizer_backend=tokenizer_backend, name=name,
+                              token_field=token_field, token_dtype=token_dtype, vocab_size=vocab_size,
+                              executor=executor, ray_address=ray_address, add_special_tokens=add_special_tokens,
+                              format_version=int(format_version))
+            if not resume:
+                _delete_work(cfg)
+            report = build(cfg, progress=progress)
         warn_empty_orders(report.ngrams, min_count)
+    except OutIsInputError as e:
+        raise click.UsageError(str(e)) from None
+    except OutNotWritableError as e:
+        raise click.BadParameter(str(e), param_hint="'--out'") from None
+    except NoEosError as e:
+        _fail(e.message("give --eos ID or --eos TOKEN"))
     except (BuildError, ShardError, ValueError, OSError, RuntimeError) as e:
         # RuntimeError: a worker process died (BrokenProcessPool), a task failed on every retry.
-        click.echo(f"ngram-build: error: {type(e).__name__ + ': ' if isinstance(e, RuntimeError) else ''}{e}",
-                   err=True)
-        sys.exit(1)
+        _fail(f"{type(e).__name__ + ': ' if isinstance(e, RuntimeError) else ''}{e}")
+
+
+#: Options of a build from shards that a --from-dart-trie conversion has no use for.
+BUILD_ONLY = ("order", "min_count", "threads", "memory_limit", "tmp_dir", "executor", "ray_address", "token_field",
+              "token_dtype", "text_field", "skip_bad", "resume", "keep_tmp", "tokenizer_backend",
+              "add_special_tokens")
+
+
+def _check_dart_options(inputs: tuple[str, ...], out: str, tokenizer: str | None, source: str) -> None:
+    """--from-dart-trie converts one local file into another: no INPUT, none
+    of the build's options, and --out none of the files it reads."""
+    if inputs:
+        raise click.UsageError("--from-dart-trie takes no INPUT")
+    refuse_given(click.get_current_context(), BUILD_ONLY, "not with --from-dart-trie (a conversion counts nothing)")
+    from indexer.storage import is_uri
+
+    if is_uri(out):
+        raise click.BadParameter("--from-dart-trie writes a local file", param_hint="'--out'")
+    _refuse_out_read(out, tokenizer, source)
+
+
+def _refuse_out_read(out: str, tokenizer: str | None, dart_source: str | None) -> None:
+    """A usage error when --out is the tokenizer's file or the DART trie (the
+    input shards: the build checks them once it has found them)."""
+    from indexer.out_checks import refuse_out_read, tokenizer_files
+
+    reads = [("the --tokenizer file", f) for f in tokenizer_files(tokenizer)] if tokenizer else []
+    if dart_source:
+        reads.append(("the --from-dart-trie source", Path(dart_source)))
+    refuse_out_read(out, reads)
+
+
+def _delete_work(cfg: BuildConfig) -> None:
+    """--no-resume: this tool's work folders only; a --tmp-dir is the user's folder and may hold other files."""
+    from indexer.build_config import work_dir
+    from indexer.storage import Store
+
+    store = Store(work_dir(cfg))
+    for folder in sorted({f.key.split("/", 1)[0] for f in store.list("")}):
+        if folder.startswith("build-"):
+            store.delete(folder)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (kill, a container's stop) ends the run as Ctrl-C does: the
+    interrupted write removes its temporary file, the pool is shut down and
+    the driver says where its work waits, instead of dying mid-step."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def interrupt(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"ngram-build: error: {message}", err=True)
+    sys.exit(1)
 
 
 def warn_empty_orders(ngrams: list[int], min_count: int) -> None:

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from indexer.trie_assembly import LevelChunk, LevelPlan, count_histogram, write_trie
+from indexer.trie_assembly import FORMAT_VERSION, LevelChunk, LevelPlan, count_histogram, write_trie
 from indexer.trie_meta import tokenizer_meta, trie_meta
 from ngram_service import _engine
 from ngram_service.index import index_name
@@ -28,11 +28,14 @@ def convert_dart_trie(
     eos: int | str | None = None,
     compress: bool = False,
     name: str | None = None,
+    format_version: int = FORMAT_VERSION,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> int:
-    """Writes ``out`` from DART trie ``src``; returns the file size."""
+    """Writes ``out`` from DART trie ``src`` (trie file format ``format_version``); returns the file size."""
     order, token, parent, freq, depth = _engine.read_dart_trie(str(src))
     progress(f"read {src}: order {order}, {len(token):,} nodes")
+    vocab = ("--vocab-size" if vocab_size else "the tokenizer's vocabulary" if tokenizer
+             else "the trie's largest token id + 1; --vocab-size sets it")
     tok_meta = None
     eos_id: int | None = eos if isinstance(eos, int) else None
     if tokenizer is not None:
@@ -51,6 +54,8 @@ def convert_dart_trie(
     vocab_size = vocab_size or max_id + 1
     if max_id >= vocab_size:
         raise ValueError(f"{src}: token id {max_id} does not fit --vocab-size {vocab_size}")
+    if eos_id is not None and not 0 <= eos_id < vocab_size:
+        raise ValueError(f"{src}: eos id {eos_id} is outside [0, {vocab_size}) ({vocab})")
     if np.any(freq[nodes] < 1):
         raise ValueError(f"{src}: a node has frequency < 1")
 
@@ -69,7 +74,8 @@ def convert_dart_trie(
     from indexer.trie_output import write_file
 
     size = write_file(out, lambda path: write_trie(path, order=order, vocab_size=vocab_size, eos_id=eos_id,
-                                                   meta=meta, plans=plans, chunks=chunks()), compress)
+                                                   meta=meta, plans=plans, chunks=chunks(),
+                                                   format_version=format_version), compress)
     progress(f"wrote {out} ({size:,} bytes), n-grams per order {[p.size for p in plans]}")
     return size
 

@@ -17,6 +17,22 @@ from indexer.tokenizer_source import (
 # names the end-of-document token.
 KNOWN_EOS = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>")
 
+
+class NoEosError(TokenizerError):
+    """No end-of-document token found; ``message(hint)`` says how to name one
+    in the caller's own terms (the API's eos=, the command line's --eos)."""
+
+    def __init__(self, name: str, candidates: list[str]) -> None:
+        super().__init__(name, candidates)  # both args: the error is pickled back from a pool worker
+        self.name, self.candidates = name, candidates
+
+    def message(self, hint: str = "pass eos=ID or eos=TOKEN") -> str:
+        return f"{self.name}: no end-of-document token found (looked for {', '.join(self.candidates)}); {hint}"
+
+    def __str__(self) -> str:
+        return self.message()
+
+
 def resolve_eos(source: TokenizerSource, loaded: LoadedDefinition, eos: int | str | None) -> int:
     if isinstance(eos, (int, np.integer)) and not isinstance(eos, bool):
         if not 0 <= int(eos) < source.vocab_size:
@@ -49,6 +65,5 @@ def resolve_eos(source: TokenizerSource, loaded: LoadedDefinition, eos: int | st
         found = lookup(tok)
         if found is not None:
             return found
-    raise TokenizerError(
-        f"{source.name}: no end-of-document token found (looked for {', '.join(candidates)}); pass eos=ID or eos=TOKEN"
-    )
+    raise NoEosError(source.name, candidates)
+

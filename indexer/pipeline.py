@@ -26,7 +26,8 @@ from typing import Any
 
 from indexer import __version__
 from indexer.allocator import active_allocator
-from indexer.build_config import BuildConfig, BuildError, check_config, work_dir
+from indexer.build_config import (BuildConfig, BuildError, NothingToCountError, OutIsInputError, check_config,
+                                  work_dir)
 from indexer.documents import NextMapReadAhead, ReadSpec
 from indexer.executor import Executor, LocalExecutor, make_executor
 from indexer.fault_injection import FAULT_ENV, FaultPlan, fault_for, faults_from_env
@@ -35,7 +36,7 @@ from indexer.progress import PhaseProgress, Progress, format_bytes
 from indexer.range_planning import RangePlan, SampleTask, plan_ranges, run_sample
 from indexer.reduce_task import ReduceResult, ReduceTask, run_reduce
 from indexer.shard_discovery import Shard, find_shards
-from indexer.storage import Store, join
+from indexer.storage import Store, is_uri, join
 from indexer.trie_assembly import FORMAT_VERSION, LevelPlan
 from indexer.trie_meta import tokenizer_meta, trie_meta
 from indexer.trie_output import compress_file, split_children, write_output
@@ -97,6 +98,7 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     t_start = time.perf_counter()
     check_config(cfg)
     shards = find_shards(cfg.inputs)
+    _refuse_out_among(cfg.out, shards)
     vocab = load_vocabulary(cfg, executor)
     progress(f"ngram-build: {len(shards)} shard(s), order {cfg.order}, {vocab.describe}, "
              f"{executor.workers} worker(s), malloc {active_allocator()}")
@@ -116,16 +118,37 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     store = Store(join(work_dir(cfg), f"build-{run_key}"))
     try:
         report = _run(cfg, executor, progress, shards, vocab, spec, store, faults, t_start)
+    except NothingToCountError:
+        _remove_work(cfg, store, everything=False)  # running again would find nothing again
+        raise
     except BaseException:
         if store.exists(""):
             progress(f"ngram-build: the work directory {store.root} was kept: run the same command again "
                      "to resume from the finished tasks (--no-resume starts afresh)")
         raise
     if not cfg.keep_tmp:
-        store.delete("")
-        if not cfg.tmp_dir:  # OUT.build is ours; a --tmp-dir is the user's
-            Store(work_dir(cfg)).delete("")
+        _remove_work(cfg, store, everything=True)
     return report
+
+
+def _refuse_out_among(out: str, shards: list[Shard]) -> None:
+    """OutIsInputError when --out is (after symlinks) one of the shards."""
+    target = out if is_uri(out) else os.path.realpath(out)
+    for s in shards:
+        if (s.location if is_uri(s.location) else os.path.realpath(s.location)) == target:
+            raise OutIsInputError(f"--out {out} is the input shard {s.location}: the trie would overwrite it; "
+                                  "give --out another file")
+
+
+def _remove_work(cfg: BuildConfig, store: Store, everything: bool) -> None:
+    """Deletes this build's work folder, and OUT.build (ours; a --tmp-dir is
+    the user's) whole after a success, else only when nothing else is in it."""
+    store.delete("")
+    if cfg.tmp_dir:
+        return
+    work = Store(work_dir(cfg))
+    if everything or not work.list(""):
+        work.delete("")
 
 
 def _range_plan(store: Store, shards: list[Shard], spec: ReadSpec, cfg: BuildConfig, executor: Executor,
@@ -173,7 +196,10 @@ def _run(cfg: BuildConfig, executor: Executor, progress: Progress, shards: list[
     map_results = _run_maps(executor, map_tasks, shards, progress)
     t_reduce = time.perf_counter()
     if sum(r.documents for r in map_results) == 0:
-        raise BuildError("no documents in the input: nothing to count")
+        skipped = sum(r.skipped for r in map_results)
+        why = f"every one of its {skipped:,} documents was skipped as bad" if skipped else "every shard is empty"
+        raise NothingToCountError(f"no documents in the input ({len(shards)} shard(s): {why}): nothing to count; "
+                                  "give INPUT shards that hold documents")
 
     reduce_tasks = [
         ReduceTask(i, lo, hi, [r.attempt for r in map_results if r.range_bytes[i]], store, cfg.order,

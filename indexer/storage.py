@@ -186,7 +186,10 @@ def upload_atomic(local: Path, location: str) -> None:
     fs, path = filesystem(location)
     if not is_uri(location):
         tmp = f"{path}.tmp-{os.getpid()}"
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, path)
+        try:
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)  # left only by a failed or interrupted copy
         return
     pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)

@@ -56,10 +56,11 @@ def write_file(out: Path, write: Callable[[Path], int], compress: bool) -> int:
     if not compress:
         return write(out)
     plain = out.with_name(out.name + ".plain.tmp")
-    write(plain)
-    size = compress_file(plain, out)
-    plain.unlink()
-    return size
+    try:
+        write(plain)
+        return compress_file(plain, out)
+    finally:
+        plain.unlink(missing_ok=True)  # also when interrupted (Ctrl-C, SIGTERM)
 
 
 def split_children(plan: RangePlan, reduces: list[ReduceResult]) -> SplitChildren:
@@ -121,9 +122,12 @@ def compress_file(src: Path, dst: Path, level: int = 10) -> int:
 
     tmp = dst.with_name(dst.name + f".tmp-{os.getpid()}")
     cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_content_size=True, write_checksum=True)
-    with open(src, "rb") as fi, open(tmp, "wb") as fo:
-        cctx.copy_stream(fi, fo, size=src.stat().st_size)
-        fo.flush()
-        os.fsync(fo.fileno())
-    os.replace(tmp, dst)
+    try:
+        with open(src, "rb") as fi, open(tmp, "wb") as fo:
+            cctx.copy_stream(fi, fo, size=src.stat().st_size)
+            fo.flush()
+            os.fsync(fo.fileno())
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)  # gone after the rename; left only by a failed or interrupted write
     return dst.stat().st_size

@@ -363,9 +363,10 @@ def test_native_switches_match_the_native_help() -> None:
     assert {name for name, metavar in options if not metavar} == NATIVE_SWITCHES
 
 
-def test_local_files_need_no_cache_and_help_lists_the_fetch_options(tmp_path: Path) -> None:
-    r = run_serve([str(tmp_path / "missing.ngt"), "--fetch-only"], {})
-    assert r.returncode == 0 and r.stdout.strip() == str(tmp_path / "missing.ngt")
+def test_local_files_need_no_cache_and_help_lists_the_fetch_options(sample_trie: Path, tmp_path: Path) -> None:
+    r = run_serve([str(sample_trie), "--fetch-only"], {"HOME": str(tmp_path)})
+    assert r.returncode == 0 and r.stdout.strip() == str(sample_trie)
+    assert not list(tmp_path.iterdir())  # no cache made for a local file
     if find_native_binary() is not None:
         r = run_serve(["--help"], {})
         assert r.returncode == 0 and "--drain-seconds" in r.stdout

@@ -32,7 +32,7 @@ class Metrics {
   // The address it listens on ("" when metrics are off).
   virtual std::string endpoint() const = 0;
 
-  // Serves /metrics on host:port; port 0 returns the no-op recorder.
+  // Serves /metrics on host:port (0: a free port); a negative port returns the no-op recorder.
   // Throws std::runtime_error when the port cannot be bound or metrics
   // were not compiled in.
   static std::unique_ptr<Metrics> create(const std::string& host, int port, const IndexRegistry& registry);
