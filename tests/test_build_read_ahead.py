@@ -92,22 +92,20 @@ def test_reads_ahead_only_with_a_core_to_spare(tmp_path: Path, monkeypatch: pyte
     for i, texts in enumerate(shards):
         write_jsonl_zst(tmp_path / f"s{i}.jsonl.zst", texts)
     out = tmp_path / "t.ngt"
-    # The build runs in this process (-j 1): watch which shards get a reader thread.
+    # The build runs in this process (-j 1): record which shards get a reader thread as each starts (polling
+    # the live threads missed short-lived readers on a loaded machine).
     read_ahead: set[str] = set()
-    done = threading.Event()
+    start = threading.Thread.start
 
-    def watch() -> None:
-        while not done.wait(0.001):
-            read_ahead.update(t.name.split(" ", 1)[1] for t in reader_threads())
+    def recording_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("shard-reader "):
+            read_ahead.add(thread.name.split(" ", 1)[1])
+        start(thread)
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        build(BuildConfig(inputs=[str(tmp_path)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3, workers=1),
-              progress=lambda _m: None)
-    finally:
-        done.set()
-        watcher.join()
+    monkeypatch.setattr(threading.Thread, "start", recording_start)
+    build(BuildConfig(inputs=[str(tmp_path)], out=str(out), tokenizer=str(SAMPLE_TOKENIZER), order=3, workers=1),
+          progress=lambda _m: None)
+    monkeypatch.undo()
     flat, lengths = load_tokenizer(str(SAMPLE_TOKENIZER)).encode_to_arrays([t for s in shards for t in s])
     check_exact(out, brute_counts(flat, lengths, 3), 3)
     assert read_ahead == ({str(tmp_path / f"s{i}.jsonl.zst") for i in range(3)} if spare else set())
