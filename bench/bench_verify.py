@@ -157,9 +157,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "verify.json"))
     args = ap.parse_args()
     try:
-        trees = [int(x) for x in args.tree.split(",") if x.strip()]
+        trees = [int(x) for x in args.tree.split(",")]
     except ValueError:
-        ap.error(f"--tree: sizes, comma-separated, got {args.tree!r}")
+        ap.error(f"--tree: sizes, comma-separated (no empty item), got {args.tree!r}")
     if not trees or min(trees) < 1:
         ap.error(f"--tree: sizes of at least 1, got {args.tree!r}")
     dev = torch.device(args.device)

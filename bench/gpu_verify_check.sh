@@ -12,8 +12,11 @@
 # corpus and an order-3 trie of its training part (made in $NGRAM_HELDOUT, default /tmp/heldout, unless
 # there already), with the documents the oracle follows: of each source, the first held-out document of at
 # least 64 + 256 + 1 tokens (6 documents; their teacher-forced proposals accept 2.16 tokens a step at the
-# positions decoded, docs/DART_CLIENT.md). Gzipped, 46 MiB, under the 64 MiB that travels.
-# run (about 7 minutes on an H200; everything it measures goes to $OUT):
+# positions decoded with 64-node trees, docs/DART_CLIENT.md; decoding now cuts one row's tree to 63 nodes, the
+# bucket of 64 tokens). Gzipped, 46 MiB, under the 64 MiB that travels.
+# run (estimated, not measured: steps 1 and 2 about 3 minutes, step 3 about 5 on an H200, the device's start
+# apart; under a 10-minute limit per call, run "run 12" and then "run 3" as two calls; everything it measures
+# goes to $OUT):
 #   1. float32, a tiny target: the CUDA graphs' tokens equal the dynamic cache's (greedy, proposals and the
 #      target alone, one prompt and a ragged batch), the graphs captured; exit status 1 if not (the figures
 #      after it would mean nothing);

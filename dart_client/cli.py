@@ -323,7 +323,7 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     if prompt is not None and prompt_file is not None:
         raise click.UsageError("give one of -p/--prompt or --prompt-file, not both")
     client_options = tls_client_options(ca, cert, key, server_name)
-    if eos_spec not in ("model", "tokenizer") and not re.fullmatch(r"-?[0-9]+", eos_spec):
+    if eos_spec not in ("model", "tokenizer") and not re.fullmatch(r"[0-9]+", eos_spec):
         raise click.BadParameter(f"{eos_spec!r}: give model, tokenizer or a token id", param_hint="--eos")
     from dart_client.requirements import INSTALL_HINT, missing
 

@@ -359,7 +359,8 @@ class SpeculativeGenerator:
         tokens (DrafterSource)."""
         b = len(rows)
         t0 = clock()
-        call = self.source.trees(rows, self.tree_nodes(b))
+        cap = self.tree_nodes(b)
+        call = self.source.trees(rows) if cap is None else self.source.trees(rows, cap)
         trees = call.trees
         t1 = clock()
 

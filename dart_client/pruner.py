@@ -129,7 +129,7 @@ class _PrunerBase:
         self._d2t_cache: tuple[Any, torch.Tensor] | None = None
         self._lattice_staging = LatticeStaging()
         self._staging = TreeStaging()
-        self._param_cache: dict[tuple[float, int, int], dict[str, Any]] = {}
+        self._param_cache: dict[tuple[float, int, int, int | None], dict[str, Any]] = {}
         self._graphs = LatticeGraphs() if cuda_graphs else None
 
     # -- subclasses --------------------------------------------------------------

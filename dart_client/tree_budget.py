@@ -21,20 +21,23 @@ def tree_nodes(budget: int | None, rows: int, own: int | None) -> int | None:
     """The most nodes besides the root each of ``rows`` trees may have under
     ``budget`` tokens, the source's own bound being ``own`` nodes.
 
-    Over the share (budget // rows tokens), a tree is cut to the largest
-    bucket within it (at least a root and one node). Within the share, the
-    source's own size is kept unless it lies just past a bucket: a tree of
-    own + 1 tokens is then cut to that bucket when that drops fewer nodes
-    than padding to the next bucket would add (64 nodes: 65 tokens, cut to
-    64 rather than padded to 96; DART's 60: 61 tokens, padded to 64). None:
-    no cut (no budget, a source that cannot be told, or its trees kept)."""
+    A tree's tokens (its nodes and root) are padded up to a bucket under CUDA
+    graphs; the sizes below are the same with every cache, so that caches
+    decode alike. The source's own size is kept when its padded size fits
+    the share (budget // rows tokens), unless it lies just past a bucket and
+    cutting to that bucket drops fewer nodes than padding adds (64 nodes: 65
+    tokens, cut to 64 rather than padded to 96; DART's 60: 61 tokens, padded
+    to 64). Otherwise a tree is cut to the largest bucket within the share
+    (past the last bucket, the share itself), at least a root and one node.
+    None: no cut (no budget, a source that cannot be told, or its own size
+    kept)."""
     if budget is None or own is None:
         return None
     share = budget // rows
-    if share > own:
-        tokens = own + 1
-        lower = max((b for b in TREE_BUCKETS if b <= tokens), default=1)
-        upper = min((b for b in TREE_BUCKETS if b >= tokens), default=tokens)  # past the last: its own length
+    tokens = own + 1
+    lower = max((b for b in TREE_BUCKETS if b <= tokens), default=1)
+    upper = min((b for b in TREE_BUCKETS if b >= tokens), default=tokens)  # past the last: its own length
+    if upper <= share:
         return None if tokens - lower >= upper - tokens else max(1, lower - 1)
-    tokens = max((b for b in TREE_BUCKETS if b <= share), default=2)
-    return max(1, tokens - 1)
+    fit = share if share > TREE_BUCKETS[-1] else max((b for b in TREE_BUCKETS if b <= share), default=2)
+    return max(1, fit - 1)

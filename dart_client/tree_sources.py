@@ -95,7 +95,6 @@ class TreeSource:
         """Checks the source against the generator's target (ValueError)."""
         self.device = gen.device
 
-
     def start(self, rows: list[SequenceState], out: Any, lens: list[int]) -> None:
         """After the prefill forward ``out`` of prompts of lengths ``lens``
         (each row's first token committed)."""

@@ -1,6 +1,7 @@
 """`ngram-build`: the command line over indexer.pipeline and indexer.dart_convert."""
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
@@ -263,6 +264,13 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def interrupt(_sig: int, _frame: Any) -> None:
+        # A terminal's Ctrl-C reaches the pool's workers too (its process group); kill reaches the driver
+        # alone, which would then wait for the tasks running: pass them the interrupt, on which they exit.
+        import multiprocessing
+
+        for child in multiprocessing.active_children():
+            if child.pid is not None:
+                os.kill(child.pid, signal.SIGINT)
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -75,16 +75,26 @@ def _acquire(path: Path, out: str) -> int:
 _TEMPORARY = r"(?:\.plain\.tmp)?(?:\.v1\.tmp)?\.tmp-(\d+)"
 
 
+#: OUT.plain.tmp, OUT.v1.tmp, OUT.plain.tmp.v1.tmp: the files those temporaries become, named without a pid.
+_STAGED = (".plain.tmp", ".v1.tmp", ".plain.tmp.v1.tmp")
+
+
 def remove_stale_temporaries(out: Path) -> list[Path]:
     """Removes the temporary files of OUT that processes no longer alive left
-    (killed before their rename); returns them. Called with OUT's lock held,
-    so no build of this OUT is writing them."""
+    (killed before their rename), and the staged files only a build of OUT
+    writes; returns them. Called with OUT's lock held, so no build of this
+    OUT is writing them."""
     pattern = re.compile(re.escape(out.name) + _TEMPORARY + r"\Z")
     removed = []
     for f in out.parent.glob(glob.escape(out.name) + ".*tmp-*"):
         m = pattern.match(f.name)
         if m and not _alive(int(m.group(1))):
             f.unlink(missing_ok=True)
+            removed.append(f)
+    for suffix in _STAGED:
+        f = out.with_name(out.name + suffix)
+        if f.is_file():
+            f.unlink()
             removed.append(f)
     return removed
 

@@ -236,13 +236,16 @@ def target_problem(target: str) -> str | None:
         return None if target.partition(":")[2].strip("/") else "no socket path (unix:PATH)"
     if target.startswith("dns:"):
         rest = target[len("dns:"):]
-        if rest.startswith("//") and not rest.startswith("///"):  # dns://DNS-SERVER:PORT/NAME:PORT
+        if rest.startswith("//") and not rest.startswith("///"):  # dns://DNS-SERVER[:PORT]/NAME:PORT
             server, _, rest = rest[2:].partition("/")
-            why = _host_port_problem(server)
+            why = _host_port_problem(server if server.rpartition(":")[2].isdigit() else f"{server}:53")
             if why:
                 return f"the DNS server {server!r}: {why}"
         why = _host_port_problem(rest.lstrip("/"))
         return f"the name {rest.lstrip('/')!r}: {why}" if why else None
+    scheme = re.match(r"([a-zA-Z][a-zA-Z0-9+.-]*):/", target)
+    if scheme:  # xds:///svc, http://h:1 (HOST:PORT has no slash after its colon)
+        return f"the scheme {scheme.group(1)}: is not one the client takes"
     if target.startswith(("ipv4:", "ipv6:")):
         for address in target[len("ipv4:"):].split(","):
             why = _host_port_problem(address)

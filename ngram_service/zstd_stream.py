@@ -8,6 +8,7 @@ from typing import BinaryIO
 
 import zstandard
 
+
 class ZstdStreamError(ValueError):
     """The stream is cut inside a frame, or corrupt; the message says which."""
 

@@ -181,7 +181,8 @@ def test_a_later_run_removes_what_dead_writers_of_out_left(shard: Path, tmp_path
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
     out = tmp_path / "s.ngt"
-    stale = [tmp_path / f"s.ngt.tmp-{dead}", tmp_path / f"s.ngt.plain.tmp.tmp-{dead}"]
+    stale = [tmp_path / f"s.ngt.tmp-{dead}", tmp_path / f"s.ngt.plain.tmp.tmp-{dead}",
+             tmp_path / "s.ngt.plain.tmp", tmp_path / "s.ngt.plain.tmp.v1.tmp"]  # staged files of a killed build
     kept = [tmp_path / "s.ngt.tmp-1",  # a live process's (init's)
             tmp_path / f"s.ngtx.tmp-{dead}", tmp_path / "s.ngt.tmp-notapid"]  # not OUT's temporaries
     for f in stale + kept:

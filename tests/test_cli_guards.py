@@ -143,13 +143,14 @@ BAD_TARGETS = [
     ("::1:50051", "an IPv6 address goes in brackets"),
     ("[::1]", "an IPv6 address in brackets needs its port after them"),
     ("dns:///name", "the name 'name': no port (gRPC would dial 443)"),
-    ("http://h:1", "not HOST:PORT (no scheme or path)"),
+    ("http://h:1", "the scheme http: is not one the client takes"),
+    ("xds:///trie-host", "the scheme xds: is not one the client takes"),
     ("ipv4:127.0.0.1:1,127.0.0.2", "'127.0.0.2': no port (gRPC would dial 443)"),
     ("unix:", "no socket path (unix:PATH)"),
 ]
 #: The forms ngram_service.client takes (channel_targets, tests/test_dns_balancing.py) and gRPC's socket forms.
 GOOD_TARGETS = ["h:1", "localhost:50051", "[::1]:50051", "dns:///trie-host.ns.svc:50051",
-                "dns://127.0.0.1:53/trie-host:50051", "ipv4:127.0.0.1:1,127.0.0.2:2", "ipv6:[::1]:1,[::1]:2",
+                "dns://127.0.0.1:53/trie-host:50051", "dns://127.0.0.1/trie-host:50051", "ipv4:127.0.0.1:1,127.0.0.2:2", "ipv6:[::1]:1,[::1]:2",
                 "unix:/tmp/ngram.sock", "unix-abstract:ngram"]
 
 
@@ -280,6 +281,8 @@ def test_a_word_for_a_number_says_float_or_integer(sample_trie: Path, lattice_np
 
 def test_an_eos_id_outside_the_vocabulary_is_refused(sample_trie: Path) -> None:
     """It was taken silently: decoding never stopped at it and the search dropped it (eos "search": -1)."""
-    for eos in ("5000", "-5", BEYOND_INT64):
+    for eos in ("5000", BEYOND_INT64):
         r = dart("--trie", sample_trie, "-p", "hi", "--eos", eos)
         usage_error(r, f"Invalid value for --eos: {eos} is not a token id of the model: must be in [0, 4096)")
+    r = dart("--trie", sample_trie, "-p", "hi", "--eos", "-5")  # refused when parsed, before any model loads
+    usage_error(r, "Invalid value for --eos: '-5': give model, tokenizer or a token id")

@@ -61,6 +61,9 @@ def test_each_row_gets_its_share_rounded_to_a_bucket(target: Any, trie: Path) ->
     assert ProposalGenerator(target, LocalProposer(trie, max_nodes=31)).tree_nodes(1) is None  # 32: a bucket
     assert ProposalGenerator(target, LocalProposer(trie, max_nodes=40)).tree_nodes(1) is None  # 41: padded to 48
     assert ProposalGenerator(target, LocalProposer(trie, max_nodes=200), tree_budget=512).tree_nodes(1) is None
+    assert ProposalGenerator(target, LocalProposer(trie, max_nodes=200), tree_budget=512).tree_nodes(3) == 169
+    # 41 tokens fit a share of 42, but padded to 48 three of them would pass 128: cut to 32
+    assert ProposalGenerator(target, LocalProposer(trie, max_nodes=40)).tree_nodes(3) == 31
     assert ProposalGenerator(target, LocalProposer(trie), tree_budget=None).tree_nodes(16) is None
     assert ProposalGenerator(target, LocalProposer(trie), tree_budget=512).tree_nodes(16) == 31
     # a plain callable cannot be told: it keeps its own trees

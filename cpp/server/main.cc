@@ -57,7 +57,7 @@ void append_number(char*& at, unsigned long long v, int min_digits) {
   while (n) *at++ = digits[--n];
 }
 
-extern "C" void on_sigbus(int) {
+extern "C" void on_sigbus(int, siginfo_t* info, void*) {
   char line[512];
   char* at = line;
   timespec now{};
@@ -66,9 +66,14 @@ extern "C" void on_sigbus(int) {
   append_number(at, static_cast<unsigned long long>(now.tv_sec), 1);
   append(at, ".");
   append_number(at, static_cast<unsigned long long>(now.tv_nsec / 1000), 6);
-  append(at, ",\"level\":\"fatal\",\"event\":\"trie_file_changed\",\"error\":\"SIGBUS reading a mapped trie: "
-             "a served file was cut or overwritten in place. Replace a trie by renaming a new file over it "
-             "(mv) or serve a new path, then SIGHUP or Reload (docs/OPERATIONS.md); --ram serves from a copy\"}\n");
+  if (info && info->si_code == BUS_ADRERR)  // a mapped page that no longer exists: a file cut under its mapping
+    append(at, ",\"level\":\"fatal\",\"event\":\"trie_file_changed\",\"error\":\"SIGBUS reading a mapped "
+               "trie: a served file was cut or overwritten in place. Replace a trie by renaming a new file over "
+               "it (mv) or serve a new path, then SIGHUP or Reload (docs/OPERATIONS.md); --ram serves from a "
+               "copy\"}\n");
+  else
+    append(at, ",\"level\":\"fatal\",\"event\":\"bus_error\",\"error\":\"SIGBUS: a hardware or alignment "
+               "fault, not a cut file\"}\n");
   ssize_t unused = ::write(STDERR_FILENO, line, static_cast<size_t>(at - line));
   (void)unused;
   ::signal(SIGBUS, SIG_DFL);
@@ -229,7 +234,8 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   struct sigaction bus {};
-  bus.sa_handler = on_sigbus;
+  bus.sa_sigaction = on_sigbus;
+  bus.sa_flags = SA_SIGINFO;
   sigaction(SIGBUS, &bus, nullptr);
 
   IndexRegistry registry(config.in_ram, config.verify);
