@@ -116,11 +116,13 @@ def held_out_queries(corpus: Path, tokenizer: str, n: int = 20_000, k: int = 25,
     built from: a 2-token context at a random place of a document of
     `corpus`, and k distinct candidates, the true next token first, the rest
     drawn from that text's token frequencies."""
-    import zstandard
     from tokenizers import Tokenizer
 
+    from ngram_service.zstd_stream import zstd_chunks
+
     shard = sorted(corpus.glob("*.jsonl.zst"))[0]
-    raw = zstandard.ZstdDecompressor().stream_reader(shard.read_bytes()).read()
+    with open(shard, "rb") as f:  # every frame, and a cut shard refused (stream_reader read the first frame)
+        raw = b"".join(zstd_chunks(f))
     texts = [json.loads(line)["text"] for line in raw.split(b"\n")[:3000] if line.strip()]
     docs = [np.asarray(e.ids, np.int64) for e in Tokenizer.from_file(tokenizer).encode_batch(texts)]
     docs = [d for d in docs if len(d) > 3]

@@ -102,13 +102,14 @@ def corpus_documents(corpus: Path, want: int, seed: int) -> list[str]:
     """`want` documents' texts from the corpus's shards (Dolma JSON lines,
     .jsonl.zst or .json.gz), taken at random (seeded) from its first shards."""
     import gzip
+    import io
 
-    import zstandard
+    from ngram_service.zstd_stream import zstd_chunks
 
     texts: list[str] = []
     for shard in sorted(corpus.glob("*.json*"))[:4]:
         raw = shard.read_bytes()
-        raw = gzip.decompress(raw) if shard.suffix == ".gz" else zstandard.ZstdDecompressor().stream_reader(raw).read()
+        raw = gzip.decompress(raw) if shard.suffix == ".gz" else b"".join(zstd_chunks(io.BytesIO(raw)))
         texts += [json.loads(line)["text"] for line in raw.split(b"\n") if line.strip()]
     rng = np.random.default_rng(seed)
     return [texts[i] for i in rng.choice(len(texts), min(want, len(texts)), replace=False)]

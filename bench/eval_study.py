@@ -29,9 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ngram_service.zstd_stream import zstd_chunks  # noqa: E402
+
 ORDERS = (2, 3, 4, 5, 6)
 MIN_COUNTS = (1, 2, 5)
 HOLD_EVERY = 25
@@ -42,7 +44,7 @@ def read_lines(path: Path) -> list[bytes]:
     if path.name.endswith(".gz"):
         raw = gzip.decompress(raw)
     elif path.name.endswith(".zst"):
-        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True).read()
+        raw = b"".join(zstd_chunks(io.BytesIO(raw)))
     return [line for line in raw.split(b"\n") if line.strip()]
 
 
