@@ -240,7 +240,10 @@ def _refuse_out_read(out: str, tokenizer: str | None, dart_source: str | None) -
     reads = [("the --tokenizer file", f) for f in tokenizer_files(tokenizer)] if tokenizer else []
     if dart_source:
         reads.append(("the --from-dart-trie source", Path(dart_source)))
-    refuse_out_read(out, reads)
+    try:
+        refuse_out_read(out, reads)
+    except OutIsInputError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _delete_work(cfg: BuildConfig) -> None:

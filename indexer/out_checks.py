@@ -82,13 +82,18 @@ def tokenizer_files(spec: str) -> list[Path]:
     return files + [f.parent / "tokenizer_config.json" for f in files]
 
 
-def refuse_out_read(out: str, reads: Iterable[tuple[str, Path]]) -> None:
-    """A usage error when --out is (after symlinks) one of the files the run
-    reads, given as (what it is, path): writing the trie would destroy it."""
-    if is_uri(out):
-        return
-    target = os.path.realpath(out)
+def refuse_out_read(out: str, reads: Iterable[tuple[str, str | Path]]) -> None:
+    """OutIsInputError when --out is (local paths after symlinks; URIs as
+    written) one of the files the run reads, given as (what it is, path):
+    writing the trie would destroy it. The CLI checks the tokenizer and a
+    DART source; the build checks the shards once it has found them."""
+    from indexer.build_config import OutIsInputError
+
+    def resolved(location: str) -> str:
+        return location if is_uri(location) else os.path.realpath(location)
+
+    target = resolved(out)
     for what, path in reads:
-        if os.path.realpath(path) == target:
-            raise click.UsageError(f"--out {out} is {what} {path}: the trie would overwrite it; "
-                                   "give --out another file")
+        if resolved(str(path)) == target:
+            raise OutIsInputError(f"--out {out} is {what} {path}: the trie would overwrite it; "
+                                  "give --out another file")

@@ -26,17 +26,17 @@ from typing import Any
 
 from indexer import __version__
 from indexer.allocator import active_allocator
-from indexer.build_config import (BuildConfig, BuildError, NothingToCountError, OutIsInputError, check_config,
-                                  work_dir)
+from indexer.build_config import BuildConfig, BuildError, NothingToCountError, check_config, work_dir
 from indexer.documents import NextMapReadAhead, ReadSpec
 from indexer.executor import Executor, LocalExecutor, make_executor
 from indexer.fault_injection import FAULT_ENV, FaultPlan, fault_for, faults_from_env
 from indexer.map_task import MapResult, MapTask, ShardOfMap, run_map
+from indexer.out_checks import refuse_out_read
 from indexer.progress import PhaseProgress, Progress, format_bytes
 from indexer.range_planning import RangePlan, SampleTask, plan_ranges, run_sample
 from indexer.reduce_task import ReduceResult, ReduceTask, run_reduce
 from indexer.shard_discovery import Shard, find_shards
-from indexer.storage import Store, is_uri, join
+from indexer.storage import Store, join
 from indexer.trie_assembly import FORMAT_VERSION, LevelPlan
 from indexer.trie_meta import tokenizer_meta, trie_meta
 from indexer.trie_output import compress_file, split_children, write_output
@@ -98,7 +98,7 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     t_start = time.perf_counter()
     check_config(cfg)
     shards = find_shards(cfg.inputs)
-    _refuse_out_among(cfg.out, shards)
+    refuse_out_read(cfg.out, (("the input shard", s.location) for s in shards))
     vocab = load_vocabulary(cfg, executor)
     progress(f"ngram-build: {len(shards)} shard(s), order {cfg.order}, {vocab.describe}, "
              f"{executor.workers} worker(s), malloc {active_allocator()}")
@@ -129,15 +129,6 @@ def _build(cfg: BuildConfig, executor: Executor, progress: Progress) -> BuildRep
     if not cfg.keep_tmp:
         _remove_work(cfg, store, everything=True)
     return report
-
-
-def _refuse_out_among(out: str, shards: list[Shard]) -> None:
-    """OutIsInputError when --out is (after symlinks) one of the shards."""
-    target = out if is_uri(out) else os.path.realpath(out)
-    for s in shards:
-        if (s.location if is_uri(s.location) else os.path.realpath(s.location)) == target:
-            raise OutIsInputError(f"--out {out} is the input shard {s.location}: the trie would overwrite it; "
-                                  "give --out another file")
 
 
 def _remove_work(cfg: BuildConfig, store: Store, everything: bool) -> None:
