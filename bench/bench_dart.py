@@ -513,8 +513,9 @@ def main() -> None:
             except (FileNotFoundError, RuntimeError) as e:
                 print(f"# remote modes skipped: {e}", file=sys.stderr)
         pr = rp = None
-        if host is not None:
+        if host is not None and "dart-remote" in modes:
             pr = stack.enter_context(RemotePruner(host.target, deadline=args.deadline_ms / 1000))
+        if host is not None and "propose-remote" in modes:
             rp = stack.enter_context(RemoteProposer(host.target, deadline=args.deadline_ms / 1000))
         makers = {  # the mode's generator for a KV cache kind; None: skipped
             "dart-local": lambda k: DartGenerator(target, drafter, LocalPruner(trie), **kv(k)),
