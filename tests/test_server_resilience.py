@@ -434,20 +434,21 @@ def test_metrics_listener_failures_name_it(sample_trie: Path, tmp_path: Path) ->
 
 def test_a_trie_overwritten_in_place_is_named_as_the_server_dies(sample_trie: Path, tmp_path: Path) -> None:
     """cp (or >) over a mapped trie cuts the pages the server maps: the next read faults (SIGBUS). The server
-    cannot go on, but its last log line says why and what to do, and it dies by the same signal."""
+    cannot go on, but its last log line names the file, says why and what to do, and it dies by the same signal."""
     live = tmp_path / "c.ngt"
     shutil.copy(sample_trie, live)
-    s = ServerProcess([live])
+    s = ServerProcess([sample_trie, live])  # two mappings: the line names the one that faulted
     try:
         with open(live, "r+b") as f:  # in place: the same inode, cut
             f.truncate(4096)
         with pytest.raises(grpc.RpcError):
-            s.stub().TopK(pb.TopKRequest(context=[3000], k=300), timeout=10)
+            s.stub().TopK(pb.TopKRequest(index="c", context=[3000], k=300), timeout=10)
         assert s.proc.wait(timeout=30) == -signal.SIGBUS
     finally:
         s.kill()
     fatal = [e for e in s.events if e.get("event") == "trie_file_changed"]
     assert fatal and fatal[0]["level"] == "fatal" and "(mv)" in fatal[0]["error"], s.events[-3:]
+    assert fatal[0]["file"] == str(live.resolve())
 
 
 # ---- row 12: memory after large replies ------------------------------------------------------------

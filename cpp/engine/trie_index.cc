@@ -11,6 +11,7 @@
 
 #include "crc32c.h"
 #include "errors.h"
+#include "mapped_files.h"
 
 namespace ngram {
 namespace {
@@ -88,7 +89,10 @@ std::string read_file_head(const std::string& path, size_t n) {
 }
 
 TrieIndex::~TrieIndex() {
-  if (mapped_ && base_) munmap(const_cast<uint8_t*>(base_), size_);
+  if (mapped_ && base_) {
+    forget_mapping(base_);
+    munmap(const_cast<uint8_t*>(base_), size_);
+  }
 }
 
 std::shared_ptr<TrieIndex> TrieIndex::open(const std::string& path, Load load, bool verify) {
@@ -107,6 +111,7 @@ std::shared_ptr<TrieIndex> TrieIndex::open(const std::string& path, Load load, b
       if (p == MAP_FAILED) throw FormatError(std::string("mmap failed: ") + std::strerror(e));
       t->base_ = static_cast<const uint8_t*>(p);
       t->mapped_ = true;
+      note_mapping(p, t->size_, path);
     } else {
       try {
         t->owned_ = allocate_anonymous(t->size_);

@@ -28,6 +28,7 @@
 
 #include "errors.h"
 #include "index_registry.h"
+#include "mapped_files.h"
 #include "json_log.h"
 #include "compute_pool.h"
 #include "metrics.h"
@@ -41,7 +42,8 @@ namespace {
 // A mapped trie whose file is cut or rewritten in place (cp or > over it,
 // not mv) faults with SIGBUS on the next read of a page no longer there. The
 // process cannot go on, but it says why before it dies as it would have (the
-// same signal, so a supervisor sees the same crash): one JSON log line,
+// same signal, so a supervisor sees the same crash): one JSON log line, naming
+// the file where the address is a noted mapping (mapped_files.h),
 // written with async-signal-safe calls only.
 void append(char*& at, const char* text) {
   while (*text) *at++ = *text++;
@@ -57,8 +59,27 @@ void append_number(char*& at, unsigned long long v, int min_digits) {
   while (n) *at++ = digits[--n];
 }
 
+// A JSON string's body: quotes, backslashes and control bytes escaped.
+void append_json_text(char*& at, const char* text) {
+  static const char kHex[] = "0123456789abcdef";
+  for (; *text; ++text) {
+    const unsigned char c = static_cast<unsigned char>(*text);
+    if (c == '"' || c == '\\') {
+      *at++ = '\\';
+      *at++ = static_cast<char>(c);
+    } else if (c < 0x20) {
+      append(at, "\\u00");
+      *at++ = kHex[c >> 4];
+      *at++ = kHex[c & 15];
+    } else {
+      *at++ = static_cast<char>(c);
+    }
+  }
+}
+
 extern "C" void on_sigbus(int, siginfo_t* info, void*) {
-  char line[512];
+  char file[1024];  // the longest path noted (mapped_files.cc); escaped, up to 6 bytes each
+  char line[1024 + 6 * sizeof file];
   char* at = line;
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
@@ -66,14 +87,22 @@ extern "C" void on_sigbus(int, siginfo_t* info, void*) {
   append_number(at, static_cast<unsigned long long>(now.tv_sec), 1);
   append(at, ".");
   append_number(at, static_cast<unsigned long long>(now.tv_nsec / 1000), 6);
-  if (info && info->si_code == BUS_ADRERR)  // a mapped page that no longer exists: a file cut under its mapping
-    append(at, ",\"level\":\"fatal\",\"event\":\"trie_file_changed\",\"error\":\"SIGBUS reading a mapped "
-               "trie: a served file was cut or overwritten in place. Replace a trie by renaming a new file over "
-               "it (mv) or serve a new path, then SIGHUP or Reload (docs/OPERATIONS.md); --ram serves from a "
-               "copy\"}\n");
-  else
+  if (info && info->si_code == BUS_ADRERR) {  // a mapped page that no longer exists: a file cut under its mapping
+    append(at, ",\"level\":\"fatal\",\"event\":\"trie_file_changed\",\"file\":");
+    if (ngram::mapped_file_at(info->si_addr, file, sizeof file)) {
+      append(at, "\"");
+      append_json_text(at, file);
+      append(at, "\"");
+    } else {
+      append(at, "null");
+    }
+    append(at, ",\"error\":\"SIGBUS reading a mapped trie: a served file was cut or overwritten in place. "
+               "Replace a trie by renaming a new file over it (mv) or serve a new path, then SIGHUP or Reload "
+               "(docs/OPERATIONS.md); --ram serves from a copy\"}\n");
+  } else {
     append(at, ",\"level\":\"fatal\",\"event\":\"bus_error\",\"error\":\"SIGBUS: a hardware or alignment "
                "fault, not a cut file\"}\n");
+  }
   ssize_t unused = ::write(STDERR_FILENO, line, static_cast<size_t>(at - line));
   (void)unused;
   ::signal(SIGBUS, SIG_DFL);
