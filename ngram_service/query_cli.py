@@ -191,6 +191,9 @@ def _tree_json(t: Any) -> dict[str, Any]:
                    convert=lambda seconds: 1000 * seconds, note=" (milliseconds; --timeout was in seconds)")
 @click.option("--trie", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Query this local trie file in process instead of a host (same commands, same output).")
+@click.option("--verify", is_flag=True,
+              help="With --trie: check every section's CRC-32C before answering (reads the whole file). "
+                   "A host checks its tries when started with --verify.")
 @click.option("--tokenizer", default=None,
               help="tokenizer.json (or a folder holding one): --context and --candidates are then text; "
                    "the trie's tokenizer fingerprint must match it.")
@@ -199,18 +202,21 @@ def _tree_json(t: Any) -> dict[str, Any]:
                    "with FAILED_PRECONDITION otherwise).")
 @click.pass_context
 def main(ctx: click.Context, targets: tuple[str, ...], index: str, deadline_ms: float, ca: str | None,
-         cert: str | None, key: str | None, server_name: str | None, trie: str | None, tokenizer: str | None,
-         fingerprint: str | None) -> None:
+         cert: str | None, key: str | None, server_name: str | None, trie: str | None, verify: bool,
+         tokenizer: str | None, fingerprint: str | None) -> None:
     """Query an ngram-serve host (gRPC), or a local trie file with --trie.
     Every command prints JSON but propose, which prints its trees as
     indented text unless given --json."""
+    if verify and trie is None:
+        raise click.UsageError("--verify checks a local --trie file; a host checks its tries when started "
+                               "with ngram-serve --verify")
     tok, tok_fp = load_tokenizer(tokenizer) if tokenizer else (None, None)
     if trie is not None:
         given = given_options(ctx, list(HOST_OPTIONS))
         if given:
             raise click.UsageError(f"--trie reads a local file; options for a host given: {', '.join(given)}")
         try:
-            local = NgramIndex.open(trie)
+            local = NgramIndex.open(trie, verify=verify)
         except (TrieFormatError, OSError) as e:
             raise click.BadParameter(str(e), param_hint="--trie") from None
         ctx.obj = Session(local, f"trie {trie}", True, fingerprint, tok, tok_fp)

@@ -87,3 +87,23 @@ def test_a_trie_without_a_tokenizer_says_so(tmp_path: Path) -> None:
     out = CliRunner().invoke(info_main, [str(path)]).output
     assert "tokenizer   none recorded (clients cannot check their tokenizer against this trie)" in out
     assert "None" not in out.split("build")[0]
+
+
+def test_ngram_query_verify_checks_a_local_trie_before_answering(sample_trie: Path, tmp_path: Path) -> None:
+    """A flipped byte in the tokens of the top level goes unnoticed by a query that does not read it;
+    `ngram-query --trie F --verify` refuses the file by its section's checksum, and --verify without
+    --trie is a usage error (a host checks its tries itself)."""
+    from ngram_service.query_cli import main as query_main
+
+    section = [s for s in NgramIndex.open(sample_trie).sections() if s["kind"] == "tokens"][-1]
+    bad = tmp_path / "bad.ngt"
+    data = bytearray(sample_trie.read_bytes())
+    data[section["offset"] + section["length"] // 2] ^= 0x40
+    bad.write_bytes(bytes(data))
+    assert CliRunner().invoke(query_main, ["--trie", str(bad), "info"]).exit_code == 0
+    r = CliRunner().invoke(query_main, ["--trie", str(bad), "--verify", "info"])
+    assert r.exit_code == 2
+    assert f"{bad}: section tokens (level {section['level']}): checksum mismatch" in r.output
+    assert CliRunner().invoke(query_main, ["--trie", str(sample_trie), "--verify", "info"]).exit_code == 0
+    r = CliRunner().invoke(query_main, ["--verify", "info"])
+    assert r.exit_code == 2 and "--verify checks a local --trie file" in r.output
