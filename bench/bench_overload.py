@@ -54,7 +54,6 @@ import grpc  # noqa: E402
 
 from ngram_service import NgramIndex  # noqa: E402
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb  # noqa: E402
-from ngram_service.proto.ngram.v1 import ngram_pb2_grpc as pb_grpc  # noqa: E402
 from ngram_service.serve import find_native_binary  # noqa: E402
 
 METHODS = ("PruneTree", "ProposeTree", "ConditionalProbs")
@@ -164,9 +163,7 @@ class Caller:
         if transport == "grpcio":
             self.channel = grpc.insecure_channel(target, options=opts)
             grpc.channel_ready_future(self.channel).result(timeout=30)
-            stub = pb_grpc.NgramServiceStub(self.channel)
             self.methods = {m: self.channel.unary_unary(f"/ngram.v1.NgramService/{m}") for m in METHODS}
-            del stub
         else:
             from ngram_service.native_client import NativeChannels, method_path
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import platform
 import statistics
 import sys

@@ -31,12 +31,10 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import math
 import sys
 import time
 from collections import defaultdict
-from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -96,10 +96,6 @@ class Store:
         """A key as a local path or URI (what DuckDB or a reader opens)."""
         return join(self.root, key) if key else self.root
 
-    def local_path(self, key: str) -> Path | None:
-        """The key's local path when the store is on a local disk, else None."""
-        return None if self.remote else Path(self._path(key))
-
     def exists(self, key: str) -> bool:
         return self._fs.get_file_info(self._path(key)).type != pafs.FileType.NotFound
 
