@@ -23,6 +23,9 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
+import math
+import numbers
+import operator
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,14 @@ from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 __all__ = ["NgramClient", "AsyncNgramClient", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 5.0
+#: A deadline further than this (seconds; the engine's bound, cpp/python/timeout.h) cannot pass: no deadline.
+NEVER = 100.0 * 365 * 24 * 3600
+#: gRPC's largest message (a signed 32-bit length).
+MAX_MESSAGE_BYTES = (1 << 31) - 1
+#: TopKRequest.k is a uint32.
+_MAX_K = (1 << 32) - 1
+# gRPC's own target schemes (a target naming none is dns:///TARGET, which needs a port).
+_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:", "google-c2p:")
 SERVICE = pb.DESCRIPTOR.services_by_name["NgramService"].full_name
 
 
@@ -59,6 +70,20 @@ def service_config(max_attempts: int = 5, initial_backoff: float = 0.05, max_bac
     return json.dumps(cfg)
 
 
+def check_timeout(value: Any, name: str = "timeout") -> float | None:
+    """A deadline in seconds as the engine takes one: None (no deadline) or a
+    number > 0 and finite, else ValueError naming ``name``; beyond NEVER:
+    None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number of seconds or None, got {value!r}")
+    s = float(value)
+    if not (s > 0.0 and math.isfinite(s)):
+        raise ValueError(f"{name} = {value!r}: must be a number of seconds > 0 and finite, or None")
+    return None if s > NEVER else s
+
+
 def _split_host_port(target: str) -> tuple[str, str] | None:
     if target.startswith("["):  # [v6]:port
         host, _, port = target[1:].partition("]:")
@@ -77,10 +102,20 @@ def channel_targets(targets: str | Sequence[str]) -> list[str]:
     round_robin policy of the client's service config and re-resolved when a
     connection drops; ``dns://DNS-SERVER:PORT/name:port`` asks that DNS server.
     It must name its port: gRPC would otherwise assume 443."""
+    if not isinstance(targets, (str, Sequence)):
+        raise TypeError(f"targets must be a 'host:port' string or a sequence of them, got {targets!r}")
     ts = [targets] if isinstance(targets, str) else list(targets)
     if not ts:
         raise ValueError("targets: need at least one host:port")
     for t in ts:
+        if not isinstance(t, str):
+            raise TypeError(f"targets: {t!r} is not a 'host:port' string")
+        if not t.startswith(_SCHEMES) and "://" not in t:
+            hp = _split_host_port(t)
+            if hp is None or not hp[0]:
+                raise ValueError(f"targets: {t!r}: not host:port (gRPC would dial port 443)")
+            if not (hp[1].isdigit() and 1 <= int(hp[1]) <= 65535):
+                raise ValueError(f"targets: {t!r}: port {hp[1]!r} is not in 1..65535")
         if t.startswith("dns:"):
             name = t[len("dns:"):].lstrip("/")
             if t.startswith("dns://") and not t.startswith("dns:///"):
@@ -134,9 +169,17 @@ def _probs_result(resp: pb.ConditionalProbsResponse) -> tuple[np.ndarray, np.nda
 
 
 def _topk_request(index: str, fp: str, context: Any, k: int) -> pb.TopKRequest:
+    if isinstance(k, bool):
+        raise ValueError(f"k must be an integer, got {k!r}")
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise ValueError(f"k must be an integer, got {k!r}") from None
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
-    req = pb.TopKRequest(index=index, tokenizer_fingerprint=fp, k=int(k))
+    if k > _MAX_K:
+        raise ValueError(f"k = {k}: must be <= {_MAX_K} (TopKRequest.k is a uint32)")
+    req = pb.TopKRequest(index=index, tokenizer_fingerprint=fp, k=k)
     req.context.extend(_engine.token_ids(context, "context", 1).tolist())
     return req
 
@@ -212,6 +255,14 @@ class _ClientBase:
         """
         if transport not in ("python", "native", "auto"):
             raise ValueError(f"transport must be 'python', 'native' or 'auto', got {transport!r}")
+        check_timeout(timeout)
+        if isinstance(max_message_bytes, bool) or not isinstance(max_message_bytes, numbers.Integral) or not (
+                max_message_bytes == -1 or 1 <= max_message_bytes <= MAX_MESSAGE_BYTES):
+            raise ValueError(f"max_message_bytes = {max_message_bytes!r}: must be an integer in "
+                             f"1..{MAX_MESSAGE_BYTES} (gRPC's limit), or -1 (no limit)")
+        if (private_key is None) != (certificate_chain is None):
+            raise ValueError("private_key and certificate_chain: give both (mutual TLS's client certificate) or "
+                             "neither")
         self.targets = channel_targets(targets)
         self.index = index
         self.tokenizer_fingerprint = tokenizer_fingerprint or ""
@@ -245,6 +296,7 @@ class _ClientBase:
         self._turn = itertools.cycle(range(len(self.targets)))
         self._channels: list[Any] = []
         self._methods: list[dict[str, Any]] = []
+        self._closed = False
 
     def _open(self, grpc_module: Any) -> None:
         """One channel per target (grpc or grpc.aio) and its method callables."""
@@ -280,8 +332,20 @@ class _ClientBase:
     def _method(self, name: str) -> Any:
         return self._methods[next(self._turn)][name]
 
-    def _deadline(self, timeout: float | None) -> float:
-        return self.timeout if timeout is None else timeout
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{type(self).__name__}({', '.join(self.targets)}) is closed: make a new client")
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        """The call's deadline in seconds (None: none); ValueError for a bad
+        ``timeout`` or a closed client, before anything is sent."""
+        self._check_open()
+        return check_timeout(timeout) if timeout is not None else check_timeout(self.timeout)
+
+    def _native_deadline(self, timeout: float | None) -> float:
+        """_deadline for the grpc++ channels, which always take one."""
+        seconds = self._deadline(timeout)
+        return NEVER if seconds is None else seconds
 
     # Each returns (method name, request, parser of the response).
     def _info(self) -> tuple[str, Any, Callable[[Any], Any]]:
@@ -353,7 +417,7 @@ class NgramClient(_ClientBase):
     def _call(self, call: tuple[str, Any, Callable[[Any], Any]], timeout: float | None) -> Any:
         name, req, parse = call
         if name == "ProposeTree" and self._native_propose is not None:
-            return parse(self._native_propose.call(req, self._deadline(timeout)))
+            return parse(self._native_propose.call(req, self._native_deadline(timeout)))
         return parse(self._method(name)(req, timeout=self._deadline(timeout)))
 
     def prune_tree_bytes(self, request: bytes, *, timeout: float | None = None) -> bytes:
@@ -361,10 +425,12 @@ class NgramClient(_ClientBase):
         response, over ``transport``; failures raise grpc.RpcError with the
         status code, as every method's do."""
         if self._native is not None:
-            return self._native.call(request, self._deadline(timeout))
+            return self._native.call(request, self._native_deadline(timeout))
         return self._method("PruneTree")(request, timeout=self._deadline(timeout))
 
     def close(self) -> None:
+        """Closes the channels; every later call raises ValueError (closing again does nothing)."""
+        self._closed = True
         for c in self._channels:
             c.close()
         if self._native is not None:
@@ -379,9 +445,15 @@ class NgramClient(_ClientBase):
         self.close()
 
     def wait_ready(self, timeout: float = 10.0) -> None:
-        """Blocks until every channel is connected (grpc.FutureTimeoutError otherwise)."""
-        for c in self._channels:
-            grpc.channel_ready_future(c).result(timeout=timeout)
+        """Blocks until every channel is connected (grpc.FutureTimeoutError,
+        naming the target, otherwise)."""
+        self._check_open()
+        seconds = check_timeout(timeout)
+        for t, c in zip(self.targets, self._channels):
+            try:
+                grpc.channel_ready_future(c).result(timeout=seconds)
+            except grpc.FutureTimeoutError:
+                raise grpc.FutureTimeoutError(f"wait_ready: {t} not connected within {timeout} s") from None
 
     def info(self, *, timeout: float | None = None) -> dict[str, Any]:
         """Header, metadata and sizes of the index (the same dict as NgramIndex.info())."""
@@ -457,6 +529,8 @@ class AsyncNgramClient(_ClientBase):
         return parse(await self._method(name)(req, timeout=self._deadline(timeout)))
 
     async def close(self) -> None:
+        """Closes the channels; every later call raises ValueError (closing again does nothing)."""
+        self._closed = True
         for c in self._channels:
             await c.close()
 
@@ -467,8 +541,11 @@ class AsyncNgramClient(_ClientBase):
         await self.close()
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
+        """Waits until every channel is connected (asyncio.TimeoutError otherwise)."""
         import asyncio
 
+        self._check_open()
+        timeout = check_timeout(timeout)
         await asyncio.wait_for(asyncio.gather(*(c.channel_ready() for c in self._channels)), timeout)
 
     async def info(self, *, timeout: float | None = None) -> dict[str, Any]:
