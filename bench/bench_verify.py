@@ -48,7 +48,7 @@ import torch
 
 from dart_client.kv_cache import compact, truncate
 from dart_client.random_models import SHAPES, random_target
-from dart_client.static_verify import StaticTarget
+from dart_client.static_verify import TREE_BUCKETS, StaticTarget
 from bench_dart import write_result  # noqa: E402
 
 
@@ -171,13 +171,14 @@ def main() -> None:
     model = random_target(args.shape, dtype=dtype, device=dev)
     kinds = ["dynamic", "static", "static-fixed"] + (["static-graphs"] if args.cuda_graphs else [])
     variants = []
-    for tree in trees:
-        for attn in [a.strip() for a in args.attn.split(",") if a.strip()]:
-            for kind in kinds:
-                if kind == "static-graphs" and attn != "sdpa":
-                    continue
-                model.config._attn_implementation = attn
-                variants.append(Variant(kind, model, args, attn, tree))
+    with torch.no_grad():  # the prefills' caches keep no autograd graph (GiBs a variant at the 8B shape)
+        for tree in trees:
+            for attn in [a.strip() for a in args.attn.split(",") if a.strip()]:
+                for kind in kinds:
+                    if kind == "static-graphs" and attn != "sdpa":
+                        continue
+                    model.config._attn_implementation = attn
+                    variants.append(Variant(kind, model, args, attn, tree))
     parts: dict[str, Callable[[Variant], Any]] = {"mask": Variant.mask, "tree fwd": Variant.tree,
                                                   "compact": Variant.compact, "AR fwd": Variant.one,
                                                   "chunk fwd": Variant.chunk}
@@ -209,11 +210,18 @@ def main() -> None:
                 print(f"== {v.name} ({v.attn}), {v.n} nodes: tree forward x5")
                 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     rows = []
+    by_key = {(v.name, v.attn, v.n): v for v in variants}
     for (name, attn, tree), ts in times.items():
         med = {p: statistics.median(x) for p, x in ts.items()}
+        static = by_key[(name, attn, tree)].static
+        # What really ran from graphs: a failed capture turns them off (static_verify logs it), and a tree
+        # past the last bucket runs eagerly, its one-token forward alone replayed.
+        graphs = bool(static and static.cuda_graphs)
         rows.append({"kv_cache": name, "attn": attn, "tree": tree,
                      **{f"{p.replace(' ', '_')}_ms": 1e3 * m for p, m in med.items()},
-                     "tree_over_ar": (med["tree fwd"] + med["compact"]) / med["AR fwd"]})
+                     "tree_over_ar": (med["tree fwd"] + med["compact"]) / med["AR fwd"],
+                     "cuda_graphs": graphs, "captures": static.captures if static else 0,
+                     "tree_from_graph": graphs and tree <= TREE_BUCKETS[-1]})
     head = (f"{'kv cache':<15}{'attn':<7}{'tree':>6}{'mask ms':>9}{'tree fwd':>10}{'compact':>9}{'AR fwd':>9}"
             f"{'chunk fwd':>11}{'tree / AR':>11}")
     print(head + "\n" + "-" * len(head))
@@ -222,6 +230,15 @@ def main() -> None:
               f"{r['compact_ms']:9.3f}{r['AR_fwd_ms']:9.3f}{r['chunk_fwd_ms']:11.3f}{r['tree_over_ar']:11.2f}")
     print(f"(medians of {args.reps}, ms; tree fwd includes its mask; chunk fwd: the tree's tokens as a plain causal "
           "forward without cache or mask, their compute alone; tree / AR: (tree fwd + compact) / AR fwd)")
+    if args.cuda_graphs:
+        off = sorted({r["tree"] for r in rows if r["kv_cache"] == "static-graphs" and not r["cuda_graphs"]})
+        eager = sorted({r["tree"] for r in rows if r["kv_cache"] == "static-graphs" and r["cuda_graphs"]
+                        and not r["tree_from_graph"]})
+        if off:
+            print(f"WARNING: static-graphs ran eagerly at trees {off}: the capture failed (see the log above)")
+        if eager:
+            print(f"static-graphs at trees {eager}: past the last bucket ({TREE_BUCKETS[-1]}), the tree forward "
+                  "runs eagerly; its AR fwd is replayed")
     result = {"benchmark": "tree verification step against a one-token step", "args": vars(args),
               "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
               "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""),

@@ -126,7 +126,13 @@ class StaticTarget:
             self._ids = torch.zeros(b, t, dtype=torch.long, device=self.device)
             self._pos = torch.zeros(b, t, dtype=torch.long, device=self.device)
             self._index = torch.zeros(t, dtype=torch.long, device=self.device)
+        self._drop_graphs()
+
+    def _drop_graphs(self) -> None:
+        # The pool goes with its graphs: a later capture into a pool whose graphs
+        # are gone but whose blocks are still referenced trips the allocator.
         self._graphs.clear()
+        self._pool = None
 
     def _grow(self, capacity: int, batch: int) -> None:
         assert self.cache is not None
@@ -246,7 +252,7 @@ class StaticTarget:
                 hidden: bool, n: int) -> Any:
         epoch = getattr(self.target, "graph_epoch", None)
         if epoch != self._epoch:  # the target replaced tensors the graphs read
-            self._graphs.clear()
+            self._drop_graphs()
             self._epoch = epoch
         entry = self._graphs.get(key)
         assert self.cache is not None
