@@ -65,6 +65,13 @@ def check_work_dir(out: str, tmp_dir: str | None) -> None:
     if os.path.exists(work) and not os.path.isdir(work):
         raise click.BadParameter(f"{work} is a file, not a folder{where}", param_hint=f"'{option}'")
     problem = writable_problem(Path(work))
+    if problem is None and tmp_dir:
+        # Made now, not when the build first writes there: os.access says yes where mkdir still fails
+        # (root under /proc or /sys). The default OUT.build is left until then, not to litter on a refusal.
+        try:
+            os.makedirs(work, exist_ok=True)
+        except OSError as e:
+            problem = e.strerror or str(e)
     if problem:
         raise click.BadParameter(f"cannot make the work folder {work}{where}: {problem}", param_hint=f"'{option}'")
 
