@@ -318,6 +318,21 @@ def test_a_damaged_local_compressed_trie_is_refused(sample_trie: Path, tmp_path:
         assert last == f"ngram-serve: {zst}: zstd-compressed trie: truncated zstd stream (the file ends inside a frame)"
 
 
+@needs_native
+def test_a_compressed_trie_failing_its_checksums_is_named_by_its_index(sample_trie: Path, tmp_path: Path) -> None:
+    """Served from /proc/self/fd/N, a compressed trie that fails --verify is named in startup_failed by its
+    index, the stem of the FILE given, among several FILEs."""
+    flipped = tmp_path / "flipped.ngt"
+    flipped.write_bytes(flip_byte_in_section(sample_trie.read_bytes(), sample_trie, "tokens"))
+    zst = tmp_path / "flipped.ngt.zst"
+    compress_file(flipped, zst)
+    r = run_serve([str(sample_trie), str(zst), "--verify", "--host", "127.0.0.1", "--port", "0"], {})
+    assert r.returncode == 1 and "listening" not in r.stderr
+    failed = json.loads(r.stderr.strip().splitlines()[-1])
+    assert failed["event"] == "startup_failed" and failed["index"] == "flipped", failed
+    assert failed["path"].startswith("/proc/self/fd/") and "checksum mismatch" in failed["error"]
+
+
 def test_fetch_only_leaves_a_local_compressed_trie_as_it_is(sample_trie: Path, tmp_path: Path) -> None:
     zst = tmp_path / "a.ngt.zst"
     compress_file(sample_trie, zst)

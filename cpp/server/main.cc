@@ -275,7 +275,13 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < config.files.size(); ++i) {
       const std::string name = i < config.names.size() ? config.names[i] : file_stem(config.files[i]);
       const auto t0 = std::chrono::steady_clock::now();
-      registry.add(name, config.files[i]);
+      try {
+        registry.add(name, config.files[i]);
+      } catch (const std::exception& e) {
+        // The index names the FILE where its path does not (a compressed one is served from /proc/self/fd/N).
+        LogLine("error", "startup_failed").kv("index", name).kv("path", config.files[i]).kv("error", e.what()).emit();
+        return 1;
+      }
       auto idx = registry.get(name);
       LogLine("info", "index_loaded")
           .kv("index", name)
