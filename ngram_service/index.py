@@ -5,6 +5,7 @@ Arrays in, arrays out; the GIL is released inside every query.
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
@@ -137,14 +138,20 @@ class NgramIndex:
     def open(cls, path: str | Path, mode: str = "mmap", verify: bool = False) -> "NgramIndex":
         """Opens a trie file.
 
-        mode: "mmap" (default) or "ram". verify: also check every section's
-        checksum (reads the whole file). Raises TrieFormatError (a ValueError)
-        for a missing, truncated, corrupted or foreign file, and at once for a
-        path that is not a regular file (a FIFO, a directory, a device).
+        path: a str, bytes or os.PathLike (anything else: TypeError). mode:
+        "mmap" (default) or "ram". verify: True to also check every
+        section's checksum (reads the whole file). Raises TrieFormatError (a
+        ValueError) for a missing, truncated, corrupted or foreign file, and
+        at once for a path that is not a regular file (a FIFO, a directory, a
+        device).
         """
-        if mode not in ("mmap", "ram"):
+        if not isinstance(mode, str) or mode not in ("mmap", "ram"):
             raise ValueError(f"mode must be 'mmap' or 'ram', got {mode!r}")
-        path = str(path)
+        if not isinstance(verify, (bool, np.bool_)):  # the engine's rule for a switch
+            raise ValueError(f"verify must be True or False, got {verify!r}")
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"path must be a str, bytes or os.PathLike, got {path!r}")
+        path = os.fsdecode(path)
         # Read as the engine opens a trie: a FIFO or a directory is refused at once, never waited on.
         magic = _engine.file_head(path, len(ZSTD_MAGIC))
         if magic == ZSTD_MAGIC:

@@ -93,9 +93,7 @@ void load_prune_params(const PruneParamHandles& v, PruneParams& p) {
         throw InvalidArgument(std::string(f.name) + " must be an integer or None, got " + std::string(py::repr(h)));
       p.*f.token = integer(h, f.name, "-1 (none) or in [0, vocab_size)");
     } else {
-      const int truth = PyObject_IsTrue(h.ptr());
-      if (truth < 0) throw py::error_already_set();
-      p.*f.flag = truth != 0;
+      p.*f.flag = truth(h, f.name);  // True or False, as propose's switches: "no" is no True
     }
   }
 }

@@ -122,7 +122,7 @@ PyObject* propose_batch_fastcall(PyObject*, PyObject* const* in, Py_ssize_t narg
     int64_t n_threads = 0;
     if (threads && !threads.is_none()) n_threads = integer(threads, "threads", "0..4096 or None");
     if (n_threads < 0 || n_threads > 4096)
-      throw InvalidArgument("threads = " + std::to_string(n_threads) + ": must be in 0..4096 or None");
+      throw InvalidArgument("threads must be in 0..4096 or None, got " + std::to_string(n_threads));
     ProposeParams params;
     load_propose_params(propose_handles(args, 2), params);
     std::vector<ProposeInput> inputs(ids.size());

@@ -91,11 +91,9 @@ PyObject* prune_batch_fastcall(PyObject*, PyObject* const* in, Py_ssize_t nargsf
     }
     const py::handle threads = args[kArgs - 2];
     int64_t n_threads = 0;
-    if (threads && !threads.is_none()) {
-      if (py::isinstance<py::bool_>(threads) || !PyIndex_Check(threads.ptr()) ||
-          (n_threads = integer(threads, "threads", "0..4096 or None")) < 0 || n_threads > 4096)
-        throw InvalidArgument("threads must be a non-negative integer or None, got " + std::string(py::repr(threads)));
-    }
+    if (threads && !threads.is_none()) n_threads = integer(threads, "threads", "0..4096 or None");
+    if (n_threads < 0 || n_threads > 4096)
+      throw InvalidArgument("threads must be in 0..4096 or None, got " + std::to_string(n_threads));
     PruneParams params;
     load_prune_params(prune_handles(args, 2), params);
     std::vector<PruneInput> inputs(reqs.size());
@@ -230,7 +228,8 @@ call names one; with ngram_weight 0 exactly the tree any trie of that
 vocabulary gives.)")
       .def(py::init([](const py::handle& vocab_size) {
              const int64_t v = integer(vocab_size, "vocab_size", "1..2147483648");
-             check_vocab_size(v < 0 ? 0 : static_cast<uint64_t>(v));
+             if (v < 1) throw InvalidArgument("vocab_size = " + std::to_string(v) + ": must be in 1..2147483648");
+             check_vocab_size(static_cast<uint64_t>(v));
              return NoTrie(static_cast<uint64_t>(v));
            }),
            py::arg("vocab_size"))
