@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -97,8 +99,15 @@ class HostLink(contextlib.AbstractContextManager):
     def _connect(self, targets: str | Sequence[str], *, deadline: float, tokenizer: Any,
                  tokenizer_fingerprint: str | None, index: str, connect_timeout: float, backoff_initial: float,
                  backoff_max: float, transport: str, client_options: dict[str, Any] | None) -> None:
-        from ngram_service.client import NgramClient
+        from ngram_service.client import NgramClient, check_timeout
 
+        # Checked here, by their own names: a NaN deadline or back-off meant a
+        # host never asked again, a zero one a fallback at every call.
+        for name, seconds in (("deadline", deadline), ("connect_timeout", connect_timeout)):
+            check_timeout(seconds, name, optional=False)
+        for name, seconds in (("backoff_initial", backoff_initial), ("backoff_max", backoff_max)):
+            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 <= seconds < math.inf:
+                raise ValueError(f"{name} = {seconds!r}: must be a number of seconds >= 0 and finite")
         self.deadline = float(deadline)
         self.connect_timeout = float(connect_timeout)
         self.backoff_initial = float(backoff_initial)

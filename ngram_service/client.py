@@ -70,17 +70,18 @@ def service_config(max_attempts: int = 5, initial_backoff: float = 0.05, max_bac
     return json.dumps(cfg)
 
 
-def check_timeout(value: Any, name: str = "timeout") -> float | None:
-    """A deadline in seconds as the engine takes one: None (no deadline) or a
-    number > 0 and finite, else ValueError naming ``name``; beyond NEVER:
-    None."""
-    if value is None:
+def check_timeout(value: Any, name: str = "timeout", optional: bool = True) -> float | None:
+    """A deadline in seconds as the engine takes one: a number > 0 and
+    finite, or None (no deadline) where ``optional``, else ValueError naming
+    ``name``; beyond NEVER: None."""
+    none = ", or None" if optional else ""
+    if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number of seconds or None, got {value!r}")
+        raise ValueError(f"{name} must be a number of seconds{' or None' if optional else ''}, got {value!r}")
     s = float(value)
     if not (s > 0.0 and math.isfinite(s)):
-        raise ValueError(f"{name} = {value!r}: must be a number of seconds > 0 and finite, or None")
+        raise ValueError(f"{name} = {value!r}: must be a number of seconds > 0 and finite{none}")
     return None if s > NEVER else s
 
 
