@@ -41,6 +41,7 @@ import torch
 
 from dart_client.draft_trees import DraftTree, DraftTrees, TreeStaging, tree_batch
 from dart_client.host_link import HostLink, PrunerStats, check_fingerprint, model_fingerprint
+from dart_client.tree_budget import whole_number
 from ngram_service import NgramIndex, _engine, proposals
 from ngram_service.proposals import DEFAULTS
 
@@ -48,6 +49,9 @@ __all__ = ["LocalProposer", "LookupProposer", "ProposeTiming", "RemoteProposer"]
 
 #: The engine's longest context (cpp/engine/propose.h, ProposeLimits::kMaxContext).
 MAX_CONTEXT: int = proposals.LIMITS["max_context"]
+
+#: The largest token id prompt lookup takes (its vocabulary is at most 2**31 ids).
+MAX_TOKEN_ID = (1 << 31) - 1
 
 
 @dataclass
@@ -91,7 +95,7 @@ class _ProposerBase:
                  lookup_min_match: int = DEFAULTS["lookup_min_match"], discount: float = DEFAULTS["discount"],
                  lookup_decay: float = DEFAULTS["lookup_decay"], lookup_prior: float = DEFAULTS["lookup_prior"],
                  order_weight: float = DEFAULTS["order_weight"], root_branch: int = DEFAULTS["root_branch"]) -> None:
-        if max_context is not None and not 1 <= max_context <= MAX_CONTEXT:
+        if max_context is not None and not 1 <= whole_number(max_context, "max_context") <= MAX_CONTEXT:
             raise ValueError(f"max_context must be in 1..{MAX_CONTEXT}, got {max_context}")
         self.max_context = int(max_context or MAX_CONTEXT)
         self.params = _check_params(proposals.propose_keywords(locals()))
@@ -121,7 +125,7 @@ class _ProposerBase:
         if not len(tokens):
             raise ValueError("no sequences")
         params = self.params
-        if max_nodes is not None and max_nodes < params["max_nodes"]:
+        if max_nodes is not None and whole_number(max_nodes, "max_nodes") < params["max_nodes"]:
             if max_nodes < 0:
                 raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
             params = dict(params, max_nodes=int(max_nodes))
@@ -136,15 +140,24 @@ class _ProposerBase:
         return out
 
     def _context(self, tokens: Any, i: int) -> np.ndarray:
+        """One sequence's last max_context ids (any shape, flattened), converted
+        as the engine converts ids: floats, strings and ids past int64 are a
+        ValueError naming tokens[i] (1.7 was cut to 1)."""
         if isinstance(tokens, torch.Tensor):
             tokens = tokens.reshape(-1)[-self.max_context:].cpu().numpy()
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        try:
+            flat = np.asarray(tokens).reshape(-1)
+        except ValueError:  # ragged
+            raise ValueError(f"tokens[{i}] is not a sequence of token ids") from None
+        ids = _engine.token_ids(flat[-self.max_context:] if flat.dtype != object else tokens, f"tokens[{i}]", 1)
         if ids.size == 0:
             raise ValueError(f"tokens[{i}] is empty: a tree needs its root")
         if ids.size > self.max_context:
             ids = ids[-self.max_context:]
         if ids.min() < 0:
             raise ValueError(f"tokens[{i}]: a negative token id")
+        if ids.max() > MAX_TOKEN_ID:
+            raise ValueError(f"tokens[{i}]: token id {ids.max()} is past the engine's ids (0..{MAX_TOKEN_ID})")
         return ids
 
     def _fitted(self, contexts: list[np.ndarray]) -> tuple[list[np.ndarray], list[int]]:

@@ -29,6 +29,7 @@ the one the host would return with ngram_weight 0.
 """
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ import torch
 from dart_client.device_lattices import LatticeGraphs, LatticeStaging, host_ids, pack_lattices
 from dart_client.draft_trees import DraftTree, DraftTrees, TreeStaging
 from dart_client.host_link import HostLink, PrunerStats, TokenizerMismatchError, check_fingerprint, model_fingerprint
+from dart_client.tree_budget import whole_number
 from ngram_service import NgramIndex, _engine
-from ngram_service.tree import DEFAULTS
+from ngram_service.params import LATTICE_TOPK, PRUNE_PARAMS
+from ngram_service.tree import DEFAULTS, prune_params
 
 __all__ = [
     "DraftTree",
@@ -61,6 +64,24 @@ DART_TOPK = 25
 DART_BEAM_WIDTH: int = DEFAULTS["beam_width"]
 DART_MAX_NODES: int = DEFAULTS["max_nodes"]
 DART_NGRAM_WEIGHT: float = DEFAULTS["ngram_weight"]
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """The search parameters converted as the engine converts them
+    (ValueError naming the field for a float beam width, a switch that is
+    not True or False) and held to its table's ranges (PRUNE_PARAMS), at
+    construction: the engine would refuse them at every call, and a remote
+    pruner fall back at every call. An eos_token_id outside the trie's
+    vocabulary is left to ``_eos`` (no EOS rule)."""
+    given = prune_params(**params)
+    for p in PRUNE_PARAMS:
+        if p.type is bool or params[p.name] is None:
+            continue
+        values = given[p.name] if p.type is list else [given[p.name]]
+        for i, v in enumerate(values):
+            if not (v >= p.low and (p.high is None or v <= p.high)):
+                where = f"{p.name}[{i}]" if p.type is list else p.name
+                raise ValueError(f"{where} = {v}: must be {'in ' if p.type is not int else ''}{p.describe_range()}")
 
 
 @dataclass
@@ -109,11 +130,15 @@ class _PrunerBase:
         temperature: float = 1.0,
         cuda_graphs: bool = True,
     ) -> None:
-        if topk < 1:
-            raise ValueError(f"topk must be >= 1, got {topk}")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.topk = int(topk)
+        topk = whole_number(topk, "topk")
+        if not LATTICE_TOPK.low <= topk <= LATTICE_TOPK.high:
+            raise ValueError(f"topk = {topk}: must be {LATTICE_TOPK.describe_range()}")
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        _check_params({"beam_width": beam_width, "max_nodes": max_nodes, "ngram_weight": ngram_weight,
+                       "level_weights": level_weights, "logit_weights": logit_weights, "eos_token_id": eos_token_id,
+                       "ngram_on_first_level": ngram_on_first_level})
+        self.topk = topk
         self.temperature = float(temperature)
         self.params: dict[str, Any] = {
             "beam_width": int(beam_width),
@@ -153,6 +178,8 @@ class _PrunerBase:
         ids are target ids); tokens: the sequence so far (list, array or
         tensor; its last token is the root). Returns the DraftTree on
         logits.device."""
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(f"logits must be a torch.Tensor [D, V_draft], got {type(logits).__name__}")
         if logits.ndim != 2:
             raise ValueError(f"logits must be [D, V_draft], got shape {tuple(logits.shape)}")
         return self.prune_batch(logits[None], d2t, [tokens])[0]
@@ -167,11 +194,18 @@ class _PrunerBase:
         many nodes a tree for this call, if fewer than the pruner's own (a
         generator's tree budget shared by a batch)."""
         if max_nodes is not None:
+            max_nodes = whole_number(max_nodes, "max_nodes")
             if max_nodes < 0:
                 raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
-            max_nodes = int(max_nodes) if max_nodes < self.params["max_nodes"] else None
-        if logits.ndim != 3:
-            raise ValueError(f"logits must be [B, D, V_draft], got shape {tuple(logits.shape)}")
+            max_nodes = max_nodes if max_nodes < self.params["max_nodes"] else None
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(f"logits must be a torch.Tensor [B, D, V_draft], got {type(logits).__name__}")
+        if logits.ndim != 3 or not (logits.shape[1] and logits.shape[2]):
+            raise ValueError(f"logits must be [B, D, V_draft] with D >= 1 levels and V_draft >= 1 ids, "
+                             f"got shape {tuple(logits.shape)}")
+        if d2t is not None and (not isinstance(d2t, torch.Tensor) or d2t.ndim != 1 or d2t.shape[0] < logits.shape[2]):
+            raise ValueError(f"d2t must be a tensor [V_draft] = [{logits.shape[2]}] (or None), got "
+                             f"{tuple(d2t.shape) if hasattr(d2t, 'shape') else type(d2t).__name__}")
         if len(tokens) != logits.shape[0]:
             raise ValueError(f"{logits.shape[0]} lattices but {len(tokens)} token sequences")
         tm = PruneTiming()
