@@ -47,6 +47,8 @@ one-token and tree-shaped forward passes, which do not show in float32 tests).
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -62,7 +64,7 @@ from dart_client.results import GenerationResult, StepRecord
 from dart_client.sampling import SAMPLING_ORDERS, accept_greedy_batch, accept_tree_sampling, pick_tokens
 from dart_client.static_verify import KV_CACHES, StaticTarget
 from dart_client.target_inputs import load_target, prompt_lists
-from dart_client.tree_budget import TREE_BUDGET, tree_nodes
+from dart_client.tree_budget import TREE_BUDGET, tree_nodes, whole_number
 from dart_client.tree_sources import (
     DrafterSource,
     ProposalSource,
@@ -79,12 +81,27 @@ __all__ = ["TREE_BUDGET", "DartGenerator", "DrafterSource", "GenerationResult", 
 
 
 
-def _check_call(max_new_tokens: int, sampling_order: str) -> None:
-    """A decoding call's arguments, checked before anything runs."""
-    if max_new_tokens < 1:
+def _check_call(max_new_tokens: int, sampling_order: str, temperature: float, top_k: int, top_p: float,
+                seed: int | None) -> None:
+    """A decoding call's arguments, checked before anything runs, in the
+    ranges dart-generate's options take (a NaN max_new_tokens decoded
+    forever; a NaN or negative temperature decoded greedily)."""
+    if whole_number(max_new_tokens, "max_new_tokens") < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if sampling_order not in SAMPLING_ORDERS:
         raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
+    if not _real(temperature) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if whole_number(top_k, "top_k") < 0:
+        raise ValueError(f"top_k must be >= 0 (0: off), got {top_k}")
+    if not _real(top_p) or not 0 <= top_p <= 1:
+        raise ValueError(f"top_p must be in [0, 1], got {top_p!r}")
+    if seed is not None and not -(1 << 63) <= whole_number(seed, "seed") < 1 << 64:
+        raise ValueError(f"seed must be in [-2**63, 2**64) (torch's seeds) or None, got {seed}")
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 class _Clock:
@@ -157,6 +174,8 @@ class SpeculativeGenerator:
         # takes it (there "past_key_values" is deprecated, warns on every call
         # and is to be removed), else "past_key_values".
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if kv_capacity is not None:
+            whole_number(kv_capacity, "kv_capacity")
         if kv_cache not in KV_CACHES:
             raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
         if kv_cache != "static" and (cuda_graphs or kv_capacity is not None or fixed_shapes):
@@ -165,7 +184,7 @@ class SpeculativeGenerator:
         self._static = StaticTarget(target, self._forward, cfg, dtype=self.embed.weight.dtype, device=self.device,
                                     cache_kw=self._cache_kw, capacity=kv_capacity,
                                     cuda_graphs=cuda_graphs, fixed_shapes=fixed_shapes) if kv_cache == "static" else None
-        if tree_budget is not None and tree_budget < 2:
+        if tree_budget is not None and whole_number(tree_budget, "tree_budget") < 2:
             raise ValueError(f"tree_budget must be >= 2 (a root and a node) or None, got {tree_budget}")
         self.tree_budget = tree_budget
         source.bind(self)
@@ -184,9 +203,11 @@ class SpeculativeGenerator:
                 eos = getattr(self.target.config, "eos_token_id", None)
         if eos is None:
             return frozenset()
-        if isinstance(eos, int):
-            return frozenset([eos])
-        return frozenset(int(e) for e in eos)
+        if isinstance(eos, numbers.Integral):
+            return frozenset([whole_number(eos, "eos_token_id")])
+        if isinstance(eos, (str, bytes)) or not hasattr(eos, "__iter__"):
+            raise ValueError(f"eos_token_id must be a token id or a sequence of them, got {eos!r}")
+        return frozenset(whole_number(e, "eos_token_id") for e in eos)
 
     # -- the target -------------------------------------------------------------------
 
@@ -236,7 +257,7 @@ class SpeculativeGenerator:
         ``sampling_order``, exactly). on_step(i, result) runs after every
         verification step (the list of results for a batch). lattice_log
         (DART only): records each step's lattice and committed tokens."""
-        _check_call(max_new_tokens, sampling_order)
+        _check_call(max_new_tokens, sampling_order, temperature, top_k, top_p, seed)
         if lattice_log is not None and not hasattr(self.source, "log_step"):
             raise ValueError(f"a lattice log records a drafter's lattices; {type(self.source).__name__} has none")
         rows, single, pick = self._call(input_ids, self.source.kind, temperature, top_k, top_p,
@@ -286,7 +307,7 @@ class SpeculativeGenerator:
         """A decoding call's rows (one per prompt), whether one prompt was
         given (not a list), and how a token is picked (``seed`` None: a random
         seed, or 0 without ``random_seed``)."""
-        prompts, single = prompt_lists(input_ids)
+        prompts, single = prompt_lists(input_ids, int(self.embed.weight.shape[0]))
         sampling = temperature > 0
         gen = None
         if sampling:
@@ -444,7 +465,7 @@ class SpeculativeGenerator:
         prompt -> GenerationResult, several (as generate takes them) decoded
         together as one batch -> a list of GenerationResult in prompt order.
         Each step record's target_s is the whole step (forward and pick)."""
-        _check_call(max_new_tokens, sampling_order)
+        _check_call(max_new_tokens, sampling_order, temperature, top_k, top_p, seed)
         rows, single, pick = self._call(input_ids, "autoregressive", temperature, top_k, top_p,
                                         sampling_order, seed, random_seed=False)
         clock = _Clock(self.device, self.sync_timing)

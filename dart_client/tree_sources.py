@@ -6,6 +6,7 @@ alone (ProposalSource); and the decoding state of one sequence they read
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -148,6 +149,12 @@ class DrafterSource(TreeSource):
         cfg = gen.text_config
         self.num_layers = int(cfg.num_hidden_layers)
         self.aux_layers = self._aux_layers if self._aux_layers is not None else aux_layer_indices(self.num_layers)
+        n = self.num_layers
+        if len(self.aux_layers) != 3 or not all(
+                isinstance(i, numbers.Integral) and not isinstance(i, bool) and -(n + 1) <= i <= n
+                for i in self.aux_layers):
+            raise ValueError(f"aux_layers must be 3 indices of the target's {n + 1} hidden states "
+                             f"(0..{n}: 0 the embeddings), got {list(self.aux_layers)}")
         dc = self.drafter.config
         if dc.target_hidden_size != cfg.hidden_size or dc.hidden_size != cfg.hidden_size:
             raise ValueError(f"drafter hidden sizes ({dc.hidden_size}, target {dc.target_hidden_size}) do not fit "
