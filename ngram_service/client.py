@@ -16,7 +16,8 @@ Server-side errors reach the caller as ``grpc.RpcError`` with their status
 code (INVALID_ARGUMENT naming the field, NOT_FOUND, FAILED_PRECONDITION,
 RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, UNAVAILABLE). Arrays that cannot be
 encoded at all (floats as token ids, wrong rank) raise ValueError before any
-call, as NgramIndex does.
+call, as NgramIndex does; so do a bad ``timeout`` or ``k``, and any call
+of a closed client.
 """
 from __future__ import annotations
 
@@ -240,7 +241,9 @@ class _ClientBase:
         index: the index to query ("" = the host's default).
         tokenizer_fingerprint: sent with every query; a host whose index was
         built with another tokenizer answers FAILED_PRECONDITION.
-        timeout: the deadline of every call, in seconds (per-call override).
+        timeout: the deadline of every call, in seconds (per-call override):
+        a number > 0 and finite, or None for none (beyond a century: none);
+        anything else is a ValueError before any call, as NgramIndex's.
         root_certificates / private_key / certificate_chain: PEM bytes, text
         or paths; any of them (or tls=True) makes the channel TLS; the last
         two are the client certificate for mutual TLS.
