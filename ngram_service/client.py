@@ -79,7 +79,7 @@ def check_timeout(value: Any, name: str = "timeout", optional: bool = True) -> f
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number of seconds{' or None' if optional else ''}, got {value!r}")
+        raise ValueError(f"{name} must be a number of seconds{none}, got {value!r}")
     s = float(value)
     if not (s > 0.0 and math.isfinite(s)):
         raise ValueError(f"{name} = {value!r}: must be a number of seconds > 0 and finite{none}")
