@@ -325,6 +325,8 @@ def main(ctx: click.Context, model: str | None, drafter: str | None, model_opt: 
     client_options = tls_client_options(ca, cert, key, server_name)
     if eos_spec not in ("model", "tokenizer") and not re.fullmatch(r"[0-9]+", eos_spec):
         raise click.BadParameter(f"{eos_spec!r}: give model, tokenizer or a token id", param_hint="--eos")
+    if eos_spec not in ("model", "tokenizer") and int(eos_spec) >= 1 << 63:  # no model's id; the search's int64
+        raise click.BadParameter(f"{eos_spec} is not a token id of any model (past int64)", param_hint="--eos")
     from dart_client.requirements import INSTALL_HINT, missing
 
     if missing():
