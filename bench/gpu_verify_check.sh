@@ -91,12 +91,17 @@ run)
   [[ $STEPS =~ ^[123]+$ ]] || { echo "gpu_verify_check run: STEPS is digits of 1, 2, 3, got '$STEPS'" >&2; exit 2; }
   OUT=${OUT:-/tmp/gpu-verify-out}
   mkdir -p "$OUT"
+  rm -rf /tmp/site  # env.sh's pip install --target keeps what an earlier call on a warm machine put there
   # shellcheck disable=SC1091
   source "$G/env.sh"
   # The scripts import the checkout's packages first (its root is on sys.path), which lack the compiled
-  # modules: the wheel's are copied beside the sources (only what the checkout does not have).
+  # modules: the wheel's are copied beside the sources, replacing those an earlier call left (git-ignored,
+  # so they outlive a new prepare); the checkout's own Python files are kept.
   (cd /tmp/site && find ngram_service -type f) | while read -r f; do
-    [ -e "$f" ] || { mkdir -p "$(dirname "$f")"; cp "/tmp/site/$f" "$f"; }
+    case $f in
+      *.py) [ -e "$f" ] || { mkdir -p "$(dirname "$f")"; cp "/tmp/site/$f" "$f"; } ;;
+      *) mkdir -p "$(dirname "$f")"; cp -f "/tmp/site/$f" "$f" ;;
+    esac
   done
   python3 -c "from ngram_service import _engine; import zstandard" || {
     echo "gpu_verify_check run: the packed wheel does not import here (run prepare again)" >&2; exit 1; }

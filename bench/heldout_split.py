@@ -41,6 +41,7 @@ def made_from(corpus: str, per_source: int) -> dict[str, object]:
 
 
 def split(corpus: str, out: Path, per_source: int) -> dict[str, int]:
+    (out / "split.json").unlink(missing_ok=True)  # a split cut short must not keep the last one's record
     files = expand_inputs([corpus])
     by_source: dict[str, list[tuple[str, str]]] = {}  # source -> [(digest, text)]
     texts: dict[str, list[str]] = {}

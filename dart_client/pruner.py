@@ -29,6 +29,7 @@ the one the host would return with ngram_weight 0.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import time
 from collections.abc import Sequence
@@ -133,8 +134,8 @@ class _PrunerBase:
         topk = whole_number(topk, "topk")
         if not LATTICE_TOPK.low <= topk <= LATTICE_TOPK.high:
             raise ValueError(f"topk = {topk}: must be {LATTICE_TOPK.describe_range()}")
-        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0 < temperature < math.inf:
+            raise ValueError(f"temperature must be > 0 and finite, got {temperature!r}")
         _check_params({"beam_width": beam_width, "max_nodes": max_nodes, "ngram_weight": ngram_weight,
                        "level_weights": level_weights, "logit_weights": logit_weights, "eos_token_id": eos_token_id,
                        "ngram_on_first_level": ngram_on_first_level})
@@ -203,9 +204,10 @@ class _PrunerBase:
         if logits.ndim != 3 or not (logits.shape[1] and logits.shape[2]):
             raise ValueError(f"logits must be [B, D, V_draft] with D >= 1 levels and V_draft >= 1 ids, "
                              f"got shape {tuple(logits.shape)}")
-        if d2t is not None and (not isinstance(d2t, torch.Tensor) or d2t.ndim != 1 or d2t.shape[0] < logits.shape[2]):
-            raise ValueError(f"d2t must be a tensor [V_draft] = [{logits.shape[2]}] (or None), got "
-                             f"{tuple(d2t.shape) if hasattr(d2t, 'shape') else type(d2t).__name__}")
+        if d2t is not None and not isinstance(d2t, torch.Tensor):
+            raise TypeError(f"d2t must be a torch.Tensor [V_draft] (or None), got {type(d2t).__name__}")
+        if d2t is not None and (d2t.ndim != 1 or d2t.shape[0] < logits.shape[2]):
+            raise ValueError(f"d2t must be [V_draft] = [{logits.shape[2]}], got shape {tuple(d2t.shape)}")
         if len(tokens) != logits.shape[0]:
             raise ValueError(f"{logits.shape[0]} lattices but {len(tokens)} token sequences")
         tm = PruneTiming()

@@ -27,7 +27,7 @@ import json
 import math
 import numbers
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ import numpy as np
 from ngram_service import _engine, proposals, tree
 from ngram_service.index import TopK, info_dict
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
+from ngram_service.targets import TARGET_FORMS, target_problem
 
 __all__ = ["NgramClient", "AsyncNgramClient", "DEFAULT_TIMEOUT"]
 
@@ -47,8 +48,8 @@ NEVER = 100.0 * 365 * 24 * 3600
 MAX_MESSAGE_BYTES = (1 << 31) - 1
 #: TopKRequest.k is a uint32.
 _MAX_K = (1 << 32) - 1
-# gRPC's own target schemes (a target naming none is dns:///TARGET, which needs a port).
-_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:", "google-c2p:")
+# gRPC's target schemes that targets.target_problem does not check, passed to gRPC as they are.
+_OTHER_SCHEMES = ("vsock:", "xds:", "google-c2p:")
 SERVICE = pb.DESCRIPTOR.services_by_name["NgramService"].full_name
 
 
@@ -104,26 +105,20 @@ def channel_targets(targets: str | Sequence[str]) -> list[str]:
     round_robin policy of the client's service config and re-resolved when a
     connection drops; ``dns://DNS-SERVER:PORT/name:port`` asks that DNS server.
     It must name its port: gRPC would otherwise assume 443."""
-    if not isinstance(targets, (str, Sequence)):
+    if isinstance(targets, str):
+        ts = [targets]
+    elif isinstance(targets, bytes) or not isinstance(targets, Iterable):
         raise TypeError(f"targets must be a 'host:port' string or a sequence of them, got {targets!r}")
-    ts = [targets] if isinstance(targets, str) else list(targets)
+    else:
+        ts = list(targets)
     if not ts:
         raise ValueError("targets: need at least one host:port")
     for t in ts:
         if not isinstance(t, str):
             raise TypeError(f"targets: {t!r} is not a 'host:port' string")
-        if not t.startswith(_SCHEMES) and "://" not in t:
-            hp = _split_host_port(t)
-            if hp is None or not hp[0]:
-                raise ValueError(f"targets: {t!r}: not host:port (gRPC would dial port 443)")
-            if not (hp[1].isdigit() and 1 <= int(hp[1]) <= 65535):
-                raise ValueError(f"targets: {t!r}: port {hp[1]!r} is not in 1..65535")
-        if t.startswith("dns:"):
-            name = t[len("dns:"):].lstrip("/")
-            if t.startswith("dns://") and not t.startswith("dns:///"):
-                name = name.partition("/")[2]  # after the DNS server's authority
-            if _split_host_port(name) is None:
-                raise ValueError(f"targets: {t}: no port (dns:///name:port)")
+        why = None if t.startswith(_OTHER_SCHEMES) else target_problem(t)
+        if why:
+            raise ValueError(f"targets: {t!r}: {why}; give {TARGET_FORMS}")
     if len(ts) == 1:
         return ts
     families = set()
@@ -545,12 +540,17 @@ class AsyncNgramClient(_ClientBase):
         await self.close()
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
-        """Waits until every channel is connected (asyncio.TimeoutError otherwise)."""
+        """Waits until every channel is connected (asyncio.TimeoutError,
+        naming the target, otherwise)."""
         import asyncio
 
         self._check_open()
-        timeout = check_timeout(timeout)
-        await asyncio.wait_for(asyncio.gather(*(c.channel_ready() for c in self._channels)), timeout)
+        seconds = check_timeout(timeout)
+        for t, c in zip(self.targets, self._channels):
+            try:
+                await asyncio.wait_for(c.channel_ready(), seconds)
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(f"wait_ready: {t} not connected within {timeout} s") from None
 
     async def info(self, *, timeout: float | None = None) -> dict[str, Any]:
         return await self._call(self._info(), timeout)

@@ -140,13 +140,15 @@ class NgramIndex:
 
         path: a str, bytes or os.PathLike (anything else: TypeError). mode:
         "mmap" (default) or "ram". verify: True to also check every
-        section's checksum (reads the whole file). Raises TrieFormatError (a
+        section's checksum (reads the whole file; None is False). Raises TrieFormatError (a
         ValueError) for a missing, truncated, corrupted or foreign file, and
         at once for a path that is not a regular file (a FIFO, a directory, a
         device).
         """
         if not isinstance(mode, str) or mode not in ("mmap", "ram"):
             raise ValueError(f"mode must be 'mmap' or 'ram', got {mode!r}")
+        if verify is None:  # what pybind's conversion made of it before the check
+            verify = False
         if not isinstance(verify, (bool, np.bool_)):  # the engine's rule for a switch
             raise ValueError(f"verify must be True or False, got {verify!r}")
         if not isinstance(path, (str, bytes, os.PathLike)):

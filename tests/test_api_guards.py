@@ -155,12 +155,14 @@ def test_client_wait_ready_names_the_target() -> None:
 
 
 @pytest.mark.parametrize("targets, error, message", [
-    ("127.0.0.1", ValueError, r"targets: '127.0.0.1': not host:port"),
-    ("localhost", ValueError, r"targets: 'localhost': not host:port"),
-    ("", ValueError, r"targets: '': not host:port"),
-    (["127.0.0.1:50051", "127.0.0.2"], ValueError, r"targets: '127.0.0.2': not host:port"),
-    ("127.0.0.1:abc", ValueError, r"targets: '127.0.0.1:abc': port 'abc' is not in 1..65535"),
-    ("127.0.0.1:99999", ValueError, r"targets: '127.0.0.1:99999': port '99999' is not in 1..65535"),
+    ("127.0.0.1", ValueError, r"targets: '127.0.0.1': no port \(gRPC would dial 443\)"),
+    ("localhost", ValueError, r"targets: 'localhost': no port \(gRPC would dial 443\)"),
+    ("", ValueError, r"targets: '': empty"),
+    (["127.0.0.1:50051", "127.0.0.2"], ValueError, r"targets: '127.0.0.2': no port"),
+    ("127.0.0.1:abc", ValueError, r"targets: '127.0.0.1:abc': the port 'abc' is not a number"),
+    ("127.0.0.1:99999", ValueError, r"targets: '127.0.0.1:99999': the port 99999 is not in 1..65535"),
+    ("::1", ValueError, r"targets: '::1': an IPv6 address goes in brackets"),  # was host ':' port 1
+    ("ipv4:127.0.0.1", ValueError, r"targets: 'ipv4:127.0.0.1': '127.0.0.1': no port"),  # was dialled on 443
     (None, TypeError, r"targets must be a 'host:port' string or a sequence of them, got None"),
     (50051, TypeError, r"targets must be a 'host:port' string or a sequence of them, got 50051"),
     (["127.0.0.1:50051", 5], TypeError, r"targets: 5 is not a 'host:port' string"),
@@ -175,8 +177,27 @@ def test_client_targets_checked(targets: object, error: type, message: str) -> N
 
 def test_client_good_targets_still_accepted() -> None:
     for t in ["localhost:50051", "[::1]:50051", "unix:/tmp/ngram.sock", "dns:///localhost:50051",
-              "ipv4:127.0.0.1:1,127.0.0.2:2"]:
+              "ipv4:127.0.0.1:1,127.0.0.2:2", "xds:///trie-host"]:
         NgramClient(t).close()
+    for many in ({"127.0.0.1:1"}, (t for t in ["127.0.0.1:1", "127.0.0.2:2"])):  # any iterable, as list() took
+        NgramClient(many).close()
+
+
+def test_async_client_wait_ready_names_the_target() -> None:
+    """AsyncNgramClient.wait_ready timed out with a bare asyncio.TimeoutError."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{s.getsockname()[1]}"
+
+    async def run() -> None:
+        c = AsyncNgramClient(target)
+        try:
+            with pytest.raises(asyncio.TimeoutError, match=rf"^wait_ready: {target} not connected within 0.2 s"):
+                await c.wait_ready(0.2)
+        finally:
+            await c.close()
+
+    asyncio.run(run())
 
 
 @pytest.mark.parametrize("size", [0, -5, 2**40, 1.5, True], ids=repr)
@@ -204,13 +225,14 @@ def test_client_half_a_client_certificate(given: str) -> None:
 
 # ---- NgramIndex and the engine ------------------------------------------------------
 
-@pytest.mark.parametrize("verify", ["no", 1, None], ids=repr)
+@pytest.mark.parametrize("verify", ["no", 1], ids=repr)
 def test_index_open_verify_is_a_switch(sample_trie: Path, verify: object) -> None:
     """verify='no' was pybind's 'incompatible function arguments' listing
     the engine's signature; now the engine's words for a switch."""
     with pytest.raises(ValueError, match=rf"^verify must be True or False, got {re.escape(repr(verify))}$"):
         NgramIndex.open(sample_trie, verify=verify)
     assert NgramIndex.open(sample_trie, verify=np.True_).vocab_size == V
+    assert NgramIndex.open(sample_trie, verify=None).vocab_size == V  # None: the default, as before
 
 
 def test_index_open_path_types(sample_trie: Path) -> None:
@@ -240,9 +262,11 @@ def test_prune_switch_is_true_or_false(sample_trie: Path, flag: object) -> None:
     idx = NgramIndex.open(sample_trie)
     with pytest.raises(ValueError, match=rf"^ngram_on_first_level must be True or False, got {re.escape(repr(flag))}$"):
         idx.prune(*lattice(), ngram_on_first_level=flag)
-    with pytest.raises(ValueError, match="^ngram_on_first_level must be True or False"):
-        NgramClient("127.0.0.1:1").prune(*lattice(), ngram_on_first_level=flag)  # refused before the wire
+    with NgramClient("127.0.0.1:1") as client, \
+            pytest.raises(ValueError, match="^ngram_on_first_level must be True or False"):
+        client.prune(*lattice(), ngram_on_first_level=flag)  # refused before the wire
     assert idx.prune(*lattice(), ngram_on_first_level=True).n_nodes > 0
+    assert idx.prune(*lattice(), ngram_on_first_level=np.True_).n_nodes > 0  # numpy's bools are switches too
 
 
 # ---- dart_client ----------------------------------------------------------------------
@@ -258,7 +282,8 @@ def test_prune_switch_is_true_or_false(sample_trie: Path, flag: object) -> None:
     ({"ngram_on_first_level": "no"}, r"ngram_on_first_level must be True or False, got 'no'"),
     ({"topk": 2.5}, r"topk must be an integer, got 2\.5"),
     ({"topk": 5000}, r"topk = 5000: must be 1\.\.1024"),
-    ({"temperature": math.nan}, r"temperature must be > 0, got nan"),
+    ({"temperature": math.nan}, r"temperature must be > 0 and finite, got nan"),
+    ({"temperature": math.inf}, r"temperature must be > 0 and finite, got inf"),
 ], ids=repr)
 def test_pruner_parameters_checked_at_construction(sample_trie: Path, kwargs: dict, message: str) -> None:
     """A LocalPruner took beam_width=2.5 as 2, eos_token_id=2.5 as 2 and
@@ -289,8 +314,10 @@ def test_pruner_call_arguments(sample_trie: Path) -> None:
         with pytest.raises(ValueError, match=rf"^logits must be \[B, D, V_draft\] with D >= 1 levels and "
                                              rf"V_draft >= 1 ids, got shape \(1, {shape[0]}, {shape[1]}\)"):
             pr(torch.randn(*shape), None, [1, 2])
-    with pytest.raises(ValueError, match=r"^d2t must be a tensor \[V_draft\] = \[8\] \(or None\), got \(3,\)"):
+    with pytest.raises(ValueError, match=r"^d2t must be \[V_draft\] = \[8\], got shape \(3,\)"):
         pr(torch.randn(2, 8), torch.zeros(3, dtype=torch.int64), [1, 2])
+    with pytest.raises(TypeError, match=r"^d2t must be a torch\.Tensor \[V_draft\] \(or None\), got ndarray"):
+        pr(torch.randn(2, 8), np.zeros(8, np.int64), [1, 2])
     for bad in (2.5, math.nan, "3"):
         with pytest.raises(ValueError, match=rf"^max_nodes must be an integer, got {re.escape(repr(bad))}"):
             pr.prune_batch(torch.randn(1, 2, 8), None, [[1, 2]], max_nodes=bad)

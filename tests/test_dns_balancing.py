@@ -146,7 +146,7 @@ def test_a_dns_target_is_passed_through() -> None:
         "dns:///trie-host.ngram.svc.cluster.local:50051"]
     # Several names (not IP literals): one channel each, taken in turn.
     assert channel_targets(["dns:///a:1", "dns:///b:1"]) == ["dns:///a:1", "dns:///b:1"]
-    with pytest.raises(ValueError, match="dns:///a: no port"):
+    with pytest.raises(ValueError, match="'dns:///a': the name 'a': no port"):
         channel_targets("dns:///a")
 
 

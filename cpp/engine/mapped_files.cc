@@ -20,6 +20,7 @@ struct Slot {
 };
 
 Slot slots[kSlots];
+static_assert(std::atomic<uintptr_t>::is_always_lock_free, "the SIGBUS handler reads the slots without locks");
 
 }  // namespace
 
@@ -63,7 +64,8 @@ bool mapped_file_at(const void* addr, char* out, size_t cap) {
       ++n;
     }
     out[n] = '\0';
-    if (s.begin.load(std::memory_order_acquire) == b) return true;  // not forgotten while copied
+    std::atomic_thread_fence(std::memory_order_acquire);  // the copy above happens before the re-check
+    if (s.begin.load(std::memory_order_relaxed) == b) return true;  // not forgotten while copied
   }
   return false;
 }

@@ -44,9 +44,11 @@ double real(const py::handle& h, const char* field) {
 }
 
 bool truth(const py::handle& h, const char* field) {
-  if (!py::isinstance<py::bool_>(h))
+  // pybind's bool without conversion: True, False and numpy's bools; "no" or 1 is no switch.
+  py::detail::make_caster<bool> caster;
+  if (!caster.load(h, false))
     throw InvalidArgument(std::string(field) + " must be True or False, got " + std::string(py::repr(h)));
-  return h.ptr() == Py_True;
+  return static_cast<bool>(caster);
 }
 
 // A float32 as the decimal it was written as (1e-4, not 9.99999975e-05).
