@@ -23,8 +23,10 @@ def run_bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_bench_dart_oracle_every_mode(tmp_path: Path) -> None:
     require_module("torch")
     out = tmp_path / "dart.json"
+    # A deadline no loaded CI machine misses (the default, 5 ms, is a GPU step's): every remote step is remote.
     res = run_bench("bench_dart.py", "--oracle", str(SAMPLE_CORPUS), "--modes", "all", "--prompts", "2",
-                    "--new-tokens", "24", "--batch-sizes", "1,2", "--rounds", "2", "--out", str(out))
+                    "--new-tokens", "24", "--batch-sizes", "1,2", "--rounds", "2", "--deadline-ms", "10000",
+                    "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["rounds_done"] == 2
