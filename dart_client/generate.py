@@ -64,7 +64,7 @@ from dart_client.results import GenerationResult, StepRecord
 from dart_client.sampling import SAMPLING_ORDERS, accept_greedy_batch, accept_tree_sampling, pick_tokens
 from dart_client.static_verify import KV_CACHES, StaticTarget
 from dart_client.target_inputs import load_target, prompt_lists
-from dart_client.tree_budget import TREE_BUDGET, tree_nodes, whole_number
+from dart_client.tree_budget import TREE_BUDGET, tree_nodes
 from dart_client.tree_sources import (
     DrafterSource,
     ProposalSource,
@@ -73,6 +73,7 @@ from dart_client.tree_sources import (
     TreeSource,
     aux_layer_indices,
 )
+from ngram_service.arg_checks import is_real, whole_number
 
 __all__ = ["TREE_BUDGET", "DartGenerator", "DrafterSource", "GenerationResult", "ProposalGenerator",
            "ProposalSource", "SpeculativeGenerator", "StepRecord", "TreeCall", "TreeSource", "aux_layer_indices"]
@@ -90,18 +91,14 @@ def _check_call(max_new_tokens: int, sampling_order: str, temperature: float, to
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if sampling_order not in SAMPLING_ORDERS:
         raise ValueError(f"sampling_order must be one of {SAMPLING_ORDERS}, got {sampling_order!r}")
-    if not _real(temperature) or not 0 <= temperature < math.inf:
+    if not is_real(temperature) or not 0 <= temperature < math.inf:
         raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
     if whole_number(top_k, "top_k") < 0:
         raise ValueError(f"top_k must be >= 0 (0: off), got {top_k}")
-    if not _real(top_p) or not 0 <= top_p <= 1:
+    if not is_real(top_p) or not 0 <= top_p <= 1:
         raise ValueError(f"top_p must be in [0, 1], got {top_p!r}")
     if seed is not None and not -(1 << 63) <= whole_number(seed, "seed") < 1 << 64:
         raise ValueError(f"seed must be in [-2**63, 2**64) (torch's seeds) or None, got {seed}")
-
-
-def _real(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 class _Clock:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ngram_service.arg_checks import is_real
 from ngram_service.fingerprint import tokenizer_json_fingerprint, trie_fingerprint
 
 __all__ = ["HostLink", "PrunerStats", "TokenizerMismatchError", "check_fingerprint", "model_fingerprint"]
@@ -106,7 +106,7 @@ class HostLink(contextlib.AbstractContextManager):
         for name, seconds in (("deadline", deadline), ("connect_timeout", connect_timeout)):
             check_timeout(seconds, name, optional=False)
         for name, seconds in (("backoff_initial", backoff_initial), ("backoff_max", backoff_max)):
-            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 <= seconds < math.inf:
+            if not is_real(seconds) or not 0 <= seconds < math.inf:
                 raise ValueError(f"{name} = {seconds!r}: must be a number of seconds >= 0 and finite")
         self.deadline = float(deadline)
         self.connect_timeout = float(connect_timeout)

@@ -41,8 +41,8 @@ import torch
 
 from dart_client.draft_trees import DraftTree, DraftTrees, TreeStaging, tree_batch
 from dart_client.host_link import HostLink, PrunerStats, check_fingerprint, model_fingerprint
-from dart_client.tree_budget import whole_number
 from ngram_service import NgramIndex, _engine, proposals
+from ngram_service.arg_checks import whole_number
 from ngram_service.proposals import DEFAULTS
 
 __all__ = ["LocalProposer", "LookupProposer", "ProposeTiming", "RemoteProposer"]

@@ -30,7 +30,6 @@ the one the host would return with ngram_weight 0.
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,8 +42,8 @@ import torch
 from dart_client.device_lattices import LatticeGraphs, LatticeStaging, host_ids, pack_lattices
 from dart_client.draft_trees import DraftTree, DraftTrees, TreeStaging
 from dart_client.host_link import HostLink, PrunerStats, TokenizerMismatchError, check_fingerprint, model_fingerprint
-from dart_client.tree_budget import whole_number
 from ngram_service import NgramIndex, _engine
+from ngram_service.arg_checks import is_real, whole_number
 from ngram_service.params import LATTICE_TOPK, PRUNE_PARAMS
 from ngram_service.tree import DEFAULTS, prune_params
 
@@ -134,7 +133,7 @@ class _PrunerBase:
         topk = whole_number(topk, "topk")
         if not LATTICE_TOPK.low <= topk <= LATTICE_TOPK.high:
             raise ValueError(f"topk = {topk}: must be {LATTICE_TOPK.describe_range()}")
-        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0 < temperature < math.inf:
+        if not is_real(temperature) or not 0 < temperature < math.inf:
             raise ValueError(f"temperature must be > 0 and finite, got {temperature!r}")
         _check_params({"beam_width": beam_width, "max_nodes": max_nodes, "ngram_weight": ngram_weight,
                        "level_weights": level_weights, "logit_weights": logit_weights, "eos_token_id": eos_token_id,

@@ -3,9 +3,7 @@ fixed shapes, and the budget a batch's trees share (torch-free, so that
 dart-generate's options can show the defaults without loading torch)."""
 from __future__ import annotations
 
-import operator
-
-__all__ = ["TREE_BUCKETS", "TREE_BUDGET", "tree_nodes", "whole_number"]
+__all__ = ["TREE_BUCKETS", "TREE_BUDGET", "tree_nodes"]
 
 #: Query lengths a fixed-shape forward is padded to (1: a one-token step).
 #: A tree larger than the last runs at its own length.
@@ -44,14 +42,3 @@ def tree_nodes(budget: int | None, rows: int, own: int | None) -> int | None:
     fit = share if share > TREE_BUCKETS[-1] else max((b for b in TREE_BUCKETS if b <= share), default=2)
     return max(1, fit - 1)
 
-
-def whole_number(value: object, name: str) -> int:
-    """``value`` as an int when it is one (a Python or numpy integer, not a
-    bool), else ValueError in the engine's words: a float count is no count
-    (2.5 nodes was cut to 2, NaN ignored)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None

@@ -35,6 +35,7 @@ import grpc
 import numpy as np
 
 from ngram_service import _engine, proposals, tree
+from ngram_service.arg_checks import is_real
 from ngram_service.index import TopK, info_dict
 from ngram_service.proto.ngram.v1 import ngram_pb2 as pb
 from ngram_service.targets import TARGET_FORMS, target_problem
@@ -79,7 +80,7 @@ def check_timeout(value: Any, name: str = "timeout", optional: bool = True) -> f
     none = ", or None" if optional else ""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise ValueError(f"{name} must be a number of seconds{none}, got {value!r}")
     s = float(value)
     if not (s > 0.0 and math.isfinite(s)):
